@@ -1,0 +1,6 @@
+def main() -> None:
+    raise SystemExit("not yet")
+
+
+def mqbroker() -> None:
+    main()

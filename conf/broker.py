@@ -1,0 +1,39 @@
+"""Broker configuration: typed, frozen, one default per field (see conf/broker.toml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from conf.store import StoreConfig
+
+EventLoop = Literal["auto", "asyncio", "uvloop"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LongPollingConfig:
+    enable: bool = True
+    short_polling_time_ms: int = 1_000   # how long a pull is held when long polling is off
+    check_interval_ms: int = 5_000       # safety sweep of held pulls; wake-ups do not depend on it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerConfig:
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 10911
+    broker_name: str = "broker-a"
+    cluster_name: str = "DefaultCluster"
+    graceful_shutdown_timeout_ms: int = 5_000
+    max_frame_bytes: int = 16 * 1024 * 1024
+    event_loop: EventLoop = "auto"
+    metrics_port: int = 0                         # 0: no metrics endpoint
+    auto_create_topic: bool = True
+    auto_create_subscription_group: bool = True
+    default_queue_nums: int = 4
+    channel_expired_timeout_ms: int = 120_000     # CHANNEL_EXPIRED_TIMEOUT
+    housekeeping_interval_ms: int = 10_000
+    lock_max_live_ms: int = 60_000
+    persist_interval_ms: int = 5_000              # topics, groups, offsets → <store>/config/
+    notify_consumer_ids_changed_enable: bool = True
+    long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)

@@ -1,0 +1,31 @@
+"""Store configuration: where the commit log and consume queues live and how they are flushed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+FlushDiskType = Literal["SYNC_FLUSH", "ASYNC_FLUSH"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreConfig:
+    """Mirrors RocketMQ's `MessageStoreConfig` where a field has a counterpart.
+
+    Deliberate difference (PROTOCOL.md §1): `flush_disk_type` defaults to SYNC_FLUSH with group
+    commit; ASYNC_FLUSH acknowledges before fsync and can lose the last `flush_interval_ms` of
+    acknowledged sends if the machine (not just the process) dies.
+    """
+
+    path: Path = Path("store")
+    commit_log_segment_bytes: int = 1 << 30            # mappedFileSizeCommitLog, 1 GiB
+    consume_queue_segment_units: int = 300_000         # 20-byte units per consume-queue file
+    flush_disk_type: FlushDiskType = "SYNC_FLUSH"
+    flush_interval_ms: int = 500                       # ASYNC_FLUSH commit-log flush period
+    flush_consume_queue_interval_ms: int = 1_000       # flushIntervalConsumeQueue
+    sync_flush_timeout_ms: int = 5_000                 # syncFlushTimeout → FLUSH_DISK_TIMEOUT
+    max_message_bytes: int = 4 * 1024 * 1024           # maxMessageSize, 4 MiB
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"

@@ -1,0 +1,203 @@
+"""`Channel`: one TCP connection carrying requests both ways (PROTOCOL.md "Transport").
+
+The only asyncio module of `protocol`. A `ChannelProtocol` feeds received bytes to a `FrameDecoder`;
+responses resolve the pending future of their opaque, requests go to `on_request(channel, cmd)`
+(which must not block: the broker spawns a task). A malformed frame is answered SYSTEM_ERROR when its
+opaque is known, logged, and the connection is closed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from protocol.codes import CommandFlag, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.errors import ConnectionClosed, FrameError, RequestTimeout
+from protocol.frame import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+
+log = logging.getLogger(__name__)
+
+RequestHandler = Callable[["Channel", RemotingCommand], None]
+CloseHandler = Callable[["Channel"], None]
+_OPAQUE_MASK = 0xFFFFFFFF
+
+
+class Channel:
+    """Send and receive commands on one transport. `invoke` awaits the response of a request;
+    `invoke_oneway` and `send` only write. `remote_address` is the peer's "ip:port"."""
+
+    def __init__(self, transport: asyncio.Transport, *, on_request: RequestHandler | None = None,
+                 on_close: CloseHandler | None = None) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.local_address = f"{local[0]}:{local[1]}" if local else "?"
+        self.on_request = on_request
+        self.on_close = on_close
+        self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self.attributes: dict[str, Any] = {}   # owners keep per-connection state here (client id…)
+        self._next_opaque = 0
+        self._closed = False
+        self._closed_event = asyncio.Event()
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+
+    def __repr__(self) -> str:
+        return f"Channel({self.remote_address})"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _opaque(self) -> int:
+        self._next_opaque = (self._next_opaque + 1) & _OPAQUE_MASK
+        while self._next_opaque in self.pending:
+            self._next_opaque = (self._next_opaque + 1) & _OPAQUE_MASK
+        return self._next_opaque
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """Write one command; raises `ConnectionClosed` if the channel is closed."""
+        if self._closed:
+            raise ConnectionClosed(self.remote_address)
+        self.transport.writelines(encode_frame(cmd))
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is above its high-water mark."""
+        if not self._write_paused or self._closed:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+    async def invoke(self, cmd: RemotingCommand, timeout_ms: int) -> RemotingCommand:
+        """Send a request and await its response; raises `RequestTimeout` or `ConnectionClosed`."""
+        cmd.opaque = self._opaque()
+        cmd.flag &= ~CommandFlag.RESPONSE & ~CommandFlag.ONEWAY
+        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self.pending[cmd.opaque] = future
+        try:
+            self.send(cmd)
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await future
+        except TimeoutError:
+            raise RequestTimeout(self.remote_address, cmd.code, timeout_ms) from None
+        finally:
+            self.pending.pop(cmd.opaque, None)
+
+    def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        cmd.opaque = self._opaque()
+        cmd.flag = (cmd.flag | CommandFlag.ONEWAY) & ~CommandFlag.RESPONSE
+        self.send(cmd)
+
+    def close(self) -> None:
+        if not self._closed:
+            self.transport.close()
+
+    async def wait_closed(self) -> None:
+        await self._closed_event.wait()
+
+    # -- called by ChannelProtocol -------------------------------------------------------------
+
+    def _received(self, commands: list[RemotingCommand]) -> None:
+        for cmd in commands:
+            if cmd.flag & CommandFlag.RESPONSE:
+                future = self.pending.get(cmd.opaque)
+                if future is not None and not future.done():
+                    future.set_result(cmd)
+                else:
+                    log.debug("%s: response for unknown opaque %d (late or duplicate)", self, cmd.opaque)
+            elif self.on_request is not None:
+                self.on_request(self, cmd)
+
+    def _frame_error(self, err: FrameError) -> None:
+        log.warning("%s: protocol error, closing connection: %s", self, err)
+        if err.opaque is not None and not self._closed:
+            self.transport.writelines(encode_frame(RemotingCommand(
+                code=ResponseCode.SYSTEM_ERROR, opaque=err.opaque, flag=CommandFlag.RESPONSE,
+                remark=f"protocol error: {err}; closing the connection")))
+        self.transport.close()
+
+    def _lost(self, exc: Exception | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(ConnectionClosed(self.remote_address, str(exc or "connection closed")))
+        self._release_drain_waiters()
+        self._closed_event.set()
+        if self.on_close is not None:
+            self.on_close(self)
+
+    def _pause_writing(self) -> None:
+        self._write_paused = True
+
+    def _resume_writing(self) -> None:
+        self._write_paused = False
+        self._release_drain_waiters()
+
+    def _release_drain_waiters(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+class ChannelProtocol(asyncio.Protocol):
+    """asyncio protocol wiring a transport to a `Channel`; `on_connect` receives the new channel."""
+
+    def __init__(self, *, on_request: RequestHandler | None = None, on_close: CloseHandler | None = None,
+                 on_connect: Callable[[Channel], None] | None = None,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._on_request, self._on_close, self._on_connect = on_request, on_close, on_connect
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self.channel: Channel | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.channel = Channel(transport, on_request=self._on_request, on_close=self._on_close)
+        if self._on_connect is not None:
+            self._on_connect(self.channel)
+
+    def data_received(self, data: bytes) -> None:
+        channel = self.channel
+        assert channel is not None
+        if channel.closed:
+            return
+        try:
+            commands = self._decoder.feed(data)
+        except FrameError as err:
+            channel._frame_error(err)
+            return
+        channel._received(commands)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.channel is not None:
+            self.channel._lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.channel is not None:
+            self.channel._pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.channel is not None:
+            self.channel._resume_writing()
+
+
+async def connect(host: str, port: int, *, on_request: RequestHandler | None = None,
+                  on_close: CloseHandler | None = None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                  timeout_ms: int = 3_000) -> Channel:
+    """Open a channel to host:port; raises `ConnectionClosed` when the connection cannot be made."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout_ms / 1000):
+            _, protocol = await loop.create_connection(
+                lambda: ChannelProtocol(on_request=on_request, on_close=on_close,
+                                        max_frame_bytes=max_frame_bytes), host, port)
+    except (OSError, TimeoutError) as exc:
+        raise ConnectionClosed(f"{host}:{port}", f"cannot connect: {exc}") from None
+    assert protocol.channel is not None
+    return protocol.channel

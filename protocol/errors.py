@@ -1,0 +1,170 @@
+"""Typed errors. One root (`MQError`); every wire response code we raise or branch on has a class.
+
+Processors raise a `ResponseError`; the broker's dispatcher turns it into a response with its
+`code` and `remark`; the client turns such a response back into the same class with `error_for`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from protocol.codes import ResponseCode
+
+
+class MQError(Exception):
+    """Root of every rocketq error."""
+
+
+class ProtocolError(MQError):
+    """Bytes or a header that do not follow PROTOCOL.md."""
+
+
+class FrameError(ProtocolError):
+    """A frame that cannot be decoded: bad lengths, oversized, or a header that is not a valid map.
+    The connection that sent it is closed after an answer, when one can be addressed."""
+
+    def __init__(self, message: str, opaque: int | None = None) -> None:
+        super().__init__(message)
+        self.opaque = opaque
+
+
+class ResponseError(MQError):
+    """An error with a wire response code; `remark` says what went wrong and what to do."""
+
+    code: ClassVar[ResponseCode] = ResponseCode.SYSTEM_ERROR
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, remark: str) -> None:
+        super().__init__(remark)
+        self.remark = remark
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.remark}"
+
+
+class SystemError_(ResponseError):
+    code = ResponseCode.SYSTEM_ERROR
+
+
+class MissingHeaderField(SystemError_, ProtocolError):
+    """A request's `ext` lacks a field or has it with the wrong type (answered SYSTEM_ERROR)."""
+
+    def __init__(self, name: str, expected: str, got: object = ...) -> None:
+        if got is ...:
+            what = "is missing"
+        elif got is None:
+            what = "is nil"
+        else:
+            what = f"has type {type(got).__name__} ({got!r:.40})"
+        super().__init__(f"field {name!r} {what}; expected {expected}")
+        self.field_name = name
+
+
+class SystemBusy(ResponseError):
+    code = ResponseCode.SYSTEM_BUSY
+    retriable = True
+
+
+class RequestCodeNotSupported(ResponseError):
+    code = ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+
+
+class FlushDiskTimeout(ResponseError):
+    code = ResponseCode.FLUSH_DISK_TIMEOUT
+    retriable = True
+
+
+class MessageIllegal(ResponseError):
+    code = ResponseCode.MESSAGE_ILLEGAL
+
+
+class NoPermission(ResponseError):
+    code = ResponseCode.NO_PERMISSION
+
+
+class TopicNotExist(ResponseError):
+    code = ResponseCode.TOPIC_NOT_EXIST
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"topic {topic!r} does not exist")
+        self.topic = topic
+
+
+class QueryNotFound(ResponseError):
+    code = ResponseCode.QUERY_NOT_FOUND
+
+
+class SubscriptionParseFailed(ResponseError):
+    code = ResponseCode.SUBSCRIPTION_PARSE_FAILED
+
+
+class SubscriptionNotExist(ResponseError):
+    code = ResponseCode.SUBSCRIPTION_NOT_EXIST
+
+
+class SubscriptionNotLatest(ResponseError):
+    code = ResponseCode.SUBSCRIPTION_NOT_LATEST
+    retriable = True
+
+
+class SubscriptionGroupNotExist(ResponseError):
+    code = ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+
+
+class ConsumerNotOnline(ResponseError):
+    code = ResponseCode.CONSUMER_NOT_ONLINE
+
+
+class FlowControl(ResponseError):
+    code = ResponseCode.FLOW_CONTROL
+    retriable = True
+
+
+_BY_CODE: dict[int, type[ResponseError]] = {
+    cls.code: cls
+    for cls in (
+        SystemError_, SystemBusy, RequestCodeNotSupported, FlushDiskTimeout, MessageIllegal,
+        NoPermission, QueryNotFound, SubscriptionParseFailed, SubscriptionNotExist,
+        SubscriptionNotLatest, SubscriptionGroupNotExist, ConsumerNotOnline, FlowControl,
+    )
+}
+
+
+class UnknownResponseCode(ResponseError):
+    """A response code this side has no class for; `response_code` keeps the number."""
+
+    def __init__(self, response_code: int, remark: str) -> None:
+        super().__init__(f"response code {response_code}: {remark}")
+        self.response_code = response_code
+
+
+def error_for(code: int, remark: str | None) -> ResponseError:
+    """The `ResponseError` for a wire response code (a non-SUCCESS one), keeping the remark."""
+    text = remark or ""
+    if code == ResponseCode.TOPIC_NOT_EXIST:
+        err = TopicNotExist.__new__(TopicNotExist)
+        ResponseError.__init__(err, text)
+        err.topic = ""
+        return err
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return UnknownResponseCode(code, text)
+    err2 = cls.__new__(cls)
+    ResponseError.__init__(err2, text)
+    return err2
+
+
+class RequestTimeout(MQError):
+    """No response within the invoke's timeout."""
+
+    def __init__(self, address: str, code: int, timeout_ms: int) -> None:
+        super().__init__(f"request code {code} to {address} got no response within {timeout_ms} ms")
+        self.address, self.request_code, self.timeout_ms = address, code, timeout_ms
+
+
+class ConnectionClosed(MQError):
+    """The connection closed before a response arrived (or before a request could be written)."""
+
+    def __init__(self, address: str, reason: str = "connection closed") -> None:
+        super().__init__(f"{address}: {reason}")
+        self.address = address

@@ -1,0 +1,125 @@
+"""Frames (PROTOCOL.md "Frame"): `frame_length:u32be header_length:u32be header body`.
+
+Sans-IO: `encode_frame` returns buffers to write with `writelines`; `FrameDecoder.feed` takes any
+chunking of the byte stream and returns whole commands. Every malformed input raises `FrameError`,
+never anything else; `FrameError.opaque` is set when the bad frame's opaque could be read, so the
+receiver can answer SYSTEM_ERROR before closing."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgpack
+
+from protocol.command import Buffer, RemotingCommand
+from protocol.errors import FrameError
+
+_LENGTHS = struct.Struct(">II")
+_U32 = struct.Struct(">I")
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+def encode_header(cmd: RemotingCommand) -> bytes:
+    return msgpack.packb(  # type: ignore[no-any-return]
+        {"code": cmd.code, "opaque": cmd.opaque, "flag": cmd.flag, "version": cmd.version,
+         "remark": cmd.remark, "ext": cmd.fields},
+        use_bin_type=True,
+    )
+
+
+def encode_frame(cmd: RemotingCommand) -> list[Buffer]:
+    """The buffers of one frame: lengths + header first, then the body buffer(s) unjoined."""
+    header = encode_header(cmd)
+    body = cmd.body
+    if isinstance(body, bytes | bytearray | memoryview):
+        body_len = len(body) if not isinstance(body, memoryview) else body.nbytes
+        if body_len == 0:
+            return [_LENGTHS.pack(4 + len(header), len(header)) + header]
+        return [_LENGTHS.pack(4 + len(header) + body_len, len(header)) + header, body]
+    parts = list(body)
+    body_len = sum(len(b) if not isinstance(b, memoryview) else b.nbytes for b in parts)
+    return [_LENGTHS.pack(4 + len(header) + body_len, len(header)) + header, *parts]
+
+
+def encode_frame_bytes(cmd: RemotingCommand) -> bytes:
+    return b"".join(bytes(b) if isinstance(b, memoryview) else b for b in encode_frame(cmd))
+
+
+def _int_field(header: dict[Any, Any], key: str, opaque: int | None) -> int:
+    value = header.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise FrameError(f"header {key!r} must be an integer", opaque)
+    return value
+
+
+def decode_header(raw: bytes | memoryview) -> tuple[int, int, int, int, str | None, dict[str, Any]]:
+    """(code, opaque, flag, version, remark, ext) of a msgpack header; raises `FrameError`."""
+    try:
+        header = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises many types on garbage; all mean "not a header"
+        raise FrameError(f"header is not valid msgpack: {exc.__class__.__name__}") from None
+    if not isinstance(header, dict):
+        raise FrameError("header is not a msgpack map")
+    opaque_value = header.get("opaque")
+    opaque = opaque_value if isinstance(opaque_value, int) and not isinstance(opaque_value, bool) else None
+    code = _int_field(header, "code", opaque)
+    opaque = _int_field(header, "opaque", None)
+    flag = header.get("flag", 0)
+    version = header.get("version", 1)
+    if not isinstance(flag, int) or isinstance(flag, bool):
+        raise FrameError("header 'flag' must be an integer", opaque)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise FrameError("header 'version' must be an integer", opaque)
+    remark = header.get("remark")
+    if remark is not None and not isinstance(remark, str):
+        raise FrameError("header 'remark' must be a string or nil", opaque)
+    ext = header.get("ext", {})
+    if ext is None:
+        ext = {}
+    if not isinstance(ext, dict) or not all(isinstance(k, str) for k in ext):
+        raise FrameError("header 'ext' must be a map with string keys", opaque)
+    return code, opaque, flag, version, remark, ext
+
+
+class FrameDecoder:
+    """Accumulates bytes and yields complete commands. After a `FrameError` the stream is not
+    resynchronised: the connection must be closed."""
+
+    __slots__ = ("_buffer", "_max_frame_bytes")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._buffer = bytearray()
+        self._max_frame_bytes = max_frame_bytes
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        buf = self._buffer
+        buf += data
+        commands: list[RemotingCommand] = []
+        pos, end = 0, len(buf)
+        max_frame = self._max_frame_bytes
+        while end - pos >= 8:
+            frame_length, header_length = _LENGTHS.unpack_from(buf, pos)
+            if frame_length < 4:
+                raise FrameError(f"frame_length {frame_length} is below 4")
+            if frame_length > max_frame:
+                raise FrameError(f"frame of {frame_length} bytes exceeds max_frame_bytes {max_frame}")
+            if header_length > frame_length - 4:
+                raise FrameError(f"header_length {header_length} exceeds the frame ({frame_length})")
+            if end - pos < 4 + frame_length:
+                break
+            header_start = pos + 8
+            body_start = header_start + header_length
+            frame_end = pos + 4 + frame_length
+            code, opaque, flag, version, remark, ext = decode_header(bytes(buf[header_start:body_start]))
+            body = bytes(buf[body_start:frame_end]) if frame_end > body_start else b""
+            commands.append(RemotingCommand(code=code, opaque=opaque, flag=flag, remark=remark,
+                                            fields=ext, body=body, version=version))
+            pos = frame_end
+        if pos:
+            del buf[:pos]
+        return commands

@@ -1,0 +1,188 @@
+"""Typed request/response headers (the `ext` map of PROTOCOL.md's table), one class per code.
+
+Every header is a frozen, slotted, kw-only dataclass; `from_fields` checks types (a bool or float is
+not an int) and raises `MissingHeaderField` naming the field; `to_fields` gives the `ext` map."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Self
+
+from protocol.typed import from_value
+
+
+class Header:
+    __slots__ = ()
+
+    @classmethod
+    def from_fields(cls, ext: dict[str, Any]) -> Self:
+        return from_value(cls, ext)
+
+    def to_fields(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+
+header = dataclass(frozen=True, slots=True, kw_only=True)
+
+
+@header
+class SendMessageRequestHeader(Header):
+    producer_group: str
+    topic: str
+    queue_id: int
+    flag: int = 0
+    born_timestamp: int = 0
+    properties: dict[str, str]
+    reconsume_times: int = 0
+    max_reconsume_times: int | None = None
+
+
+@header
+class SendMessageResponseHeader(Header):
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+
+
+@header
+class SendBatchMessageRequestHeader(Header):
+    producer_group: str
+    topic: str
+    queue_id: int
+    born_timestamp: int = 0
+
+
+@header
+class SendBatchMessageResponseHeader(Header):
+    msg_ids: list[str]
+    queue_id: int
+    queue_offset: int
+
+
+@header
+class PullMessageRequestHeader(Header):
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_ms: int
+    sub_version: int
+    subscription: str | None = None
+    expression_type: str | None = None
+
+
+@header
+class PullMessageResponseHeader(Header):
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    suggest_which_broker_id: int = 0
+
+
+@header
+class QueryConsumerOffsetRequestHeader(Header):
+    consumer_group: str
+    topic: str
+    queue_id: int
+
+
+@header
+class UpdateConsumerOffsetRequestHeader(Header):
+    consumer_group: str
+    topic: str
+    queue_id: int
+    commit_offset: int
+
+
+@header
+class TopicQueueRequestHeader(Header):
+    """GET_MAX_OFFSET, GET_MIN_OFFSET and GET_EARLIEST_MSG_STORETIME: one queue of a topic."""
+
+    topic: str
+    queue_id: int
+
+
+GetMaxOffsetRequestHeader = GetMinOffsetRequestHeader = TopicQueueRequestHeader
+GetEarliestMsgStoretimeRequestHeader = TopicQueueRequestHeader
+
+
+@header
+class SearchOffsetRequestHeader(Header):
+    topic: str
+    queue_id: int
+    timestamp: int
+
+
+@header
+class OffsetResponseHeader(Header):
+    """QUERY_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET and SEARCH_OFFSET_BY_TIMESTAMP answer `offset`."""
+
+    offset: int
+
+
+@header
+class GetEarliestMsgStoretimeResponseHeader(Header):
+    timestamp: int
+
+
+@header
+class ViewMessageByIdRequestHeader(Header):
+    msg_id: str
+
+
+@header
+class UnregisterClientRequestHeader(Header):
+    client_id: str
+    producer_group: str | None = None
+    consumer_group: str | None = None
+
+
+@header
+class ConsumerSendMsgBackRequestHeader(Header):
+    commit_log_offset: int
+    group: str
+    delay_level: int = 0
+    origin_msg_id: str | None = None
+    origin_topic: str | None = None
+    max_reconsume_times: int | None = None
+
+
+@header
+class ConsumerGroupRequestHeader(Header):
+    """GET_CONSUMER_LIST_BY_GROUP, NOTIFY_CONSUMER_IDS_CHANGED, GET_CONSUMER_CONNECTION_LIST."""
+
+    consumer_group: str
+
+
+GetConsumerListByGroupRequestHeader = NotifyConsumerIdsChangedRequestHeader = ConsumerGroupRequestHeader
+
+
+@header
+class CreateTopicRequestHeader(Header):
+    topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = 6
+
+
+@header
+class GetRouteInfoRequestHeader(Header):
+    topic: str
+
+
+@header
+class CreateSubscriptionGroupRequestHeader(Header):
+    group_name: str
+    consume_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    consume_broadcast_enable: bool = True
+
+
+@header
+class GetConsumeStatsRequestHeader(Header):
+    consumer_group: str
+    topic: str | None = None

@@ -1,0 +1,172 @@
+"""Messages and their encoding in a body (PROTOCOL.md "Messages in a body").
+
+A stored message is one msgpack array, the same bytes in the commit log and in a pull body:
+
+    [topic, queue_id, queue_offset, commit_log_offset, flag, sys_flag,
+     born_timestamp, born_host, store_timestamp, store_host, reconsume_times, properties, body]
+
+Pure code: no I/O.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from protocol.errors import ProtocolError
+
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+KEY_SEPARATOR = " "
+
+# Field positions in the stored array.
+F_TOPIC, F_QUEUE_ID, F_QUEUE_OFFSET, F_COMMIT_LOG_OFFSET, F_FLAG, F_SYS_FLAG = range(6)
+F_BORN_TIMESTAMP, F_BORN_HOST, F_STORE_TIMESTAMP, F_STORE_HOST = range(6, 10)
+F_RECONSUME_TIMES, F_PROPERTIES, F_BODY = range(10, 13)
+STORED_FIELD_COUNT = 13
+
+
+@dataclass(slots=True, kw_only=False)
+class Message:
+    """A message to send. `tags`, `keys` and `delay_level` are stored as the TAGS, KEYS and DELAY
+    properties; `keys` may be one string or several (sent space-separated, as RocketMQ does)."""
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: str | Iterable[str] | None = None
+    properties: dict[str, str] | None = None
+    delay_level: int = 0
+    flag: int = 0
+
+    def wire_properties(self) -> dict[str, str]:
+        """All properties as sent: user properties plus TAGS, KEYS and DELAY."""
+        props = dict(self.properties) if self.properties else {}
+        if self.tags:
+            props[PROPERTY_TAGS] = self.tags
+        if self.keys:
+            props[PROPERTY_KEYS] = self.keys if isinstance(self.keys, str) else KEY_SEPARATOR.join(self.keys)
+        if self.delay_level > 0:
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
+        return props
+
+
+@dataclass(slots=True, kw_only=True)
+class MessageExt:
+    """A stored message as a consumer receives it. Times are epoch ms; hosts are "ip:port"."""
+
+    topic: str
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    queue_id: int = 0
+    queue_offset: int = 0
+    commit_log_offset: int = 0
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = ""
+    store_timestamp: int = 0
+    store_host: str = ""
+    reconsume_times: int = 0
+    msg_id: str = ""
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    @property
+    def delay_level(self) -> int:
+        return int(self.properties.get(PROPERTY_DELAY_TIME_LEVEL, "0") or 0)
+
+
+def encode_stored_message(
+    *, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int, flag: int, sys_flag: int,
+    born_timestamp: int, born_host: str, store_timestamp: int, store_host: str, reconsume_times: int,
+    properties: Mapping[str, str], body: bytes | memoryview,
+) -> bytes:
+    """The stored array of one message, as bytes (the commit log's record payload)."""
+    return msgpack.packb(  # type: ignore[no-any-return]
+        [topic, queue_id, queue_offset, commit_log_offset, flag, sys_flag, born_timestamp, born_host,
+         store_timestamp, store_host, reconsume_times, properties, body],
+        use_bin_type=True,
+    )
+
+
+def message_from_fields(values: Any) -> MessageExt:
+    """A `MessageExt` from one decoded stored array; raises `ProtocolError` on a wrong shape."""
+    if not isinstance(values, list | tuple) or len(values) != STORED_FIELD_COUNT:
+        raise ProtocolError("a stored message is an array of 13 fields")
+    (topic, queue_id, queue_offset, commit_log_offset, flag, sys_flag, born_ts, born_host, store_ts,
+     store_host, reconsume_times, properties, body) = values
+    if not isinstance(topic, str) or not isinstance(properties, dict) or not isinstance(body, bytes):
+        raise ProtocolError("stored message has mistyped topic, properties or body")
+    return MessageExt(
+        topic=topic, body=body, properties=properties, queue_id=queue_id, queue_offset=queue_offset,
+        commit_log_offset=commit_log_offset, flag=flag, sys_flag=sys_flag, born_timestamp=born_ts,
+        born_host=born_host, store_timestamp=store_ts, store_host=store_host,
+        reconsume_times=reconsume_times, msg_id=make_msg_id(store_host, commit_log_offset),
+    )
+
+
+def decode_message_batch(body: bytes | memoryview) -> list[MessageExt]:
+    """Every message of a pull (or VIEW_MESSAGE_BY_ID) body; raises `ProtocolError` on bad bytes."""
+    unpacker = msgpack.Unpacker(raw=False, use_list=True, strict_map_key=False,
+                                max_buffer_size=max(len(body), 1))
+    unpacker.feed(body)
+    try:
+        return [message_from_fields(values) for values in unpacker]
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise ProtocolError(f"bad message body: {exc}") from exc
+
+
+_MSG_ID = struct.Struct(">4sIQ")
+
+
+def make_msg_id(store_host: str, commit_log_offset: int) -> str:
+    """32 upper-case hex digits: IPv4 (4 bytes), port (4 bytes), commit log offset (8 bytes),
+    RocketMQ's offset message id layout. A host that is not IPv4 contributes 0.0.0.0."""
+    host, _, port = store_host.rpartition(":")
+    try:
+        packed_ip = ipaddress.IPv4Address(host).packed
+    except ValueError:
+        packed_ip = b"\0\0\0\0"
+    return _MSG_ID.pack(packed_ip, int(port or 0) & 0xFFFFFFFF, commit_log_offset).hex().upper()
+
+
+def parse_msg_id(msg_id: str) -> tuple[str, int]:
+    """(store "ip:port", commit_log_offset) of an offset message id; `ValueError` if malformed."""
+    if len(msg_id) != 32:
+        raise ValueError(f"message id {msg_id!r} is not 32 hex digits")
+    raw = bytes.fromhex(msg_id)
+    ip, port, commit_log_offset = _MSG_ID.unpack(raw)
+    return f"{ipaddress.IPv4Address(ip)}:{port}", commit_log_offset
+
+
+def encode_batch_body(messages: Iterable[Message]) -> bytes:
+    """SEND_BATCH_MESSAGE body: array of [properties, flag, body]."""
+    return msgpack.packb(  # type: ignore[no-any-return]
+        [[m.wire_properties(), m.flag, m.body] for m in messages], use_bin_type=True)

@@ -1,0 +1,47 @@
+"""Reserved topic names and name validation (PROTOCOL.md "Names")."""
+
+from __future__ import annotations
+
+import re
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+MAX_TOPIC_LENGTH = 127
+MAX_GROUP_LENGTH = 255
+_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def is_retry_topic(topic: str) -> bool:
+    return topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+
+
+def is_dlq_topic(topic: str) -> bool:
+    return topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
+
+
+def check_name(kind: str, name: object, max_length: int) -> str | None:
+    """None when `name` is a valid topic/group name, else a remark saying what is wrong."""
+    if not isinstance(name, str) or not name:
+        return f"{kind} name must be a non-empty string"
+    if len(name) > max_length:
+        return f"{kind} name {name[:40]!r}... is longer than {max_length} characters"
+    if not _NAME.match(name):
+        return f"{kind} name {name!r} must match ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+def check_topic(topic: object) -> str | None:
+    return check_name("topic", topic, MAX_TOPIC_LENGTH)
+
+
+def check_group(group: object) -> str | None:
+    return check_name("group", group, MAX_GROUP_LENGTH)

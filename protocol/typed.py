@@ -1,0 +1,154 @@
+"""Typed conversion between msgpack values and frozen dataclasses (headers and bodies).
+
+`int` means a msgpack integer (a bool or float is wrong), `str` a msgpack string, `bytes` bin,
+`X | None` allows nil or absence; lists, `dict[str, V]`, tuples of fixed shape and nested dataclasses
+are checked recursively. Every mismatch raises `MissingHeaderField` (answered SYSTEM_ERROR) naming
+the path of the field and the expected type."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable
+from enum import Enum
+from typing import Any, TypeVar, Union
+
+from protocol.errors import MissingHeaderField
+
+T = TypeVar("T")
+_MISSING = dataclasses.MISSING
+Converter = Callable[[Any, str], Any]
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _scalar(expected: type, name: str) -> Converter:
+    def convert(value: Any, path: str) -> Any:
+        if type(value) is expected:
+            return value
+        if expected is float and type(value) is int:
+            return float(value)
+        raise MissingHeaderField(path, name, value)
+    return convert
+
+
+def converter_for(tp: Any) -> Converter:
+    """A function (value, path) -> typed value for the annotation `tp`."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return lambda value, path: value
+    if tp in (int, str, bool, float, bytes):
+        return _scalar(tp, _type_name(tp))
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        enum_tp = tp
+
+        def convert_enum(value: Any, path: str) -> Any:
+            try:
+                return enum_tp(value)
+            except ValueError:
+                allowed = ", ".join(repr(m.value) for m in enum_tp)
+                raise MissingHeaderField(path, f"one of {allowed}", value) from None
+        return convert_enum
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        inner_types = [a for a in args if a is not type(None)]
+        inner = converter_for(inner_types[0]) if len(inner_types) == 1 else None
+
+        def convert_optional(value: Any, path: str) -> Any:
+            if value is None:
+                return None
+            if inner is None:
+                return value
+            return inner(value, path)
+        return convert_optional
+    if origin is list or origin is frozenset or origin is set:
+        (item_tp,) = typing.get_args(tp) or (Any,)
+        item = converter_for(item_tp)
+        build: Callable[[Any], Any] = origin if origin is not list else list
+
+        def convert_list(value: Any, path: str) -> Any:
+            if not isinstance(value, list | tuple):
+                raise MissingHeaderField(path, "array", value)
+            return build(item(v, f"{path}[{i}]") for i, v in enumerate(value))
+        return convert_list
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = converter_for(args[0])
+
+            def convert_var_tuple(value: Any, path: str) -> Any:
+                if not isinstance(value, list | tuple):
+                    raise MissingHeaderField(path, "array", value)
+                return tuple(item(v, f"{path}[{i}]") for i, v in enumerate(value))
+            return convert_var_tuple
+        items = [converter_for(a) for a in args]
+
+        def convert_tuple(value: Any, path: str) -> Any:
+            if not isinstance(value, list | tuple) or len(value) != len(items):
+                raise MissingHeaderField(path, f"array of {len(items)}", value)
+            return tuple(c(v, f"{path}[{i}]") for i, (c, v) in enumerate(zip(items, value, strict=True)))
+        return convert_tuple
+    if origin is dict:
+        key_tp, value_tp = typing.get_args(tp) or (Any, Any)
+        key_c, value_c = converter_for(key_tp), converter_for(value_tp)
+
+        def convert_dict(value: Any, path: str) -> Any:
+            if not isinstance(value, dict):
+                raise MissingHeaderField(path, "map", value)
+            return {key_c(k, f"{path} key"): value_c(v, f"{path}[{k!r}]") for k, v in value.items()}
+        return convert_dict
+    if dataclasses.is_dataclass(tp):
+        return _dataclass_converter(tp)  # type: ignore[arg-type]
+    raise TypeError(f"no converter for {tp!r}")
+
+
+_CACHE: dict[type, Converter] = {}
+
+
+def _dataclass_converter(cls: type) -> Converter:
+    cached = _CACHE.get(cls)
+    if cached is not None:
+        return cached
+    hints = typing.get_type_hints(cls)
+    specs: list[tuple[str, Converter, bool, Any]] = []
+    for f in dataclasses.fields(cls):
+        required = f.default is _MISSING and f.default_factory is _MISSING
+        specs.append((f.name, converter_for(hints[f.name]), required, f))
+
+    def convert(value: Any, path: str) -> Any:
+        if not isinstance(value, dict):
+            raise MissingHeaderField(path or cls.__name__, "map", value)
+        kwargs: dict[str, Any] = {}
+        for name, conv, required, _ in specs:
+            raw = value.get(name, _MISSING)
+            field_path = f"{path}.{name}" if path else name
+            if raw is _MISSING or (raw is None and required):
+                if required:
+                    raise MissingHeaderField(field_path, _type_name(hints[name]))
+                continue
+            kwargs[name] = conv(raw, field_path)
+        return cls(**kwargs)
+
+    _CACHE[cls] = convert
+    return convert
+
+
+def from_value(cls: type[T], value: Any, path: str = "") -> T:
+    """`cls` (a dataclass) built from a decoded msgpack map; raises `MissingHeaderField`."""
+    return _dataclass_converter(cls)(value, path)  # type: ignore[no-any-return]
+
+
+def to_value(obj: Any) -> Any:
+    """A dataclass (recursively) as msgpack-ready maps, lists and scalars."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_value(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [to_value(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_value(v) for k, v in obj.items()}
+    return obj

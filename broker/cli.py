@@ -1,6 +1,260 @@
+"""Command line: `rocketq broker start`, and `mqbroker` / `python -m broker` for the same thing.
+
+Config resolution is the pure `resolve_config`; running is `serve` under `asyncio.Runner`."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import click
+
+from conf import BrokerConfig, ConfigError, load
+from conf.broker import EventLoop
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIG_PATH = Path("conf/broker.toml")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class BrokerLike(Protocol):
+    """What `serve` needs of `broker.broker.Broker`."""
+
+    async def start(self) -> None: ...  # returns when listening; OSError if the address is taken
+    async def stop(self) -> None: ...  # graceful, bounded by graceful_shutdown_timeout_ms
+
+    @property
+    def address(self) -> str: ...
+
+
+BrokerFactory = Callable[[BrokerConfig], BrokerLike]
+
+
+# --- config --------------------------------------------------------------------------------------
+
+
+def parse_sets(sets: Sequence[str]) -> dict[str, str]:
+    """`["long_polling.enable=false", ...]` → `{"long_polling.enable": "false"}`; a later key wins.
+    The value is everything after the first `=` (it may be empty). Raises `ConfigError` without `=`."""
+    parsed: dict[str, str] = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. long_polling.enable=false")
+        parsed[key.strip()] = value
+    return parsed
+
+
+def resolve_config(
+    config_path: Path | None,
+    listen_host: str | None,
+    listen_port: int | None,
+    store_dir: Path | None,
+    sets: Sequence[str],
+    env: Mapping[str, str],
+) -> BrokerConfig:
+    """The broker's config from, lowest first: defaults < `config_path` (or `conf/broker.toml` in the
+    working directory when None and it exists) < `env` (`ROCKETQ_*`) < `sets` (`KEY=VALUE`) <
+    `listen_host` / `listen_port` / `store_dir` (None: not given). Raises `ConfigError`."""
+    if config_path is None and DEFAULT_CONFIG_PATH.is_file():
+        config_path = DEFAULT_CONFIG_PATH
+    config = load(BrokerConfig, file=config_path, env=env, overrides=parse_sets(sets))
+    if listen_host is not None:
+        config = replace(config, listen_host=listen_host)
+    if listen_port is not None:
+        config = replace(config, listen_port=listen_port)
+    if store_dir is not None:
+        config = replace(config, store=replace(config.store, path=store_dir))
+    return config
+
+
+def event_loop_factory(event_loop: EventLoop) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The `loop_factory` for `asyncio.Runner`: "auto" is uvloop when importable, else asyncio.
+    Raises `ConfigError` for "uvloop" when uvloop is not installed."""
+    if event_loop == "asyncio":
+        return asyncio.new_event_loop
+    try:
+        import uvloop
+    except ImportError:
+        if event_loop == "uvloop":
+            raise ConfigError("event_loop = 'uvloop' but uvloop is not installed; "
+                              "install it or use --set event_loop=asyncio", key="event_loop") from None
+        return asyncio.new_event_loop
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+class ShutdownSignals:
+    """The first SIGTERM or SIGINT calls `request_stop` once; a second SIGINT calls `force_exit(1)`
+    (a stop that hangs can be cut short with Ctrl-C twice); later SIGTERMs are only logged."""
+
+    def __init__(self, request_stop: Callable[[], None], force_exit: Callable[[int], None]) -> None:
+        self._request_stop, self._force_exit = request_stop, force_exit
+        self._stopping = False
+
+    def on_signal(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if not self._stopping:
+            self._stopping = True
+            log.info("received %s, stopping gracefully (press Ctrl-C again to force)", name)
+            self._request_stop()
+        elif signum == signal.SIGINT:
+            log.error("received %s again, forcing exit without a graceful stop", name)
+            self._force_exit(1)
+        else:
+            log.info("received %s, already stopping", name)
+
+
+def _force_exit(code: int) -> None:
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def describe_start_failure(config: BrokerConfig, err: OSError) -> str:
+    """One line for an `OSError` from `Broker.start()`."""
+    where = f"{config.listen_host}:{config.listen_port}"
+    if err.errno == errno.EADDRINUSE:
+        return (f"cannot listen on {where}: address already in use "
+                f"(another broker running? pick another --listen-port)")
+    if err.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {where}: {config.listen_host} is not an address of this machine"
+    return f"broker failed to start on {where}: {err.strerror or err}"
+
+
+async def serve(config: BrokerConfig, broker_factory: BrokerFactory,
+                force_exit: Callable[[int], None] = _force_exit) -> int:
+    """Start a broker and run it until SIGTERM or SIGINT, then stop it gracefully.
+
+    Returns the exit code: 0 after a graceful stop; 1 when `start()` raises `OSError` (reported as
+    one line on stderr). Signal handlers are installed before `start()`, so a signal during recovery
+    stops the broker as soon as it is up; a second SIGINT calls `force_exit(1)` (default: log and
+    `os._exit(1)`). Handlers are removed before returning. Must run in the main thread."""
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    signals = ShutdownSignals(stop_requested.set, force_exit)
+    handled = (signal.SIGTERM, signal.SIGINT)
+    for signum in handled:
+        loop.add_signal_handler(signum, signals.on_signal, signum)
+    try:
+        broker = broker_factory(config)
+        try:
+            await broker.start()
+        except OSError as err:
+            click.echo(f"rocketq: {describe_start_failure(config, err)}", err=True)
+            return 1
+        log.info("rocketq broker %s listening on %s (store %s, flush %s)", config.broker_name,
+                 broker.address, config.store.path, config.store.flush_disk_type)
+        await stop_requested.wait()
+        log.info("stopping broker %s (up to %d ms)", config.broker_name, config.graceful_shutdown_timeout_ms)
+        await broker.stop()
+        log.info("broker %s stopped", config.broker_name)
+        return 0
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+
+
+def run_broker(config: BrokerConfig, loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> int:
+    """Configure logging, import the broker (lazily, so `--help` never needs it) and `serve` it."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    from broker.broker import Broker  # type: ignore[import-not-found, unused-ignore]
+
+    factory: BrokerFactory = Broker
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(serve(config, factory))
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_PRECEDENCE = (
+    "Settings are taken, lowest first, from built-in defaults, the config file, ROCKETQ_* environment "
+    "variables (ROCKETQ_LISTEN_PORT=10912, ROCKETQ_LONG_POLLING__ENABLE=false), --set, and finally "
+    "--listen-host, --listen-port and --store-dir. Unknown keys are an error. Stop with SIGTERM or "
+    "Ctrl-C (graceful); Ctrl-C twice forces an immediate exit with code 1."
+)
+
+
+def _start_options(command: _F) -> _F:
+    defaults = BrokerConfig()
+    options = [
+        click.option(
+            "--config", "config_path", metavar="PATH",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help=f"TOML config file (every key with comments: conf/broker.toml). "
+                 f"[default: {DEFAULT_CONFIG_PATH} if it exists in the working directory, "
+                 f"else built-in defaults]"),
+        click.option(
+            "--listen-host", metavar="HOST",
+            help=f"Address to accept client connections on; 0.0.0.0 for all interfaces. Overrides "
+                 f"listen_host. [default: from the config, {defaults.listen_host}]"),
+        click.option(
+            "--listen-port", metavar="PORT", type=click.IntRange(0, 65535),
+            help=f"TCP port to listen on; 0 picks a free one (the log shows which). Overrides "
+                 f"listen_port. [default: from the config, {defaults.listen_port}]"),
+        click.option(
+            "--store-dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
+            help=f"Directory for the commit log, consume queues and broker state (offsets, topics, "
+                 f"groups); created if missing, relative to the working directory. Overrides "
+                 f"store.path. [default: from the config, {defaults.store.path}]"),
+        click.option(
+            "--set", "sets", metavar="KEY=VALUE", multiple=True,
+            help="Set any config key by its dotted name, e.g. --set long_polling.enable=false or "
+                 "--set store.flush_disk_type=ASYNC_FLUSH. Repeatable; overrides the environment "
+                 "and the config file."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _start(config_path: Path | None, listen_host: str | None, listen_port: int | None,
+           store_dir: Path | None, sets: tuple[str, ...]) -> None:
+    try:
+        config = resolve_config(config_path, listen_host, listen_port, store_dir, sets, os.environ)
+        loop_factory = event_loop_factory(config.event_loop)
+    except ConfigError as err:
+        raise click.UsageError(str(err)) from None
+    click.get_current_context().exit(run_broker(config, loop_factory))
+
+
+@click.group(context_settings=_CONTEXT_SETTINGS)
 def main() -> None:
-    raise SystemExit("not yet")
+    """rocketq: a RocketMQ-style message broker."""
 
 
-def mqbroker() -> None:
-    main()
+@main.group("broker")
+def broker_group() -> None:
+    """Run a broker."""
+
+
+@broker_group.command("start", epilog=_PRECEDENCE)
+@_start_options
+def start(config_path: Path | None, listen_host: str | None, listen_port: int | None,
+          store_dir: Path | None, sets: tuple[str, ...]) -> None:
+    """Start a broker in the foreground and serve until stopped."""
+    _start(config_path, listen_host, listen_port, store_dir, sets)
+
+
+@click.command("mqbroker", context_settings=_CONTEXT_SETTINGS, epilog=_PRECEDENCE)
+@_start_options
+def mqbroker(config_path: Path | None, listen_host: str | None, listen_port: int | None,
+             store_dir: Path | None, sets: tuple[str, ...]) -> None:
+    """Start a broker in the foreground (same as `rocketq broker start`)."""
+    _start(config_path, listen_host, listen_port, store_dir, sets)

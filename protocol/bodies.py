@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, dataclass_transform
 
 import msgpack
 
@@ -11,7 +11,12 @@ from protocol.errors import MissingHeaderField
 from protocol.typed import from_value, to_value
 
 T = TypeVar("T")
-body = dataclass(frozen=True, slots=True, kw_only=True)
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True)
+def body(cls: type[T]) -> type[T]:
+    """`@dataclass(frozen=True, slots=True, kw_only=True)`, spelled so type checkers see a dataclass."""
+    return dataclass(frozen=True, slots=True, kw_only=True)(cls)
 
 
 @body

@@ -6,9 +6,11 @@ not an int) and raises `MissingHeaderField` naming the field; `to_fields` gives 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Self
+from typing import Any, Self, TypeVar, dataclass_transform
 
 from protocol.typed import from_value
+
+_H = TypeVar("_H")
 
 
 class Header:
@@ -22,7 +24,10 @@ class Header:
         return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
 
 
-header = dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass_transform(frozen_default=True, kw_only_default=True)
+def header(cls: type[_H]) -> type[_H]:
+    """`@dataclass(frozen=True, slots=True, kw_only=True)`, spelled so type checkers see a dataclass."""
+    return dataclass(frozen=True, slots=True, kw_only=True)(cls)
 
 
 @header

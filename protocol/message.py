@@ -124,11 +124,21 @@ def message_from_fields(values: Any) -> MessageExt:
      store_host, reconsume_times, properties, body) = values
     if not isinstance(topic, str) or not isinstance(properties, dict) or not isinstance(body, bytes):
         raise ProtocolError("stored message has mistyped topic, properties or body")
+    integers = (queue_id, queue_offset, commit_log_offset, flag, sys_flag, born_ts, store_ts, reconsume_times)
+    if (not all(type(v) is int for v in integers) or not isinstance(born_host, str)
+            or not isinstance(store_host, str)
+            or not all(type(k) is str and type(v) is str for k, v in properties.items())):
+        raise ProtocolError("stored message has a mistyped integer, host or property")
+    try:
+        msg_id = make_msg_id(store_host, commit_log_offset)
+    except (ValueError, struct.error):
+        raise ProtocolError(f"stored message has a bad store_host {store_host!r:.40} "
+                            f"or commit_log_offset {commit_log_offset}") from None
     return MessageExt(
         topic=topic, body=body, properties=properties, queue_id=queue_id, queue_offset=queue_offset,
         commit_log_offset=commit_log_offset, flag=flag, sys_flag=sys_flag, born_timestamp=born_ts,
         born_host=born_host, store_timestamp=store_ts, store_host=store_host,
-        reconsume_times=reconsume_times, msg_id=make_msg_id(store_host, commit_log_offset),
+        reconsume_times=reconsume_times, msg_id=msg_id,
     )
 
 
@@ -137,13 +147,21 @@ def decode_message_batch(body: bytes | memoryview) -> list[MessageExt]:
     unpacker = msgpack.Unpacker(raw=False, use_list=True, strict_map_key=False,
                                 max_buffer_size=max(len(body), 1))
     unpacker.feed(body)
+    messages: list[MessageExt] = []
+    consumed = 0   # the Unpacker's tell() is not reliable after it stops on incomplete data
     try:
-        return [message_from_fields(values) for values in unpacker]
-    except (ValueError, msgpack.UnpackException) as exc:
+        for values in unpacker:
+            messages.append(message_from_fields(values))
+            consumed = unpacker.tell()
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise ProtocolError(f"bad message body: {exc}") from exc
+    if consumed != len(body):
+        raise ProtocolError(f"bad message body: {len(body) - consumed} trailing bytes are not a message")
+    return messages
 
 
 _MSG_ID = struct.Struct(">4sIQ")
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
 def make_msg_id(store_host: str, commit_log_offset: int) -> str:
@@ -159,7 +177,7 @@ def make_msg_id(store_host: str, commit_log_offset: int) -> str:
 
 def parse_msg_id(msg_id: str) -> tuple[str, int]:
     """(store "ip:port", commit_log_offset) of an offset message id; `ValueError` if malformed."""
-    if len(msg_id) != 32:
+    if len(msg_id) != 32 or not all(c in _HEX_DIGITS for c in msg_id):
         raise ValueError(f"message id {msg_id!r} is not 32 hex digits")
     raw = bytes.fromhex(msg_id)
     ip, port, commit_log_offset = _MSG_ID.unpack(raw)

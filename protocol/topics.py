@@ -34,7 +34,7 @@ def check_name(kind: str, name: object, max_length: int) -> str | None:
         return f"{kind} name must be a non-empty string"
     if len(name) > max_length:
         return f"{kind} name {name[:40]!r}... is longer than {max_length} characters"
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         return f"{kind} name {name!r} must match ^[%|a-zA-Z0-9_-]+$"
     return None
 

@@ -1,0 +1,209 @@
+"""`Broker`: the composition root. Builds the store, managers, services and processors, starts them
+in dependency order and stops them in reverse (ARCHITECTURE.md "Lifecycle orders"). No domain logic.
+
+    async with Broker(BrokerConfig(listen_port=0, store=StoreConfig(path=tmp))) as broker:
+        ... broker.address ...
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from types import TracebackType
+
+from broker.longpoll.hold_service import HoldService
+from broker.metrics import BrokerMetrics
+from broker.offset.consumer_offset_manager import ConsumerOffsetManager
+from broker.persist import ConfigPersistService
+from broker.processors.admin import AdminProcessor
+from broker.processors.client_manage import ClientManageProcessor
+from broker.processors.consumer_manage import ConsumerManageProcessor
+from broker.processors.pull_message import PullMessageProcessor
+from broker.processors.send_message import SendMessageProcessor
+from broker.registry.consumer_manager import ConsumerManager
+from broker.registry.housekeeping import HousekeepingService
+from broker.registry.ids_changed import notify_consumer_ids_changed
+from broker.registry.producer_manager import ProducerManager
+from broker.remoting.dispatcher import Dispatcher, Handler
+from broker.remoting.server import RemotingServer
+from broker.store.message_store import MessageStore
+from broker.topics.subscription_group_manager import SubscriptionGroupManager
+from broker.topics.topic_config_manager import TopicConfigManager
+from conf.broker import BrokerConfig
+from protocol.channel import Channel
+from protocol.clock import Clock, SystemClock
+from protocol.codes import RequestCode
+from protocol.command import RemotingCommand
+
+log = logging.getLogger(__name__)
+
+
+def advertised_host(listen_host: str) -> str:
+    """The listen host, or the first non-loopback IPv4 address when listening on all addresses."""
+    if listen_host not in ("0.0.0.0", "", "::"):
+        return listen_host
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))   # TEST-NET: no packet is sent by a UDP connect
+            host = str(s.getsockname()[0])
+            if not host.startswith("127."):
+                return host
+    except OSError:
+        pass
+    return "127.0.0.1"
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, *, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.topics = TopicConfigManager(auto_create_topic=config.auto_create_topic,
+                                         default_queue_nums=config.default_queue_nums)
+        self.groups = SubscriptionGroupManager(auto_create=config.auto_create_subscription_group)
+        self.offsets = ConsumerOffsetManager()
+        self.consumers = ConsumerManager(notify_consumer_ids_changed)
+        self.producers = ProducerManager()
+        self.metrics = BrokerMetrics(config.cluster_name, config.broker_name)
+        self.store: MessageStore | None = None
+        self.hold_service: HoldService | None = None
+        self._server: RemotingServer | None = None
+        self._persist = ConfigPersistService(config.store.path / "config",
+                                             [self.topics, self.groups, self.offsets], config.persist_interval_ms)
+        self._dispatcher: Dispatcher | None = None
+        self._housekeeping: HousekeepingService | None = None
+        self._address: str | None = None
+        self.metrics_port: int | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load state, recover the store, start services, then listen (last). Raises `OSError` when
+        the port is taken (everything started is stopped again)."""
+        config = self.config
+        try:
+            self._persist.load()
+            host = advertised_host(config.listen_host)
+            # The store host (in every msg_id) needs the port; with port 0 it is known only after
+            # binding, so the socket is bound first but accepts nothing before `begin_serving`.
+            server = RemotingServer(config.listen_host, config.listen_port, on_request=self._on_request,
+                                    on_close=self._on_channel_closed, max_frame_bytes=config.max_frame_bytes)
+            await server.start()
+            self._server = server
+            self._address = f"{host}:{server.port}"
+            store = MessageStore(config.store, store_host=self._address, clock_ms=self.clock.now_ms)
+            await store.start()
+            self.store = store
+            hold = HoldService(store.get_max_offset, config.long_polling.check_interval_ms)
+            self.hold_service = hold
+            store.set_arrival_listener(hold.notify_message_arriving if config.long_polling.enable else None)
+            await hold.start()
+            self._housekeeping = HousekeepingService(
+                self.consumers, self.producers, self.clock, config.channel_expired_timeout_ms,
+                config.housekeeping_interval_ms, on_expired=self._on_channel_expired)
+            await self._housekeeping.start()
+            await self._persist.start()
+            self.metrics.track(lambda: hold.held_count, lambda: store.reput_lag_bytes)
+            if config.metrics_port > 0:
+                self.metrics_port = self.metrics.serve(config.listen_host, config.metrics_port)
+            self._dispatcher = Dispatcher(self._handlers(store, hold), self.metrics.observe_request)
+            await server.begin_serving()
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("broker %s ready on %s", config.broker_name, self._address)
+
+    async def stop(self) -> None:
+        """Stop accepting, answer held pulls, let in-flight requests finish (bounded), close
+        connections, persist state, flush and close the store. Safe to call more than once."""
+        if self._server is not None:
+            self._server.stop_accepting()
+        if self.hold_service is not None:
+            self.hold_service.release_all()
+        if self._dispatcher is not None:
+            await self._dispatcher.drain(self.config.graceful_shutdown_timeout_ms)
+        if self._server is not None:
+            await self._server.close()
+            self._server = None
+        if self.hold_service is not None:
+            await self.hold_service.stop()
+        if self._housekeeping is not None:
+            await self._housekeeping.stop()
+            self._housekeeping = None
+        await self._persist.stop()
+        if self.store is not None:
+            await self.store.stop()
+            self.store = None
+        self.metrics.close()
+        self._dispatcher = None
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.stop()
+
+    @property
+    def address(self) -> str:
+        """"host:port" clients connect to (the advertised host and the bound port)."""
+        if self._address is None:
+            raise RuntimeError("broker is not started")
+        return self._address
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rpartition(":")[2])
+
+    # -- wiring -----------------------------------------------------------------------------------
+
+    def _handlers(self, store: MessageStore, hold: HoldService) -> dict[int, Handler]:
+        config = self.config
+        send = SendMessageProcessor(store, self.topics, self.address, config.store.max_message_bytes,
+                                    self.metrics.on_stored)
+        pull = PullMessageProcessor(store, self.topics, self.groups, self.consumers, self.offsets, hold,
+                                    config.long_polling, self.metrics.on_pulled)
+        client = ClientManageProcessor(self.consumers, self.producers, self.groups, self.topics, self.clock,
+                                       self._notify_enabled)
+        consumer = ConsumerManageProcessor(self.consumers, self.offsets, self.topics, store)
+        admin = AdminProcessor(store, self.topics, self.groups, config.broker_name, config.cluster_name,
+                               self.address)
+        return {
+            RequestCode.SEND_MESSAGE: send.process,
+            RequestCode.SEND_BATCH_MESSAGE: send.process_batch,
+            RequestCode.PULL_MESSAGE: pull.process,
+            RequestCode.HEART_BEAT: client.heart_beat,
+            RequestCode.UNREGISTER_CLIENT: client.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.get_consumer_list,
+            RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: consumer.update_consumer_offset,
+            RequestCode.GET_MAX_OFFSET: admin.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: admin.get_min_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: admin.get_earliest_msg_storetime,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
+            RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message_by_id,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: admin.get_route_info,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
+        }
+
+    def _on_request(self, channel: Channel, command: RemotingCommand) -> None:
+        dispatcher = self._dispatcher
+        if dispatcher is None:      # listening but not ready yet (start in progress) or stopping
+            channel.close()
+            return
+        dispatcher.on_request(channel, command)
+
+    def _notify_enabled(self, group: str) -> bool:
+        if not self.config.notify_consumer_ids_changed_enable:
+            return False
+        group_config = self.groups.get(group)
+        return group_config is None or group_config.notify_consumer_ids_changed_enable
+
+    def _on_channel_closed(self, channel: Channel) -> None:
+        self.consumers.remove_channel(channel, self._notify_enabled)
+        self.producers.remove_channel(channel)
+
+    def _on_channel_expired(self, channel: Channel) -> None:
+        self._on_channel_closed(channel)
+        channel.close()

@@ -1,0 +1,89 @@
+"""HEART_BEAT and UNREGISTER_CLIENT → the consumer and producer registries (REFERENCE.md §7)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from broker.processors.validate import require_group_name, require_topic_name
+from broker.registry.consumer_manager import ClientChannelInfo, ConsumerManager, Subscription
+from broker.registry.producer_manager import ProducerManager
+from broker.remoting.context import RequestContext
+from broker.topics.subscription_group_manager import SubscriptionGroupManager
+from broker.topics.topic_config_manager import TopicConfigManager
+from protocol.bodies import HeartbeatData, SubscriptionData, decode_body
+from protocol.clock import Clock
+from protocol.command import RemotingCommand
+from protocol.errors import SubscriptionParseFailed, SystemError_
+from protocol.headers import UnregisterClientRequestHeader
+from protocol.model import ConsumeFromWhere, ConsumeType, ExpressionType, MessageModel
+from protocol.subscription import is_subscribe_all, parse_tags, tags_code
+from protocol.topics import check_group, retry_topic
+
+
+def _enum[E](cls: type[E], value: str, name: str) -> E:
+    try:
+        return cls(value)  # type: ignore[call-arg]
+    except ValueError:
+        allowed = ", ".join(m.value for m in cls)  # type: ignore[attr-defined]
+        raise SystemError_(f"{name} {value!r} is not one of {allowed}") from None
+
+
+def to_subscription(data: SubscriptionData) -> Subscription:
+    """A registered subscription; the tag set is rebuilt from `sub_string` (the client's
+    `tags_set`/`code_set` are not trusted); raises `SubscriptionParseFailed`."""
+    require_topic_name(data.topic)
+    if data.expression_type not in (ExpressionType.TAG, ExpressionType.SQL92):
+        raise SubscriptionParseFailed(f"unknown expression_type {data.expression_type!r} (TAG or SQL92)")
+    tags: frozenset[str] = frozenset()
+    if data.expression_type == ExpressionType.TAG and not is_subscribe_all(data.sub_string):
+        try:
+            tags = parse_tags(data.sub_string)
+        except ValueError as exc:
+            raise SubscriptionParseFailed(f"topic {data.topic!r}: {exc}") from None
+    return Subscription(topic=data.topic, sub_string=data.sub_string or "*",
+                        expression_type=data.expression_type, tags_set=tags,
+                        code_set=frozenset(tags_code(t) for t in tags), sub_version=data.sub_version)
+
+
+class ClientManageProcessor:
+    def __init__(self, consumers: ConsumerManager, producers: ProducerManager,
+                 groups: SubscriptionGroupManager, topics: TopicConfigManager, clock: Clock,
+                 notify_enabled: Callable[[str], bool]) -> None:
+        self._consumers, self._producers, self._groups, self._topics = consumers, producers, groups, topics
+        self._clock = clock
+        self._notify_enabled = notify_enabled
+
+    async def heart_beat(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        data = decode_body(HeartbeatData, request.body_bytes())
+        if not data.client_id:
+            raise SystemError_("heartbeat client_id must be a non-empty string")
+        now_ms = self._clock.monotonic_ms()
+        ctx.channel.attributes["client_id"] = data.client_id
+        for consumer in data.consumer_data_set:
+            require_group_name(consumer.group_name)
+            consume_type = _enum(ConsumeType, consumer.consume_type, "consume_type")
+            message_model = _enum(MessageModel, consumer.message_model, "message_model")
+            consume_from_where = _enum(ConsumeFromWhere, consumer.consume_from_where, "consume_from_where")
+            subscriptions = [to_subscription(s) for s in consumer.subscription_data_set]
+            group_config = self._groups.find_or_create(consumer.group_name)
+            if group_config.retry_queue_nums > 0:
+                self._topics.ensure(retry_topic(consumer.group_name), group_config.retry_queue_nums)
+            self._consumers.register_consumer(
+                consumer.group_name, ClientChannelInfo(ctx.channel, data.client_id, now_ms), consume_type,
+                message_model, consume_from_where, subscriptions,
+                notify=self._notify_enabled(consumer.group_name))
+        for producer in data.producer_data_set:
+            remark = check_group(producer.group_name)
+            if remark is not None:
+                raise SystemError_(remark)
+            self._producers.register(producer.group_name, ctx.channel, data.client_id, now_ms)
+        return request.response()
+
+    async def unregister_client(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        header = UnregisterClientRequestHeader.from_fields(request.fields)
+        if header.producer_group:
+            self._producers.unregister(header.producer_group, ctx.channel)
+        if header.consumer_group:
+            self._consumers.unregister_consumer(header.consumer_group, ctx.channel,
+                                                notify=self._notify_enabled(header.consumer_group))
+        return request.response()

@@ -1,0 +1,14 @@
+"""What a processor knows about the request besides its command."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocol.channel import Channel
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    channel: Channel
+    client_addr: str       # "ip:port" of the TCP peer (a message's born_host)
+    received_at_ms: int    # monotonic ms

@@ -1,0 +1,229 @@
+"""The commit log: every message of every topic, appended as records (`record.py`) to fixed-size
+mapped segments in `<store>/commitlog/` (RocketMQ `CommitLog`). Synchronous.
+
+A record never spans segments: when it does not fit in the rest of the current segment, the rest
+stays zeros (RocketMQ writes a BLANK record there) and the record goes to the start of the next one.
+So a reader that meets `total_size == 0` jumps to the next segment's start when one exists; in the
+last segment it is the end of data. A record's `commit_log_offset` is its global byte position.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from broker.store.record import (
+    HEADER_BYTES,
+    RECORD_HEADER,
+    RecordError,
+    decode_stored_fields,
+    payload_commit_log_offset,
+    record_size_at,
+)
+from broker.store.segment import MappedSegments, Segment
+from protocol.message import F_COMMIT_LOG_OFFSET
+
+log = logging.getLogger(__name__)
+
+PayloadEncoder = Callable[[int, int], bytes]
+"""`encode(index, commit_log_offset) -> payload` for message `index` of a batch stored at that offset."""
+
+
+class CommitLog:
+    """`max_offset` is the write position: the end of the last record (0 for an empty log).
+    `append_batch` writes; `read_payload` is the unchecked hot-path read used with consume-queue
+    units; `payload_at` is the checked read for offsets that come from outside."""
+
+    def __init__(self, directory: Path, segment_bytes: int) -> None:
+        self._segments = MappedSegments(directory, segment_bytes)
+        self._segment_bytes = segment_bytes
+        self.max_offset = 0
+
+    def load(self) -> None:
+        """Map the existing segment files. Call `recover` next to find `max_offset`."""
+        self._segments.load()
+
+    @property
+    def min_offset(self) -> int:
+        """Start of the first segment (0 when empty)."""
+        return self._segments.min_offset
+
+    @property
+    def segment_starts(self) -> list[int]:
+        return [s.start_offset for s in self._segments.segments]
+
+    def recover(self, from_offset: int, *, deep: bool) -> int:
+        """Find the end of valid data walking records from `from_offset` (a record boundary, e.g. the
+        checkpoint's flushed offset; clamped into the mapped range, or the last segment's start when
+        it falls outside), truncate everything after it, set and return `max_offset`.
+
+        Every walk checks size bounds and CRC (RocketMQ `checkMessageAndReturnSize` with
+        `checkCRCOnRecover`). `deep` (after a crash) also decodes each payload and requires its
+        commit_log_offset field to equal its position, and a segment's zero tail to be all zeros
+        before jumping to the next segment; the torn tail is then always zeroed."""
+        segments = self._segments
+        last = segments.last
+        if last is None:
+            self.max_offset = 0
+            return 0
+        position = max(from_offset, segments.min_offset)
+        if position > last.end_offset or (segments.find(position) is None and position != last.end_offset):
+            position = last.start_offset
+        found_invalid = False
+        while True:
+            segment = segments.find(position)
+            if segment is None:
+                break
+            relative = position - segment.start_offset
+            size = record_size_at(segment.mm, relative, segment.size)
+            if size > 0:
+                if deep and not _payload_matches(segment, relative, size, position):
+                    found_invalid = True
+                    break
+                position += size
+                continue
+            if size == 0 and segments.find(segment.end_offset) is not None:
+                if deep and not _all_zero(segment, relative):
+                    found_invalid = True
+                    break
+                position = segment.end_offset
+                continue
+            found_invalid = size < 0
+            break
+        if found_invalid or deep:
+            log.warning("commit log: truncating at %d (%s)", position,
+                        "invalid record" if found_invalid else "after a crash")
+            segments.truncate(position)
+        else:
+            segments.truncate(position, zero=False)
+        self.max_offset = position
+        return position
+
+    def append_batch(self, count: int, encode: PayloadEncoder) -> tuple[list[int], list[int]] | None:
+        """Append `count` records whose payloads `encode(index, commit_log_offset)` produces, one
+        after another (rolling to a new segment as needed). Returns (commit_log_offsets, sizes) with
+        sizes the record total sizes, or None (nothing written) when a record is larger than a whole
+        segment. `encode` may be called twice for the record that rolls, with the new offset."""
+        segment_bytes = self._segment_bytes
+        batch_start = position = self.max_offset
+        segment = self._segments.get_or_create(position - position % segment_bytes)
+        segment_end = segment.start_offset + segment_bytes
+        chunk_start = position
+        chunks: list[bytes] = []
+        offsets: list[int] = []
+        sizes: list[int] = []
+        header, crc32 = RECORD_HEADER.pack, zlib.crc32
+        for index in range(count):
+            payload = encode(index, position)
+            total = len(payload) + HEADER_BYTES
+            if position + total > segment_end:
+                _write(segment, chunk_start, chunks)
+                position = chunk_start = segment_end
+                chunks = []
+                payload = encode(index, position)
+                total = len(payload) + HEADER_BYTES
+                if total > segment_bytes:
+                    self._rollback(batch_start, position)
+                    return None
+                segment = self._segments.get_or_create(position)
+                segment_end = position + segment_bytes
+            chunks.append(header(total, crc32(payload)))
+            chunks.append(payload)
+            offsets.append(position)
+            sizes.append(total)
+            position += total
+        _write(segment, chunk_start, chunks)
+        self.max_offset = position
+        return offsets, sizes
+
+    def _rollback(self, batch_start: int, written_end: int) -> None:
+        """Undo a partly written batch: zero [batch_start, written_end) and drop segments after it."""
+        holder = self._segments.find(batch_start)
+        if holder is not None:
+            end = min(holder.end_offset, written_end)
+            start = batch_start - holder.start_offset
+            holder.view[start:end - holder.start_offset] = bytes(end - batch_start)
+        self._segments.truncate(batch_start, zero=False)
+
+    def read_payload(self, commit_log_offset: int, size: int) -> memoryview | None:
+        """Payload of the record at `commit_log_offset` whose total size is `size` (both from a
+        consume-queue unit, so not re-checked); None when its segment no longer exists."""
+        segment = self._segments.find(commit_log_offset)
+        if segment is None:
+            return None
+        relative = commit_log_offset - segment.start_offset
+        return segment.view[relative + HEADER_BYTES:relative + size]
+
+    def payload_at(self, commit_log_offset: int) -> memoryview | None:
+        """Payload of the record starting exactly at `commit_log_offset`, checked: inside the written
+        range, sane size, CRC, and the payload's own commit_log_offset field equal to it. None
+        otherwise (e.g. an offset into the middle of a record)."""
+        if not self.min_offset <= commit_log_offset < self.max_offset:
+            return None
+        segment = self._segments.find(commit_log_offset)
+        if segment is None:
+            return None
+        relative = commit_log_offset - segment.start_offset
+        limit = min(segment.size, self.max_offset - segment.start_offset)
+        size = record_size_at(segment.mm, relative, limit)
+        if size <= 0:
+            return None
+        payload = segment.view[relative + HEADER_BYTES:relative + size]
+        try:
+            if payload_commit_log_offset(payload) != commit_log_offset:
+                return None
+        except RecordError:
+            return None
+        return payload
+
+    def records(self, from_offset: int, to_offset: int) -> Iterator[tuple[int, int, memoryview]]:
+        """(commit_log_offset, total_size, payload) of each record in [from_offset, to_offset), from
+        a record boundary, jumping zero tails; stops early (with an error log) at a damaged record."""
+        position = from_offset
+        while position < to_offset:
+            segment = self._segments.find(position)
+            if segment is None:
+                log.error("commit log: no segment holds offset %d", position)
+                return
+            relative = position - segment.start_offset
+            size = record_size_at(segment.mm, relative, segment.size)
+            if size == 0:
+                position = segment.end_offset
+                continue
+            if size < 0:
+                log.error("commit log: damaged record at %d", position)
+                return
+            yield position, size, segment.view[relative + HEADER_BYTES:relative + size]
+            position += size
+
+    def next_segment_start(self, commit_log_offset: int) -> int:
+        """Start of the segment after the one holding `commit_log_offset`."""
+        return commit_log_offset - commit_log_offset % self._segment_bytes + self._segment_bytes
+
+    def flush_paths(self, from_offset: int, to_offset: int) -> list[Path]:
+        """Files an fsync of bytes [from_offset, to_offset) must cover."""
+        return self._segments.paths_between(from_offset, to_offset)
+
+    def close(self) -> None:
+        self._segments.close()
+
+
+def _write(segment: Segment, commit_log_offset: int, chunks: list[bytes]) -> None:
+    if chunks:
+        data = b"".join(chunks)
+        relative = commit_log_offset - segment.start_offset
+        segment.view[relative:relative + len(data)] = data
+
+
+def _payload_matches(segment: Segment, relative: int, size: int, position: int) -> bool:
+    try:
+        fields = decode_stored_fields(segment.view[relative + HEADER_BYTES:relative + size])
+    except RecordError:
+        return False
+    return bool(fields[F_COMMIT_LOG_OFFSET] == position)
+
+
+def _all_zero(segment: Segment, relative: int) -> bool:
+    return segment.view[relative:].tobytes().count(0) == segment.size - relative

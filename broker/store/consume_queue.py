@@ -1,0 +1,226 @@
+"""Consume queues: per (topic, queue_id), the index of that queue's messages in the commit log
+(RocketMQ `ConsumeQueue`). Synchronous.
+
+Files live in `<store>/consumequeue/<topic>/<queue_id>/`, each `units_per_segment` * 20 bytes,
+named by their start byte offset within the queue. A unit is `>QIq`: commit_log_offset (u64),
+size (u32, the record's total size), tags_code (i64). Unit `queue_offset` sits at byte
+`queue_offset * 20`. A unit with size 0 is unwritten (the end); a BLANK unit (0, 0x7FFFFFFF, 0)
+fills the positions before a queue's first unit when that unit's queue_offset is not 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import struct
+from pathlib import Path
+
+from broker.store.segment import MappedSegments
+
+log = logging.getLogger(__name__)
+
+CQ_UNIT = struct.Struct(">QIq")
+UNIT_BYTES = CQ_UNIT.size
+BLANK_SIZE = 0x7FFFFFFF
+_BLANK_UNIT = CQ_UNIT.pack(0, BLANK_SIZE, 0)
+_TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+def is_valid_topic_name(topic: str) -> bool:
+    """True for names safe as a directory name: `^[%|a-zA-Z0-9_-]+$` (no dots, no separators)."""
+    return _TOPIC_NAME.match(topic) is not None
+
+
+class ConsumeQueue:
+    """`min_offset` is the first readable queue offset; `max_offset` the next one to be written;
+    `max_commit_log_end` the commit-log end (offset + size) of the last unit (0 when empty).
+    Raises `ValueError` at creation for a topic name that fails `is_valid_topic_name` or a negative
+    queue_id, so no path is built from an unchecked name."""
+
+    __slots__ = ("_flushed_bytes", "_segments", "max_commit_log_end", "max_offset", "min_offset",
+                 "queue_id", "topic", "units_per_segment")
+
+    def __init__(self, root: Path, topic: str, queue_id: int, units_per_segment: int) -> None:
+        if not is_valid_topic_name(topic):
+            raise ValueError(f"topic name {topic!r} is not allowed in a path")
+        if queue_id < 0:
+            raise ValueError(f"queue_id must be >= 0, got {queue_id}")
+        self.topic, self.queue_id, self.units_per_segment = topic, queue_id, units_per_segment
+        self._segments = MappedSegments(root / topic / str(queue_id), units_per_segment * UNIT_BYTES)
+        self.min_offset = self.max_offset = self.max_commit_log_end = 0
+        self._flushed_bytes = 0
+
+    def load(self) -> None:
+        """Map existing files; find `max_offset` (after the last written unit of the last non-empty
+        file) and `min_offset` (after the leading BLANK units of the first file)."""
+        segments = self._segments
+        segments.load()
+        if not segments.segments:
+            return
+        end_bytes = segments.min_offset
+        for segment in reversed(segments.segments):
+            written = len(segment.view.tobytes().rstrip(b"\0"))
+            if written:
+                # every written unit has a non-zero size field, so the last non-zero byte lies in the
+                # last written unit
+                end_bytes = segment.start_offset + (written + UNIT_BYTES - 1) // UNIT_BYTES * UNIT_BYTES
+                break
+        self.max_offset = end_bytes // UNIT_BYTES
+        first = segments.segments[0]
+        self.min_offset = first.start_offset // UNIT_BYTES
+        for _, size, _ in CQ_UNIT.iter_unpack(first.view):
+            if size != BLANK_SIZE or self.min_offset >= self.max_offset:
+                break
+            self.min_offset += 1
+        self._set_max_commit_log_end()
+        self._flushed_bytes = self.max_offset * UNIT_BYTES
+
+    def _set_max_commit_log_end(self) -> None:
+        unit = self.unit_at(self.max_offset - 1) if self.max_offset > self.min_offset else None
+        self.max_commit_log_end = unit[0] + unit[1] if unit is not None and unit[1] != BLANK_SIZE else 0
+
+    def append(self, commit_log_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """Write the unit for `queue_offset`. False (nothing written) for a duplicate, i.e. a
+        `queue_offset` below `max_offset` (a re-dispatch after restart). A gap (queue_offset above
+        `max_offset`) is filled with BLANK units and logged; the first unit of an empty queue may
+        start anywhere, the units before it in its file become BLANK (RocketMQ pre-fills them)."""
+        max_offset = self.max_offset
+        if queue_offset < max_offset:
+            return False
+        if queue_offset > max_offset:
+            if max_offset == 0:
+                start = queue_offset - queue_offset % self.units_per_segment
+                self.min_offset = queue_offset
+            else:
+                start = max_offset
+                log.warning("consume queue %s:%d: gap %d..%d filled with blank units",
+                            self.topic, self.queue_id, max_offset, queue_offset)
+            for blank_offset in range(start, queue_offset):
+                self._write_unit(blank_offset, _BLANK_UNIT)
+        position = queue_offset * UNIT_BYTES
+        segment = self._segments.find(position)
+        if segment is None:
+            segment = self._segments.get_or_create(position - position % self._segments.segment_bytes)
+        CQ_UNIT.pack_into(segment.mm, position - segment.start_offset, commit_log_offset, size, tags_code)
+        self.max_offset = queue_offset + 1
+        self.max_commit_log_end = commit_log_offset + size
+        return True
+
+    def _write_unit(self, queue_offset: int, unit: bytes) -> None:
+        position = queue_offset * UNIT_BYTES
+        segment = self._segments.get_or_create(position - position % self._segments.segment_bytes)
+        relative = position - segment.start_offset
+        segment.view[relative:relative + UNIT_BYTES] = unit
+
+    def read_units(self, queue_offset: int, max_units: int) -> memoryview | None:
+        """The raw units from `queue_offset` to the written end of the file holding it, at most
+        `max_units` of them (never crossing a file boundary: one pull reads one file). None when no
+        file holds `queue_offset` (RocketMQ's null index buffer → OFFSET_FOUND_NULL)."""
+        position = queue_offset * UNIT_BYTES
+        segment = self._segments.find(position)
+        if segment is None:
+            return None
+        end = min(segment.end_offset, self.max_offset * UNIT_BYTES, position + max_units * UNIT_BYTES)
+        relative = position - segment.start_offset
+        return segment.view[relative:relative + max(end - position, 0)]
+
+    def unit_at(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """(commit_log_offset, size, tags_code) of one written unit, or None."""
+        if not 0 <= queue_offset < self.max_offset:
+            return None
+        units = self.read_units(queue_offset, 1)
+        if units is None or len(units) < UNIT_BYTES:
+            return None
+        commit_log_offset, size, tags_code = CQ_UNIT.unpack(units)
+        return commit_log_offset, size, tags_code
+
+    def next_file_start(self, queue_offset: int) -> int:
+        """First queue offset of the file after the one that would hold `queue_offset`."""
+        return queue_offset - queue_offset % self.units_per_segment + self.units_per_segment
+
+    def truncate_from_commit_log_offset(self, commit_log_offset: int) -> None:
+        """Drop the tail units whose commit_log_offset is >= `commit_log_offset` (and unwritten
+        holes among them), zeroing their bytes (RocketMQ `truncateDirtyLogicFiles`)."""
+        new_max = self.max_offset
+        while new_max > self.min_offset:
+            unit = self.unit_at(new_max - 1)
+            if unit is not None and unit[1] != 0 and unit[0] < commit_log_offset:
+                break
+            new_max -= 1
+        if new_max == self.max_offset:
+            return
+        log.info("consume queue %s:%d: truncated from queue offset %d to %d",
+                 self.topic, self.queue_id, self.max_offset, new_max)
+        self._segments.truncate(new_max * UNIT_BYTES)
+        self.max_offset = new_max
+        self.min_offset = min(self.min_offset, new_max)
+        self._flushed_bytes = min(self._flushed_bytes, new_max * UNIT_BYTES)
+        self._set_max_commit_log_end()
+
+    def correct_min_offset(self, commit_log_min_offset: int) -> None:
+        """Move `min_offset` past units whose message lies before the commit log's first segment
+        (RocketMQ `correctMinOffset`), by binary search."""
+        low, high = self.min_offset, self.max_offset
+        while low < high:
+            middle = (low + high) // 2
+            unit = self.unit_at(middle)
+            if unit is not None and unit[0] < commit_log_min_offset:
+                low = middle + 1
+            else:
+                high = middle
+        self.min_offset = low
+
+    def dirty_range(self) -> tuple[int, list[Path]]:
+        """(written end in bytes, files holding unflushed units); pass the end to `mark_flushed`."""
+        end = self.max_offset * UNIT_BYTES
+        if end <= self._flushed_bytes:
+            return end, []
+        return end, self._segments.paths_between(self._flushed_bytes, end)
+
+    def mark_flushed(self, end_bytes: int) -> None:
+        self._flushed_bytes = max(self._flushed_bytes, min(end_bytes, self.max_offset * UNIT_BYTES))
+
+    def close(self) -> None:
+        self._segments.close()
+
+
+class ConsumeQueueTable:
+    """Every consume queue of a store, keyed (topic, queue_id). Reads use `get` (never creating
+    anything); dispatch uses `get_or_create`."""
+
+    def __init__(self, root: Path, units_per_segment: int) -> None:
+        self.root, self.units_per_segment = root, units_per_segment
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+
+    def load(self) -> None:
+        """Load every `<root>/<topic>/<queue_id>/` directory; unexpected names are skipped."""
+        if not self.root.is_dir():
+            return
+        for topic_dir in sorted(self.root.iterdir()):
+            if not topic_dir.is_dir() or not is_valid_topic_name(topic_dir.name):
+                log.warning("ignoring unexpected consume queue path %s", topic_dir)
+                continue
+            for queue_dir in sorted(topic_dir.iterdir()):
+                if not queue_dir.is_dir() or not queue_dir.name.isdigit():
+                    log.warning("ignoring unexpected consume queue path %s", queue_dir)
+                    continue
+                queue = ConsumeQueue(self.root, topic_dir.name, int(queue_dir.name), self.units_per_segment)
+                queue.load()
+                self.queues[(queue.topic, queue.queue_id)] = queue
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue, created empty (no file until its first append) if absent; `ValueError` for a
+        topic name that fails `is_valid_topic_name`."""
+        queue = self.queues.get((topic, queue_id))
+        if queue is None:
+            queue = self.queues[(topic, queue_id)] = ConsumeQueue(
+                self.root, topic, queue_id, self.units_per_segment)
+        return queue
+
+    def close(self) -> None:
+        for queue in self.queues.values():
+            queue.close()
+        self.queues.clear()

@@ -1,0 +1,116 @@
+"""Flush services (RocketMQ `GroupCommitService`, `FlushRealTimeService`, `FlushConsumeQueueService`).
+
+fsync always runs in a thread (`asyncio.to_thread`), never on the event loop.
+
+- SYNC_FLUSH with group commit: a sender awaits `wait_flushed(end_offset)`; each flush covers
+  everything written when it starts, then resolves every waiter at or below that offset, so
+  concurrent sends share one fsync. A waiter not resolved within `sync_flush_timeout_ms` (or whose
+  fsync failed) gets `FlushDiskTimeoutError`.
+- ASYNC_FLUSH: a flush every `flush_interval_ms` when something was written; `wait_flushed` returns
+  at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from broker.store.commit_log import CommitLog
+from broker.store.results import FlushDiskTimeoutError
+from broker.store.segment import fdatasync_paths
+from protocol.service import Service
+
+log = logging.getLogger(__name__)
+
+
+class CommitLogFlushService(Service):
+    """`flushed_offset`: every commit-log byte before it is fsynced. `flush_count`: fsync rounds
+    done so far (one round may fdatasync several files)."""
+
+    name = "commit-log-flush"
+
+    def __init__(self, commit_log: CommitLog, *, sync_flush: bool, flush_interval_ms: int,
+                 sync_flush_timeout_ms: int) -> None:
+        super().__init__()
+        self._commit_log = commit_log
+        self.sync_flush = sync_flush
+        self._flush_interval_ms, self._sync_flush_timeout_ms = flush_interval_ms, sync_flush_timeout_ms
+        self.flushed_offset = 0
+        self.flush_count = 0
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    def begin(self, flushed_offset: int) -> None:
+        """Set the recovered position (everything before it is on disk)."""
+        self.flushed_offset = flushed_offset
+
+    async def wait_flushed(self, end_offset: int) -> None:
+        """Return once the commit log is fsynced up to `end_offset` (SYNC_FLUSH; at once for
+        ASYNC_FLUSH). Raises `FlushDiskTimeoutError` after `sync_flush_timeout_ms`."""
+        if not self.sync_flush or end_offset <= self.flushed_offset:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((end_offset, waiter))
+        self.wakeup()
+        try:
+            async with asyncio.timeout(self._sync_flush_timeout_ms / 1000):
+                await waiter
+        except TimeoutError:
+            raise FlushDiskTimeoutError(
+                end_offset, f"not flushed within {self._sync_flush_timeout_ms} ms") from None
+
+    async def run(self) -> None:
+        while await self.wait(self._flush_interval_ms):
+            await self.flush()
+
+    async def flush(self) -> None:
+        """fsync everything written so far (one round; no-op when nothing is new) and resolve the
+        waiters it covers. Called by the loop, and by the store's stop after the loop ended."""
+        target = self._commit_log.max_offset
+        if target > self.flushed_offset:
+            paths = self._commit_log.flush_paths(self.flushed_offset, target)
+            try:
+                await asyncio.to_thread(fdatasync_paths, paths)
+            except OSError as exc:
+                log.exception("commit log fsync failed")
+                self._fail_waiters(FlushDiskTimeoutError(target, f"fsync failed: {exc}"))
+                return
+            self.flushed_offset = max(self.flushed_offset, target)
+            self.flush_count += 1
+        self._resolve_waiters()
+
+    def _resolve_waiters(self) -> None:
+        if not self._waiters:
+            return
+        flushed, remaining = self.flushed_offset, []
+        for end_offset, waiter in self._waiters:
+            if waiter.done():
+                continue
+            if end_offset <= flushed:
+                waiter.set_result(None)
+            else:
+                remaining.append((end_offset, waiter))
+        self._waiters = remaining
+        if remaining:
+            self.wakeup()
+
+    def _fail_waiters(self, error: FlushDiskTimeoutError) -> None:
+        waiters, self._waiters = self._waiters, []
+        for _, waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
+
+
+class PeriodicService(Service):
+    """Runs `action` every `interval_ms` (the consume-queue flush + checkpoint)."""
+
+    def __init__(self, name: str, interval_ms: int, action: Callable[[], Awaitable[None]]) -> None:
+        super().__init__()
+        self.name, self._interval_ms, self._action = name, interval_ms, action
+
+    async def run(self) -> None:
+        while await self.wait(self._interval_ms):
+            try:
+                await self._action()
+            except OSError:
+                log.exception("%s failed; retrying in %d ms", self.name, self._interval_ms)

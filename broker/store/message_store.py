@@ -1,0 +1,377 @@
+"""`MessageStore`: the facade the broker calls (RocketMQ `DefaultMessageStore`).
+
+Puts and gets are synchronous and run to completion inside one event-loop step, so there is no put
+lock and no torn read. Only the services are async: reput (consume queues + arrival listener),
+commit-log flush (SYNC_FLUSH group commit or ASYNC_FLUSH), consume-queue flush + checkpoint.
+Layout under `config.path`: `commitlog/`, `consumequeue/<topic>/<queue_id>/`, `checkpoint`, `abort`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+import time
+from collections.abc import Callable, Sequence
+
+from broker.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from broker.store.commit_log import CommitLog
+from broker.store.consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable, is_valid_topic_name
+from broker.store.flush import CommitLogFlushService, PeriodicService
+from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields
+from broker.store.recovery import recover_store
+from broker.store.reput import ArrivalListener, DispatchEntry, ReputService
+from broker.store.results import (
+    GetMessageResult,
+    GetMessageStatus,
+    MessageFilter,
+    PutMessageResult,
+    PutMessageStatus,
+)
+from broker.store.segment import fdatasync_paths
+from conf.store import StoreConfig
+from protocol.message import F_PROPERTIES, F_STORE_TIMESTAMP, PROPERTY_TAGS, encode_stored_message
+from protocol.subscription import tags_code
+
+log = logging.getLogger(__name__)
+
+_CQ_UNITS = struct.Struct(">QIq").iter_unpack
+_MIN_UNITS_EXAMINED = 800            # 16000 bytes of consume queue (RocketMQ maxFilterMessageCount)
+_TAGS_CACHE_LIMIT = 4096
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MessageStore:
+    """Nothing touches the disk before `start()`; `stop()` leaves a clean store. Names follow the
+    glossary: `commit_log_offset` is a byte position in the commit log, `queue_offset` an index in
+    a consume queue."""
+
+    def __init__(self, config: StoreConfig, *, store_host: str,
+                 clock_ms: Callable[[], int] = _wall_clock_ms) -> None:
+        self._config, self._store_host, self._clock_ms = config, store_host, clock_ms
+        root = config.path
+        self._abort_path, self._checkpoint_path = root / "abort", root / "checkpoint"
+        self._commit_log = CommitLog(root / "commitlog", config.commit_log_segment_bytes)
+        self._consume_queues = ConsumeQueueTable(root / "consumequeue", config.consume_queue_segment_units)
+        self._reput = ReputService(self._commit_log, self._consume_queues, tags_code)
+        self._commit_log_flush = CommitLogFlushService(
+            self._commit_log, sync_flush=config.flush_disk_type == "SYNC_FLUSH",
+            flush_interval_ms=config.flush_interval_ms, sync_flush_timeout_ms=config.sync_flush_timeout_ms)
+        self._consume_queue_flush = PeriodicService(
+            "consume-queue-flush", config.flush_consume_queue_interval_ms, self._flush_consume_queues)
+        self._topic_queue_table: dict[tuple[str, int], int] = {}
+        self._tags_cache: dict[str, int] = {}
+        self._running = False
+
+    # lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Recover (REFERENCE.md §4.5, see `recovery.py`), re-dispatch the backlog (before returning,
+        as RocketMQ's start blocks until the dispatch backlog is zero), create the `abort` marker,
+        then start reput and the flush services."""
+        if self._running:
+            raise RuntimeError("store already started")
+        root = self._config.path
+        root.mkdir(parents=True, exist_ok=True)
+        crashed = self._abort_path.exists()
+        checkpoint = read_checkpoint(self._checkpoint_path)
+        recovered = await asyncio.to_thread(
+            recover_store, self._commit_log, self._consume_queues, checkpoint, crashed=crashed)
+        end = recovered.commit_log_end
+        self._reput.begin(recovered.reput_from_offset, end)
+        listener, self._reput.listener = self._reput.listener, None
+        await asyncio.to_thread(self._reput.dispatch_available)
+        self._reput.listener = listener
+        self._topic_queue_table = {key: queue.max_offset
+                                   for key, queue in self._consume_queues.queues.items()}
+        if crashed:     # make the truncation of a torn tail durable before anything is appended
+            await asyncio.to_thread(fdatasync_paths, self._commit_log.flush_paths(end - 1, end + 1))
+        self._commit_log_flush.begin(end)
+        self._abort_path.touch()
+        await self._reput.start()
+        await self._commit_log_flush.start()
+        await self._consume_queue_flush.start()
+        self._running = True
+
+    async def stop(self) -> None:
+        """Stop accepting puts, drain reput to the log end, flush everything, write the checkpoint,
+        remove the `abort` marker and unmap the files."""
+        await self._shutdown(clean=True)
+
+    async def _shutdown(self, *, clean: bool) -> None:
+        if not self._running:
+            return
+        self._running = False
+        await self._consume_queue_flush.stop()
+        await self._reput.stop()
+        await self._commit_log_flush.stop()
+        if clean:
+            await self._commit_log_flush.flush()
+            await self._flush_consume_queues()
+            self._abort_path.unlink(missing_ok=True)
+        self._consume_queues.close()
+        self._commit_log.close()
+
+    async def _flush_consume_queues(self) -> None:
+        """fsync consume-queue files written since the last call, then write the checkpoint with the
+        reput offset and queue maxima captured before the fsync (so they are covered by it)."""
+        reput_offset = self._reput.reput_from_offset
+        queue_max_offsets: dict[tuple[str, int], int] = {}
+        flushed: list[tuple[ConsumeQueue, int]] = []
+        paths = []
+        for key, queue in self._consume_queues.queues.items():
+            queue_max_offsets[key] = queue.max_offset
+            end_bytes, queue_paths = queue.dirty_range()
+            if queue_paths:
+                flushed.append((queue, end_bytes))
+                paths.extend(queue_paths)
+        await asyncio.to_thread(fdatasync_paths, paths)
+        for queue, end_bytes in flushed:
+            queue.mark_flushed(end_bytes)
+        checkpoint = Checkpoint(
+            commit_log_flushed_offset=self._commit_log_flush.flushed_offset, reput_offset=reput_offset,
+            written_at_ms=self._clock_ms(), queue_max_offsets=queue_max_offsets)
+        await asyncio.to_thread(write_checkpoint, self._checkpoint_path, checkpoint)
+
+    # put -------------------------------------------------------------------------------------
+
+    def put_message(self, *, topic: str, queue_id: int, body: bytes, properties: dict[str, str], flag: int,
+                    born_timestamp: int, born_host: str, reconsume_times: int = 0,
+                    sys_flag: int = 0) -> PutMessageResult:
+        """Append one message (see `put_messages`)."""
+        return self._put(topic, queue_id, ((properties, flag, body),), born_timestamp, born_host,
+                         reconsume_times, sys_flag)
+
+    def put_messages(self, *, topic: str, queue_id: int,
+                     messages: Sequence[tuple[dict[str, str], int, bytes]], born_timestamp: int,
+                     born_host: str) -> PutMessageResult:
+        """Append a batch of (properties, flag, body) to one queue with consecutive queue offsets
+        from the queue's next one; store_timestamp is the clock now. MESSAGE_ILLEGAL (nothing
+        written) for an empty batch, a topic name outside `^[%|a-zA-Z0-9_-]+$`, a negative queue_id
+        or any body over `max_message_bytes`; SERVICE_NOT_AVAILABLE unless started. The messages
+        become readable once reput has dispatched them; durable after `wait_flushed(end_offset)`."""
+        return self._put(topic, queue_id, messages, born_timestamp, born_host, 0, 0)
+
+    def _put(self, topic: str, queue_id: int, messages: Sequence[tuple[dict[str, str], int, bytes]],
+             born_timestamp: int, born_host: str, reconsume_times: int, sys_flag: int) -> PutMessageResult:
+        commit_log = self._commit_log
+        if not self._running:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, -1, [], commit_log.max_offset)
+        max_bytes = self._config.max_message_bytes
+        if (not messages or queue_id < 0 or not is_valid_topic_name(topic)
+                or any(len(body) > max_bytes for _, _, body in messages)):
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], commit_log.max_offset)
+        key = (topic, queue_id)
+        first_queue_offset = self._topic_queue_table.get(key, 0)
+        store_timestamp, store_host = self._clock_ms(), self._store_host
+
+        def encode(index: int, commit_log_offset: int) -> bytes:
+            properties, flag, body = messages[index]
+            return encode_stored_message(
+                topic=topic, queue_id=queue_id, queue_offset=first_queue_offset + index,
+                commit_log_offset=commit_log_offset, flag=flag, sys_flag=sys_flag,
+                born_timestamp=born_timestamp, born_host=born_host, store_timestamp=store_timestamp,
+                store_host=store_host, reconsume_times=reconsume_times, properties=properties, body=body)
+
+        written = commit_log.append_batch(len(messages), encode)
+        if written is None:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], commit_log.max_offset)
+        offsets, sizes = written
+        self._topic_queue_table[key] = first_queue_offset + len(messages)
+        tags_of = self._tags_code
+        entries: list[DispatchEntry] = [
+            (topic, queue_id, first_queue_offset + index, offsets[index], sizes[index],
+             tags_of(properties.get(PROPERTY_TAGS)), store_timestamp, properties)
+            for index, (properties, _, _) in enumerate(messages)]
+        self._reput.hand_off(entries)
+        return PutMessageResult(PutMessageStatus.PUT_OK, first_queue_offset, offsets, commit_log.max_offset)
+
+    def _tags_code(self, tag: str | None) -> int:
+        if not tag:
+            return 0
+        code = self._tags_cache.get(tag)
+        if code is None:
+            if len(self._tags_cache) >= _TAGS_CACHE_LIMIT:
+                self._tags_cache.clear()
+            code = self._tags_cache[tag] = tags_code(tag)
+        return code
+
+    async def wait_flushed(self, commit_log_end_offset: int) -> None:
+        """SYNC_FLUSH: return once fsynced up to `commit_log_end_offset` (a put's `end_offset`),
+        sharing the fsync with concurrent puts; raises `FlushDiskTimeoutError` after
+        `sync_flush_timeout_ms`. ASYNC_FLUSH: returns at once."""
+        await self._commit_log_flush.wait_flushed(commit_log_end_offset)
+
+    # get -------------------------------------------------------------------------------------
+
+    def get_message(self, topic: str, queue_id: int, queue_offset: int, max_messages: int,
+                    message_filter: MessageFilter | None) -> GetMessageResult:
+        """Up to `max_messages` messages from `queue_offset`, with the status and next_begin_offset
+        of REFERENCE.md §2.1 on a master: bounds checks first (NO_MESSAGE_IN_QUEUE when the queue
+        does not exist or is empty, OFFSET_TOO_SMALL → min, OFFSET_OVERFLOW_ONE → offset,
+        OFFSET_OVERFLOW_BADLY → max, OFFSET_FOUND_NULL → next file's start); then a scan of at most
+        max(800, max_messages) units of the one consume-queue file holding `queue_offset`, checking
+        "batch full" (max_messages, 32 messages, 256 KiB of records; the first message always fits)
+        before filtering; next_begin_offset = queue_offset + units examined."""
+        queue = self._consume_queues.get(topic, queue_id)
+        if queue is None:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0, 0, 0)
+        min_offset, max_offset = queue.min_offset, queue.max_offset
+        if max_offset == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, min_offset, max_offset, 0, 0)
+        if queue_offset < min_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset,
+                                    max_offset, 0, 0)
+        if queue_offset == max_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, [], queue_offset, min_offset,
+                                    max_offset, 0, 0)
+        if queue_offset > max_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset,
+                                    max_offset, 0, 0)
+        units = queue.read_units(queue_offset, max(_MIN_UNITS_EXAMINED, max_messages))
+        if units is None:
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, [],
+                                    queue.next_file_start(queue_offset), min_offset, max_offset, 0, 0)
+        return self._scan(units, queue_offset, min_offset, max_offset, max_messages, message_filter)
+
+    def _scan(self, units: memoryview, queue_offset: int, min_offset: int, max_offset: int, max_messages: int,
+              message_filter: MessageFilter | None) -> GetMessageResult:
+        config = self._config
+        max_count = min(max_messages, config.max_transfer_count_on_message_in_memory)
+        max_transfer_bytes = config.max_transfer_bytes_on_message_in_memory
+        read_payload = self._commit_log.read_payload
+        needs_properties = message_filter is not None and message_filter.needs_properties
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        messages: list[memoryview] = []
+        transfer_bytes = total_bytes = 0
+        next_segment_start = -1
+        examined = len(units) // 20
+        for index, (commit_log_offset, size, tags_code_) in enumerate(_CQ_UNITS(units)):
+            if commit_log_offset < next_segment_start:
+                continue
+            if messages and (len(messages) >= max_count or transfer_bytes + size > max_transfer_bytes):
+                examined = index
+                break
+            if size == 0 or size == BLANK_SIZE:
+                continue
+            if message_filter is not None and not message_filter.match_by_consume_queue(tags_code_):
+                continue
+            payload = read_payload(commit_log_offset, size)
+            if payload is None:
+                if not messages:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_segment_start = self._commit_log.next_segment_start(commit_log_offset)
+                continue
+            if needs_properties:
+                assert message_filter is not None
+                if not message_filter.match_by_commit_log(_properties_of(payload)):
+                    continue
+            messages.append(payload)
+            transfer_bytes += size
+            total_bytes += size - HEADER_BYTES
+            status = GetMessageStatus.FOUND
+        return GetMessageResult(status, messages, queue_offset + examined, min_offset, max_offset,
+                                len(messages), total_bytes)
+
+    # queue queries ---------------------------------------------------------------------------
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's next queue offset to be written; 0 when the queue does not exist."""
+        queue = self._consume_queues.get(topic, queue_id)
+        return queue.max_offset if queue is not None else 0
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's first readable queue offset; 0 when the queue does not exist."""
+        queue = self._consume_queues.get(topic, queue_id)
+        return queue.min_offset if queue is not None else 0
+
+    def get_earliest_msg_store_time(self, topic: str, queue_id: int) -> int:
+        """store_timestamp (epoch ms) of the message at the queue's min offset; -1 if none."""
+        queue = self._consume_queues.get(topic, queue_id)
+        if queue is None or queue.min_offset >= queue.max_offset:
+            return -1
+        stored_at_ms = self._store_time_at(queue, queue.min_offset)
+        return -1 if stored_at_ms is None else stored_at_ms
+
+    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """REFERENCE.md §2.2 `getOffsetInQueueByTime`: binary search by store time over the queue's
+        [min, max). An exact match returns the first message stored at `timestamp_ms`; otherwise the
+        nearer of the last message before and the first after, ties to the earlier, the only side
+        when one is missing; 0 for a missing or empty queue. (RocketMQ first narrows to one file
+        by file mtime; a search over the whole queue gives the same answer for monotonic times.)"""
+        queue = self._consume_queues.get(topic, queue_id)
+        if queue is None or queue.min_offset >= queue.max_offset:
+            return 0
+        low, high = queue.min_offset, queue.max_offset       # first offset stored at >= timestamp_ms
+        while low < high:
+            middle = (low + high) // 2
+            stored_at_ms = self._store_time_at(queue, middle)
+            if stored_at_ms is not None and stored_at_ms < timestamp_ms:
+                low = middle + 1
+            else:
+                high = middle
+        if low == queue.max_offset:
+            return low - 1
+        after_ms = self._store_time_at(queue, low)
+        if after_ms is None or after_ms == timestamp_ms or low == queue.min_offset:
+            return low
+        before_ms = self._store_time_at(queue, low - 1)
+        if before_ms is None:
+            return low
+        return low - 1 if timestamp_ms - before_ms <= after_ms - timestamp_ms else low
+
+    def _store_time_at(self, queue: ConsumeQueue, queue_offset: int) -> int | None:
+        unit = queue.unit_at(queue_offset)
+        if unit is None or unit[1] in (0, BLANK_SIZE):
+            return None
+        payload = self._commit_log.read_payload(unit[0], unit[1])
+        if payload is None:
+            return None
+        try:
+            return int(decode_stored_fields(payload)[F_STORE_TIMESTAMP])
+        except (RecordError, TypeError, ValueError):
+            return None
+
+    def look_message_by_offset(self, commit_log_offset: int) -> memoryview | bytes | None:
+        """The stored payload of the record starting at `commit_log_offset` (checked: size, CRC and
+        the payload's own offset field); None when no record starts there."""
+        return self._commit_log.payload_at(commit_log_offset)
+
+    def commit_log_max_offset(self) -> int:
+        """The commit log's write position (end of the last record), in bytes."""
+        return self._commit_log.max_offset
+
+    def commit_log_min_offset(self) -> int:
+        return self._commit_log.min_offset
+
+    @property
+    def reput_lag_bytes(self) -> int:
+        """Commit-log bytes written but not yet dispatched to consume queues."""
+        return self._reput.lag_bytes
+
+    @property
+    def flush_count(self) -> int:
+        """Commit-log fsync rounds so far (group commit shares one among concurrent sends)."""
+        return self._commit_log_flush.flush_count
+
+    def set_arrival_listener(self, listener: ArrivalListener | None) -> None:
+        """`listener(topic, queue_id, max_offset, tags_code, properties)`, called by reput after each
+        message is in its consume queue (the long-polling hold service's notify)."""
+        self._reput.listener = listener
+
+    def dispatch_available(self) -> int:
+        """Dispatch every appended message to its consume queue now (tests; normally reput does
+        this within one loop iteration of the put). Returns how many."""
+        return self._reput.dispatch_available()
+
+
+def _properties_of(payload: memoryview) -> dict[str, str] | None:
+    with contextlib.suppress(RecordError):
+        properties = decode_stored_fields(payload)[F_PROPERTIES]
+        if isinstance(properties, dict):
+            return properties
+    return None

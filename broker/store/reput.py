@@ -1,0 +1,122 @@
+"""ReputService: builds consume queues from the commit log, then tells the arrival listener
+(RocketMQ `ReputMessageService`, REFERENCE.md §4.4 and §3 "Arrival source").
+
+Two sources, in commit-log order:
+- records in [reput_from_offset, handoff_from) are read back from disk and decoded (msgpack): the
+  backlog found at start-up by recovery;
+- everything appended since start arrives as `DispatchEntry` tuples handed over by the store's put
+  path (`hand_off`), so the hot path decodes nothing again.
+Woken by every hand-off (no polling); on stop it drains everything handed over.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from broker.store.commit_log import CommitLog
+from broker.store.consume_queue import ConsumeQueue, ConsumeQueueTable
+from broker.store.record import RecordError, decode_stored_fields
+from protocol.message import (
+    F_PROPERTIES,
+    F_QUEUE_ID,
+    F_QUEUE_OFFSET,
+    F_TOPIC,
+    PROPERTY_TAGS,
+)
+from protocol.service import Service
+
+log = logging.getLogger(__name__)
+
+DispatchEntry = tuple[str, int, int, int, int, int, int, dict[str, str]]
+"""(topic, queue_id, queue_offset, commit_log_offset, size, tags_code, store_timestamp, properties)."""
+
+ArrivalListener = Callable[[str, int, int, int, dict[str, str]], None]
+"""`on_message_arriving(topic, queue_id, max_offset, tags_code, properties)`; max_offset is the
+message's queue_offset + 1 (the queue's new max)."""
+
+TagsCode = Callable[[str | None], int]
+
+
+class ReputService(Service):
+    """`reput_from_offset`: every record before it is in its consume queue. `lag_bytes` is how far
+    behind the commit log's write position that is."""
+
+    name = "reput"
+    idle_interval_ms = 60_000   # a safety net only: every append wakes the service
+
+    def __init__(self, commit_log: CommitLog, consume_queues: ConsumeQueueTable, tags_code: TagsCode) -> None:
+        super().__init__()
+        self._commit_log, self._consume_queues, self._tags_code = commit_log, consume_queues, tags_code
+        self.reput_from_offset = 0
+        self._handoff_from = 0
+        self._pending: list[DispatchEntry] = []
+        self.listener: ArrivalListener | None = None
+
+    def begin(self, reput_from_offset: int, handoff_from: int) -> None:
+        """Set the recovered start; records in [reput_from_offset, handoff_from) come from disk,
+        later ones only through `hand_off`."""
+        self.reput_from_offset, self._handoff_from = reput_from_offset, handoff_from
+        self._pending = []
+
+    @property
+    def lag_bytes(self) -> int:
+        return self._commit_log.max_offset - self.reput_from_offset
+
+    def hand_off(self, entries: list[DispatchEntry]) -> None:
+        """Queue freshly appended records (in commit-log order) and wake the service."""
+        self._pending.extend(entries)
+        self.wakeup()
+
+    async def run(self) -> None:
+        while await self.wait(self.idle_interval_ms):
+            self.dispatch_available()
+        self.dispatch_available()
+
+    def dispatch_available(self) -> int:
+        """Dispatch everything available now (synchronously); returns how many records."""
+        count = 0
+        if self.reput_from_offset < self._handoff_from:
+            count += self._dispatch_from_disk(self._handoff_from)
+            self._handoff_from = self.reput_from_offset
+        if self._pending:
+            count += self._dispatch_pending()
+        return count
+
+    def _dispatch_pending(self) -> int:
+        pending, self._pending = self._pending, []
+        listener = self.listener
+        consume_queues = self._consume_queues
+        last_key: tuple[str, int] | None = None
+        queue: ConsumeQueue | None = None
+        for topic, queue_id, queue_offset, commit_log_offset, size, tags_code, _, properties in pending:
+            if last_key != (topic, queue_id):
+                last_key = (topic, queue_id)
+                queue = consume_queues.get_or_create(topic, queue_id)
+            assert queue is not None
+            if queue.append(commit_log_offset, size, tags_code, queue_offset) and listener is not None:
+                listener(topic, queue_id, queue_offset + 1, tags_code, properties)
+        last = pending[-1]
+        self.reput_from_offset = max(self.reput_from_offset, last[3] + last[4])
+        return len(pending)
+
+    def _dispatch_from_disk(self, to_offset: int) -> int:
+        count = 0
+        listener = self.listener
+        for commit_log_offset, size, payload in self._commit_log.records(self.reput_from_offset, to_offset):
+            try:
+                fields = decode_stored_fields(payload)
+                topic, queue_id, queue_offset = fields[F_TOPIC], fields[F_QUEUE_ID], fields[F_QUEUE_OFFSET]
+                properties: dict[str, str] = fields[F_PROPERTIES]
+                tags_code = self._tags_code(properties.get(PROPERTY_TAGS))
+                queue = self._consume_queues.get_or_create(topic, queue_id)
+            except (RecordError, ValueError, TypeError, AttributeError) as exc:
+                log.error("reput: skipping undecodable record at %d: %s", commit_log_offset, exc)
+            else:
+                if queue.append(commit_log_offset, size, tags_code, queue_offset) and listener is not None:
+                    listener(topic, queue_id, queue_offset + 1, tags_code, properties)
+            self.reput_from_offset = commit_log_offset + size
+            count += 1
+        # past a zero tail at the end (or a damaged record, logged by `records`)
+        self.reput_from_offset = max(self.reput_from_offset, to_offset)
+        return count

@@ -1,0 +1,166 @@
+"""Fixed-size memory-mapped files named by their start byte offset (RocketMQ's `MappedFile` and
+`MappedFileQueue`), shared by the commit log and the consume queues.
+
+A file `00000000000000065536` of a 65,536-byte log holds bytes [65536, 131072). Files are created at
+full size with `ftruncate` (sparse, reads as zeros); writes are slice assignments into the mmap and
+reads are memoryview slices of it, so both are zero-copy. Durability is `os.fdatasync` on the file,
+which callers run in a thread (`flush_paths` says which files a byte range touches).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+NAME_DIGITS = 20
+_ZERO_CHUNK_BYTES = 1 << 20
+
+
+def segment_name(start_offset: int) -> str:
+    """`start_offset` zero-padded to 20 digits (RocketMQ `UtilAll.offset2FileName`)."""
+    return f"{start_offset:0{NAME_DIGITS}d}"
+
+
+class Segment:
+    """One mapped file: bytes [start_offset, start_offset + size) of its log. `view` is a writable
+    memoryview of the whole map; slices of it stay valid until `close()` (and keep the map alive
+    after it, see `close`)."""
+
+    __slots__ = ("mm", "path", "size", "start_offset", "view")
+
+    def __init__(self, path: Path, start_offset: int, size: int) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual > size:
+                raise ValueError(f"{path} has {actual} bytes, more than the configured {size}")
+            if actual < size:
+                os.ftruncate(fd, size)
+            self.mm = mmap.mmap(fd, size)      # dups the fd; ours is closed below
+        finally:
+            os.close(fd)
+        self.path, self.start_offset, self.size = path, start_offset, size
+        self.view = memoryview(self.mm)
+
+    @property
+    def end_offset(self) -> int:
+        return self.start_offset + self.size
+
+    def zero_from(self, position: int) -> None:
+        """Zero bytes [position, size) of this file (positions relative to the file), writing only
+        chunks that are not already zero so a sparse tail stays sparse."""
+        view = self.view
+        while position < self.size:
+            end = min(position + _ZERO_CHUNK_BYTES, self.size)
+            if view[position:end].tobytes().count(0) != end - position:
+                view[position:end] = bytes(end - position)
+            position = end
+
+    def close(self) -> None:
+        """Unmap. If a caller still holds a slice of `view` (e.g. a pull response not yet written),
+        the map cannot be closed now; it is then unmapped when the last slice is released."""
+        self.view.release()
+        try:
+            self.mm.close()
+        except BufferError:
+            log.debug("segment %s still has readers; unmapped when they are released", self.path)
+
+
+def fdatasync_paths(paths: list[Path]) -> None:
+    """fdatasync each file: blocking, so callers run it with `asyncio.to_thread`. Dirty pages of a
+    shared mapping belong to the file's page cache, so a fresh descriptor flushes them."""
+    for path in paths:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+
+class MappedSegments:
+    """The ordered segments of one log in `directory`, each `segment_bytes` long and starting at a
+    multiple of it. Lookup by byte offset is O(1). Missing files in the middle are allowed (a reader
+    then finds no segment); nothing is created until `get_or_create`."""
+
+    def __init__(self, directory: Path, segment_bytes: int) -> None:
+        if segment_bytes <= 0:
+            raise ValueError(f"segment_bytes must be positive, got {segment_bytes}")
+        self.directory, self.segment_bytes = directory, segment_bytes
+        self.segments: list[Segment] = []
+        self._by_start: dict[int, Segment] = {}
+
+    def load(self) -> None:
+        """Map every segment file already in `directory` (none if it does not exist). Files whose
+        name is not a 20-digit multiple of `segment_bytes` are ignored with a warning."""
+        if not self.directory.is_dir():
+            return
+        for path in sorted(self.directory.iterdir()):
+            name = path.name
+            if len(name) != NAME_DIGITS or not name.isdigit() or int(name) % self.segment_bytes:
+                log.warning("ignoring unexpected file %s", path)
+                continue
+            self._add(Segment(path, int(name), self.segment_bytes))
+
+    def _add(self, segment: Segment) -> None:
+        self._by_start[segment.start_offset] = segment
+        self.segments.append(segment)
+        self.segments.sort(key=lambda s: s.start_offset)
+
+    def find(self, offset: int) -> Segment | None:
+        """The segment holding byte `offset`, or None."""
+        return self._by_start.get(offset - offset % self.segment_bytes)
+
+    @property
+    def first(self) -> Segment | None:
+        return self.segments[0] if self.segments else None
+
+    @property
+    def last(self) -> Segment | None:
+        return self.segments[-1] if self.segments else None
+
+    @property
+    def min_offset(self) -> int:
+        """Start of the first segment, 0 when there is none."""
+        return self.segments[0].start_offset if self.segments else 0
+
+    def get_or_create(self, start_offset: int) -> Segment:
+        """The segment starting at `start_offset` (a multiple of `segment_bytes`), created if absent."""
+        segment = self._by_start.get(start_offset)
+        if segment is None:
+            if start_offset % self.segment_bytes:
+                raise ValueError(f"{start_offset} is not a multiple of {self.segment_bytes}")
+            self.directory.mkdir(parents=True, exist_ok=True)
+            segment = Segment(self.directory / segment_name(start_offset), start_offset, self.segment_bytes)
+            self._add(segment)
+        return segment
+
+    def truncate(self, offset: int, *, zero: bool = True) -> None:
+        """Drop every byte at or after `offset`: zero the rest of the segment holding it (unless
+        `zero` is False: the caller knows it is zero) and delete the segments after it (RocketMQ
+        `truncateDirtyFiles`)."""
+        holder = self.find(offset)
+        if holder is not None and zero:
+            holder.zero_from(offset - holder.start_offset)
+        for segment in [s for s in self.segments if s.start_offset > offset]:
+            log.warning("deleting segment %s after offset %d", segment.path, offset)
+            self.segments.remove(segment)
+            del self._by_start[segment.start_offset]
+            segment.close()
+            with contextlib.suppress(FileNotFoundError):
+                segment.path.unlink()
+
+    def paths_between(self, from_offset: int, to_offset: int) -> list[Path]:
+        """Files holding any byte of [from_offset, to_offset): what an fsync of that range covers."""
+        return [s.path for s in self.segments
+                if s.start_offset < to_offset and s.end_offset > from_offset]
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+        self.segments.clear()
+        self._by_start.clear()

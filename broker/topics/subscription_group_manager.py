@@ -1,0 +1,67 @@
+"""Subscription-group configs (RocketMQ `SubscriptionGroupConfig`), auto-created on first use."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from protocol.errors import SubscriptionGroupNotExist, SystemError_
+from protocol.topics import check_group
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubscriptionGroupConfig:
+    group_name: str
+    consume_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    notify_consumer_ids_changed_enable: bool = True
+
+
+class SubscriptionGroupManager:
+    """group → `SubscriptionGroupConfig`, persisted as `config/subscription_groups.json`."""
+
+    file_name = "subscription_groups.json"
+
+    def __init__(self, *, auto_create: bool) -> None:
+        self._groups: dict[str, SubscriptionGroupConfig] = {}
+        self._auto_create = auto_create
+        self._dirty = False
+
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        return self._groups.get(group)
+
+    def find_or_create(self, group: str) -> SubscriptionGroupConfig:
+        """The group's config; created with defaults when auto-creation is on (RocketMQ's
+        `autoCreateSubscriptionGroup`, default true), else `SubscriptionGroupNotExist`."""
+        config = self._groups.get(group)
+        if config is None:
+            if not self._auto_create:
+                raise SubscriptionGroupNotExist(f"subscription group {group!r} does not exist")
+            config = self.update(SubscriptionGroupConfig(group_name=group))
+        return config
+
+    def update(self, config: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        remark = check_group(config.group_name)
+        if remark is not None:
+            raise SystemError_(remark)
+        if not 0 <= config.retry_queue_nums <= 1024 or config.retry_max_times < 0:
+            raise SystemError_("retry_queue_nums must be within 0..1024 and retry_max_times ≥ 0")
+        self._groups[config.group_name] = config
+        self._dirty = True
+        return config
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def mark_clean(self) -> None:
+        self._dirty = False
+
+    def to_json(self) -> Any:
+        return {"subscription_group_table": {g: asdict(c) for g, c in sorted(self._groups.items())}}
+
+    def load_json(self, value: Any) -> None:
+        for group, raw in value.get("subscription_group_table", {}).items():
+            self._groups[group] = SubscriptionGroupConfig(**raw)

@@ -1,0 +1,110 @@
+"""Topic configs: queue counts and permissions, auto-created on first send (REFERENCE.md §0, §15)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from protocol.codes import Perm
+from protocol.errors import NoPermission, SystemError_, TopicNotExist
+from protocol.topics import check_topic
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicConfig:
+    topic: str
+    read_queue_nums: int = 4
+    write_queue_nums: int = 4
+    perm: int = Perm.READ | Perm.WRITE
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & Perm.READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & Perm.WRITE)
+
+
+class TopicConfigManager:
+    """topic → `TopicConfig`, persisted as `config/topics.json`."""
+
+    file_name = "topics.json"
+
+    def __init__(self, *, auto_create_topic: bool, default_queue_nums: int) -> None:
+        self._topics: dict[str, TopicConfig] = {}
+        self._auto_create = auto_create_topic
+        self._default_queue_nums = default_queue_nums
+        self._dirty = False
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self._topics.get(topic)
+
+    def topics(self) -> list[TopicConfig]:
+        return list(self._topics.values())
+
+    def require(self, topic: str) -> TopicConfig:
+        """The config of an existing topic; raises `TopicNotExist`."""
+        config = self._topics.get(topic)
+        if config is None:
+            raise TopicNotExist(topic)
+        return config
+
+    def require_readable_queue(self, topic: str, queue_id: int) -> TopicConfig:
+        """Raises `TopicNotExist`, `NoPermission` (not readable) or SYSTEM_ERROR (queue id outside
+        0..read_queue_nums-1), in PullMessageProcessor's order (REFERENCE.md §1 steps 4–5)."""
+        config = self.require(topic)
+        if not config.readable:
+            raise NoPermission(f"topic {topic!r} is not readable (perm {config.perm})")
+        if not 0 <= queue_id < max(config.read_queue_nums, config.write_queue_nums):
+            raise SystemError_(f"queue_id {queue_id} is outside topic {topic!r}'s "
+                               f"{config.read_queue_nums} read queues")
+        return config
+
+    def for_send(self, topic: str, queue_id: int) -> TopicConfig:
+        """The topic a send writes to, created with the default queue count when auto-creation is
+        on; raises `TopicNotExist`, `NoPermission` or SYSTEM_ERROR for a bad queue id."""
+        config = self._topics.get(topic)
+        if config is None:
+            if not self._auto_create:
+                raise TopicNotExist(topic)
+            config = self.update(TopicConfig(topic=topic, read_queue_nums=self._default_queue_nums,
+                                             write_queue_nums=self._default_queue_nums))
+        if not config.writable:
+            raise NoPermission(f"topic {topic!r} is not writable (perm {config.perm})")
+        if not 0 <= queue_id < config.write_queue_nums:
+            raise SystemError_(f"queue_id {queue_id} is outside topic {topic!r}'s "
+                               f"{config.write_queue_nums} write queues")
+        return config
+
+    def ensure(self, topic: str, queue_nums: int, perm: int = Perm.READ | Perm.WRITE) -> TopicConfig:
+        """An existing topic, or a new one with `queue_nums` queues (retry topics)."""
+        config = self._topics.get(topic)
+        if config is None:
+            config = self.update(TopicConfig(topic=topic, read_queue_nums=queue_nums,
+                                             write_queue_nums=queue_nums, perm=perm))
+        return config
+
+    def update(self, config: TopicConfig) -> TopicConfig:
+        remark = check_topic(config.topic)
+        if remark is not None:
+            raise SystemError_(remark)
+        if not (1 <= config.read_queue_nums <= 1024 and 1 <= config.write_queue_nums <= 1024):
+            raise SystemError_("read_queue_nums and write_queue_nums must be within 1..1024")
+        self._topics[config.topic] = config
+        self._dirty = True
+        return config
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def mark_clean(self) -> None:
+        self._dirty = False
+
+    def to_json(self) -> Any:
+        return {"topic_config_table": {t: asdict(c) for t, c in sorted(self._topics.items())}}
+
+    def load_json(self, value: Any) -> None:
+        for topic, raw in value.get("topic_config_table", {}).items():
+            self._topics[topic] = TopicConfig(**raw)

@@ -1,0 +1,212 @@
+"""`ClientAPI`: the only client code that knows request codes (ARCHITECTURE.md client/api.py).
+
+Each method sends one request to a broker address and returns typed values, or raises the
+`ResponseError` subclass of the response code (`protocol.errors.error_for`), `RequestTimeout` or
+`ConnectionClosed`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from client.remoting.remoting_client import RemotingClient
+from protocol.bodies import ConsumerListBody, HeartbeatData, TopicRouteData, decode_body, encode_body
+from protocol.codes import Perm, RequestCode, ResponseCode
+from protocol.command import RemotingCommand, request
+from protocol.errors import error_for
+from protocol.headers import (
+    ConsumerGroupRequestHeader,
+    CreateSubscriptionGroupRequestHeader,
+    CreateTopicRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader,
+    GetRouteInfoRequestHeader,
+    OffsetResponseHeader,
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+    QueryConsumerOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    SendBatchMessageRequestHeader,
+    SendBatchMessageResponseHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    TopicQueueRequestHeader,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    ViewMessageByIdRequestHeader,
+)
+from protocol.message import MessageExt, decode_message_batch
+from protocol.model import PullStatus
+
+DEFAULT_TIMEOUT_MS = 3_000
+
+
+class SendStatus(Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """Outcome of a send: `msg_id` is the broker's offset message id; `queue_offset` the first
+    message's queue offset; a batch also lists every `msg_ids`."""
+
+    status: SendStatus
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    topic: str = ""
+    broker_name: str = ""
+    msg_ids: tuple[str, ...] = ()
+    uniq_keys: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class PullResult:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt] = field(default_factory=list)
+    suggest_which_broker_id: int = 0
+
+
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+def _ok(response: RemotingCommand) -> RemotingCommand:
+    if response.code != ResponseCode.SUCCESS:
+        raise error_for(response.code, response.remark)
+    return response
+
+
+class ClientAPI:
+    def __init__(self, remoting: RemotingClient) -> None:
+        self.remoting = remoting
+
+    async def _call(self, address: str, cmd: RemotingCommand, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> RemotingCommand:
+        return _ok(await self.remoting.invoke(address, cmd, timeout_ms))
+
+    # -- producing ---------------------------------------------------------------------------------
+
+    async def send_message(self, address: str, header: SendMessageRequestHeader, body: bytes,
+                           timeout_ms: int = DEFAULT_TIMEOUT_MS) -> SendResult:
+        response = await self.remoting.invoke(address, request(RequestCode.SEND_MESSAGE, header, body), timeout_ms)
+        status = SendStatus.SEND_OK
+        if response.code == ResponseCode.FLUSH_DISK_TIMEOUT:
+            status = SendStatus.FLUSH_DISK_TIMEOUT
+        else:
+            _ok(response)
+        h = SendMessageResponseHeader.from_fields(response.fields)
+        return SendResult(status, h.msg_id, h.queue_id, h.queue_offset, topic=header.topic, msg_ids=(h.msg_id,))
+
+    async def send_batch(self, address: str, header: SendBatchMessageRequestHeader, body: bytes,
+                         timeout_ms: int = DEFAULT_TIMEOUT_MS) -> SendResult:
+        response = await self._call(address, request(RequestCode.SEND_BATCH_MESSAGE, header, body), timeout_ms)
+        h = SendBatchMessageResponseHeader.from_fields(response.fields)
+        return SendResult(SendStatus.SEND_OK, h.msg_ids[0] if h.msg_ids else "", h.queue_id, h.queue_offset,
+                          topic=header.topic, msg_ids=tuple(h.msg_ids))
+
+    # -- consuming ---------------------------------------------------------------------------------
+
+    async def pull_message(self, address: str, header: PullMessageRequestHeader, timeout_ms: int) -> PullResult:
+        """One PULL_MESSAGE; response codes map to `PullStatus` as RocketMQ's
+        `MQClientAPIImpl.processPullResponse` (§2.3); any other code raises its `ResponseError`."""
+        response = await self.remoting.invoke(address, request(RequestCode.PULL_MESSAGE, header), timeout_ms)
+        status = _PULL_STATUS.get(response.code)  # type: ignore[call-overload]
+        if status is None:
+            raise error_for(response.code, response.remark)
+        h = PullMessageResponseHeader.from_fields(response.fields)
+        body = response.body_bytes()
+        messages = decode_message_batch(body) if status is PullStatus.FOUND and body else []
+        return PullResult(status, h.next_begin_offset, h.min_offset, h.max_offset, messages,
+                          h.suggest_which_broker_id)
+
+    async def send_heartbeat(self, address: str, data: HeartbeatData, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        await self._call(address, request(RequestCode.HEART_BEAT, body=encode_body(data)), timeout_ms)
+
+    async def unregister_client(self, address: str, client_id: str, *, producer_group: str | None = None,
+                                consumer_group: str | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        header = UnregisterClientRequestHeader(client_id=client_id, producer_group=producer_group,
+                                               consumer_group=consumer_group)
+        await self._call(address, request(RequestCode.UNREGISTER_CLIENT, header), timeout_ms)
+
+    async def get_consumer_id_list(self, address: str, consumer_group: str,
+                                   timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[str]:
+        response = await self._call(address, request(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                                                      ConsumerGroupRequestHeader(consumer_group=consumer_group)),
+                                    timeout_ms)
+        return decode_body(ConsumerListBody, response.body_bytes()).consumer_id_list
+
+    async def query_consumer_offset(self, address: str, consumer_group: str, topic: str, queue_id: int,
+                                    timeout_ms: int = DEFAULT_TIMEOUT_MS) -> int:
+        """The committed offset; raises `QueryNotFound` when the broker has none to give."""
+        header = QueryConsumerOffsetRequestHeader(consumer_group=consumer_group, topic=topic, queue_id=queue_id)
+        response = await self._call(address, request(RequestCode.QUERY_CONSUMER_OFFSET, header), timeout_ms)
+        return OffsetResponseHeader.from_fields(response.fields).offset
+
+    async def update_consumer_offset(self, address: str, consumer_group: str, topic: str, queue_id: int,
+                                     commit_offset: int, *, oneway: bool = False,
+                                     timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        header = UpdateConsumerOffsetRequestHeader(consumer_group=consumer_group, topic=topic, queue_id=queue_id,
+                                                   commit_offset=commit_offset)
+        cmd = request(RequestCode.UPDATE_CONSUMER_OFFSET, header)
+        if oneway:
+            await self.remoting.invoke_oneway(address, cmd)
+        else:
+            await self._call(address, cmd, timeout_ms)
+
+    # -- queue facts ---------------------------------------------------------------------------------
+
+    async def _queue_offset(self, code: RequestCode, address: str, topic: str, queue_id: int, timeout_ms: int) -> int:
+        response = await self._call(address, request(code, TopicQueueRequestHeader(topic=topic, queue_id=queue_id)),
+                                    timeout_ms)
+        return OffsetResponseHeader.from_fields(response.fields).offset
+
+    async def get_max_offset(self, address: str, topic: str, queue_id: int, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> int:
+        return await self._queue_offset(RequestCode.GET_MAX_OFFSET, address, topic, queue_id, timeout_ms)
+
+    async def get_min_offset(self, address: str, topic: str, queue_id: int, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> int:
+        return await self._queue_offset(RequestCode.GET_MIN_OFFSET, address, topic, queue_id, timeout_ms)
+
+    async def get_earliest_msg_storetime(self, address: str, topic: str, queue_id: int,
+                                         timeout_ms: int = DEFAULT_TIMEOUT_MS) -> int:
+        response = await self._call(address, request(RequestCode.GET_EARLIEST_MSG_STORETIME,
+                                                      TopicQueueRequestHeader(topic=topic, queue_id=queue_id)),
+                                    timeout_ms)
+        return GetEarliestMsgStoretimeResponseHeader.from_fields(response.fields).timestamp
+
+    async def search_offset(self, address: str, topic: str, queue_id: int, timestamp_ms: int,
+                            timeout_ms: int = DEFAULT_TIMEOUT_MS) -> int:
+        header = SearchOffsetRequestHeader(topic=topic, queue_id=queue_id, timestamp=timestamp_ms)
+        response = await self._call(address, request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header), timeout_ms)
+        return OffsetResponseHeader.from_fields(response.fields).offset
+
+    async def view_message(self, address: str, msg_id: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> MessageExt:
+        response = await self._call(address, request(RequestCode.VIEW_MESSAGE_BY_ID,
+                                                      ViewMessageByIdRequestHeader(msg_id=msg_id)), timeout_ms)
+        (message,) = decode_message_batch(response.body_bytes())
+        return message
+
+    # -- admin ---------------------------------------------------------------------------------------
+
+    async def create_topic(self, address: str, topic: str, queue_nums: int = 4,
+                           perm: int = Perm.READ | Perm.WRITE, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        header = CreateTopicRequestHeader(topic=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums,
+                                          perm=perm)
+        await self._call(address, request(RequestCode.UPDATE_AND_CREATE_TOPIC, header), timeout_ms)
+
+    async def get_route_info(self, address: str, topic: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> TopicRouteData:
+        response = await self._call(address, request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                      GetRouteInfoRequestHeader(topic=topic)), timeout_ms)
+        return decode_body(TopicRouteData, response.body_bytes())
+
+    async def create_subscription_group(self, address: str, header: CreateSubscriptionGroupRequestHeader,
+                                        timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        await self._call(address, request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, header), timeout_ms)
+
+

@@ -1,0 +1,71 @@
+"""SEND_MESSAGE, SEND_BATCH_MESSAGE, PULL_MESSAGE and VIEW_MESSAGE_BY_ID against a real broker."""
+
+from __future__ import annotations
+
+import msgpack
+
+from broker.broker import Broker
+from client.api import ClientAPI
+from protocol.codes import PullSysFlag
+from protocol.headers import SendBatchMessageRequestHeader
+from protocol.message import Message, encode_batch_body, parse_msg_id
+from protocol.model import PullStatus
+from tests.helpers import pull_header, send
+
+
+async def test_send_then_pull_returns_the_message(broker: Broker, client_api: ClientAPI) -> None:
+    sent = [await send(client_api, broker.address, "orders", f"m{i}".encode(), tags="A",
+                       properties={"k": str(i)}) for i in range(3)]
+    assert [r.queue_offset for r in sent] == [0, 1, 2]
+    result = await client_api.pull_message(broker.address, pull_header(topic="orders"), timeout_ms=3_000)
+    assert result.status is PullStatus.FOUND
+    assert result.next_begin_offset == 3 and result.min_offset == 0 and result.max_offset == 3
+    assert [m.body for m in result.messages] == [b"m0", b"m1", b"m2"]
+    first = result.messages[0]
+    assert first.msg_id == sent[0].msg_id and first.tags == "A" and first.properties["k"] == "0"
+    assert first.queue_offset == 0 and first.topic == "orders"
+    assert parse_msg_id(first.msg_id) == (broker.address, first.commit_log_offset)
+    assert first.store_timestamp > 0 and first.born_host.startswith("127.0.0.1:")
+    assert first.store_host == broker.address
+
+
+async def test_batch_send_assigns_consecutive_offsets(broker: Broker, client_api: ClientAPI) -> None:
+    messages = [Message("batch", f"b{i}".encode(), tags="T") for i in range(32)]
+    header = SendBatchMessageRequestHeader(producer_group="pg", topic="batch", queue_id=1, born_timestamp=1)
+    result = await client_api.send_batch(broker.address, header, encode_batch_body(messages))
+    assert result.queue_offset == 0 and len(result.msg_ids) == 32 and len(set(result.msg_ids)) == 32
+    again = await client_api.send_batch(broker.address, header, encode_batch_body(messages[:2]))
+    assert again.queue_offset == 32
+    pulled = await client_api.pull_message(broker.address, pull_header(topic="batch", queue_id=1), 3_000)
+    assert [m.body for m in pulled.messages] == [f"b{i}".encode() for i in range(32)]
+    assert [m.msg_id for m in pulled.messages] == list(result.msg_ids)
+
+
+async def test_pull_respects_max_msg_nums_and_the_32_message_cap(broker: Broker, client_api: ClientAPI) -> None:
+    for i in range(40):
+        await send(client_api, broker.address, "cap", str(i).encode())
+    five = await client_api.pull_message(broker.address, pull_header(topic="cap", max_msg_nums=5), 3_000)
+    assert len(five.messages) == 5 and five.next_begin_offset == 5
+    capped = await client_api.pull_message(broker.address, pull_header(topic="cap", max_msg_nums=1000), 3_000)
+    assert len(capped.messages) == 32 and capped.next_begin_offset == 32
+    clamped = await client_api.pull_message(broker.address, pull_header(topic="cap", max_msg_nums=0), 3_000)
+    assert len(clamped.messages) == 1
+
+
+async def test_view_message_by_id(broker: Broker, client_api: ClientAPI) -> None:
+    sent = await send(client_api, broker.address, "view", b"hello", tags="v")
+    message = await client_api.view_message(broker.address, sent.msg_id)
+    assert message.body == b"hello" and message.msg_id == sent.msg_id and message.tags == "v"
+
+
+async def test_commit_offset_flag_stores_the_offset(broker: Broker, client_api: ClientAPI) -> None:
+    await send(client_api, broker.address, "co", b"x")
+    header = pull_header(topic="co", group="cg", commit_offset=1,
+                         sys_flag=PullSysFlag.SUBSCRIPTION | PullSysFlag.COMMIT_OFFSET)
+    await client_api.pull_message(broker.address, header, 3_000)
+    assert await client_api.query_consumer_offset(broker.address, "cg", "co", 0) == 1
+
+
+def test_batch_body_is_msgpack_array() -> None:
+    body = encode_batch_body([Message("t", b"x", tags="a", keys=["k1", "k2"])])
+    assert msgpack.unpackb(body) == [[{"TAGS": "a", "KEYS": "k1 k2"}, 0, b"x"]]

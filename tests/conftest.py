@@ -1,0 +1,41 @@
+"""Shared fixtures: a real broker in this process on port 0 with a temporary store, and a real
+client API talking to it over TCP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from broker.broker import Broker
+from client.api import ClientAPI
+from client.remoting.remoting_client import RemotingClient
+from conf.broker import BrokerConfig, LongPollingConfig
+from conf.store import StoreConfig
+
+
+def broker_config(tmp_path: Path, **overrides: object) -> BrokerConfig:
+    """Defaults for tests: port 0, a store under tmp_path with small files."""
+    store = StoreConfig(path=tmp_path / "store", commit_log_segment_bytes=4 * 1024 * 1024,
+                        consume_queue_segment_units=1_000)
+    fields: dict[str, object] = {"listen_port": 0, "store": store, "persist_interval_ms": 200,
+                                 "long_polling": LongPollingConfig(check_interval_ms=5_000),
+                                 "graceful_shutdown_timeout_ms": 2_000}
+    fields.update(overrides)
+    return BrokerConfig(**fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    async with Broker(broker_config(tmp_path)) as running:
+        yield running
+
+
+@pytest.fixture
+async def client_api() -> AsyncIterator[ClientAPI]:
+    remoting = RemotingClient()
+    try:
+        yield ClientAPI(remoting)
+    finally:
+        await remoting.close()

@@ -1,0 +1,229 @@
+"""Channel over loopback TCP: correlation, timeouts, closes and protocol errors."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import msgpack
+import pytest
+
+from protocol.channel import Channel, ChannelProtocol, connect
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand, request
+from protocol.errors import ConnectionClosed, RequestTimeout
+from protocol.frame import FrameDecoder, encode_frame_bytes
+
+WAIT_S = 5   # bound on every wait; the happy paths take milliseconds
+RequestHandler = Callable[[Channel, RemotingCommand], None]
+
+
+class Server:
+    """ChannelProtocol server on 127.0.0.1:0 that records its channels."""
+
+    def __init__(self, on_request: RequestHandler | None, max_frame_bytes: int) -> None:
+        self.on_request, self.max_frame_bytes = on_request, max_frame_bytes
+        self.channels: list[Channel] = []
+        self.closed: list[Channel] = []
+        self.lost = asyncio.Event()
+        self.port = 0
+
+    def _lost(self, channel: Channel) -> None:
+        self.closed.append(channel)
+        self.lost.set()
+
+    def protocol(self) -> ChannelProtocol:
+        return ChannelProtocol(on_request=self.on_request, on_connect=self.channels.append,
+                               on_close=self._lost, max_frame_bytes=self.max_frame_bytes)
+
+
+@contextlib.asynccontextmanager
+async def serving(on_request: RequestHandler | None = None, max_frame_bytes: int = 1 << 20,
+                  ) -> AsyncIterator[Server]:
+    server = Server(on_request, max_frame_bytes)
+    tcp = await asyncio.get_running_loop().create_server(server.protocol, "127.0.0.1", 0)
+    server.port = tcp.sockets[0].getsockname()[1]
+    try:
+        yield server
+    finally:
+        tcp.close()
+        for channel in server.channels:
+            channel.close()
+            await channel.wait_closed()
+        await tcp.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def client(server: Server, on_request: RequestHandler | None = None) -> AsyncIterator[Channel]:
+    channel = await connect("127.0.0.1", server.port, on_request=on_request, timeout_ms=WAIT_S * 1000)
+    try:
+        yield channel
+    finally:
+        channel.close()
+        await channel.wait_closed()
+
+
+def frame_bytes(header: Any, body: bytes = b"") -> bytes:
+    packed: bytes = msgpack.packb(header, use_bin_type=True)
+    return struct.pack(">II", 4 + len(packed) + len(body), len(packed)) + packed + body
+
+
+async def test_invokes_are_correlated_when_answered_out_of_order() -> None:
+    count, received = 64, []
+
+    def answer_in_reverse(channel: Channel, cmd: RemotingCommand) -> None:
+        received.append(cmd)
+        if len(received) == count:
+            for req in reversed(received):
+                channel.send(req.response(header={"i": req.fields["i"]}, body=b"r%d" % req.fields["i"]))
+
+    async with asyncio.timeout(WAIT_S), serving(answer_in_reverse) as server, client(server) as channel:
+        responses = await asyncio.gather(
+            *(channel.invoke(request(RequestCode.SEND_MESSAGE, {"i": i}), timeout_ms=WAIT_S * 1000)
+              for i in range(count)))
+        assert [r.fields["i"] for r in responses] == list(range(count))
+        assert [r.body for r in responses] == [b"r%d" % i for i in range(count)]
+        assert all(r.is_response and r.code == ResponseCode.SUCCESS for r in responses)
+        assert len({cmd.opaque for cmd in received}) == count
+        assert channel.pending == {}
+
+
+async def test_request_timeout_when_the_server_never_answers() -> None:
+    held: list[tuple[Channel, RemotingCommand]] = []
+
+    def hold_pulls(channel: Channel, cmd: RemotingCommand) -> None:
+        if cmd.code == RequestCode.PULL_MESSAGE:
+            held.append((channel, cmd))
+        else:
+            channel.send(cmd.response(header={"late": False}))
+
+    async with asyncio.timeout(WAIT_S), serving(hold_pulls) as server, client(server) as channel:
+        with pytest.raises(RequestTimeout) as info:
+            await channel.invoke(request(RequestCode.PULL_MESSAGE), timeout_ms=50)
+        assert (info.value.request_code, info.value.timeout_ms) == (RequestCode.PULL_MESSAGE, 50)
+        assert channel.pending == {}
+        (server_channel, pull), = held
+        server_channel.send(pull.response(header={"late": True}))   # arrives after the timeout: ignored
+        response = await channel.invoke(request(RequestCode.GET_MAX_OFFSET), timeout_ms=WAIT_S * 1000)
+        assert response.fields == {"late": False}
+
+
+async def test_pending_invokes_fail_when_the_server_closes() -> None:
+    count, received = 3, []
+
+    def close_after_all(channel: Channel, cmd: RemotingCommand) -> None:
+        received.append(cmd)
+        if len(received) == count:
+            channel.close()
+
+    async with asyncio.timeout(WAIT_S), serving(close_after_all) as server, client(server) as channel:
+        results = await asyncio.gather(
+            *(channel.invoke(request(RequestCode.HEART_BEAT), timeout_ms=WAIT_S * 1000) for _ in range(count)),
+            return_exceptions=True)
+        assert all(isinstance(r, ConnectionClosed) for r in results), results
+        await channel.wait_closed()
+        assert channel.closed and channel.pending == {}
+        with pytest.raises(ConnectionClosed):
+            channel.send(request(RequestCode.HEART_BEAT))
+        with pytest.raises(ConnectionClosed):
+            await channel.invoke(request(RequestCode.HEART_BEAT), timeout_ms=WAIT_S * 1000)
+
+
+async def test_requests_flow_both_ways_and_oneway_gets_no_response() -> None:
+    seen_by_server: list[RemotingCommand] = []
+    seen_by_client: list[RemotingCommand] = []
+    oneway_arrived = asyncio.Event()
+
+    def server_handler(channel: Channel, cmd: RemotingCommand) -> None:
+        seen_by_server.append(cmd)
+        if cmd.is_oneway:
+            oneway_arrived.set()
+
+    def client_handler(channel: Channel, cmd: RemotingCommand) -> None:
+        seen_by_client.append(cmd)
+        if not cmd.is_oneway:
+            channel.send(cmd.response(header={"client": "c1"}))
+
+    async with asyncio.timeout(WAIT_S), serving(server_handler) as server, \
+            client(server, on_request=client_handler) as channel:
+        channel.invoke_oneway(request(RequestCode.UNREGISTER_CLIENT, {"client_id": "c1"}))
+        await oneway_arrived.wait()
+        assert seen_by_server[0].is_oneway and seen_by_server[0].fields == {"client_id": "c1"}
+        (server_channel,) = server.channels
+        server_channel.invoke_oneway(request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumer_group": "g"}))
+        response = await server_channel.invoke(request(RequestCode.GET_CONSUME_STATS), timeout_ms=WAIT_S * 1000)
+        assert response.fields == {"client": "c1"}
+        assert [c.code for c in seen_by_client] == [RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                                    RequestCode.GET_CONSUME_STATS]
+        assert server_channel.remote_address == channel.local_address
+
+
+async def read_until_eof(reader: asyncio.StreamReader) -> list[RemotingCommand]:
+    """Every command the peer sends until it closes the connection."""
+    decoder, commands = FrameDecoder(), []
+    while chunk := await reader.read(65_536):
+        commands += decoder.feed(chunk)
+    assert decoder.buffered_bytes == 0
+    return commands
+
+
+async def raw_exchange(server: Server, data: bytes) -> list[RemotingCommand]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        return await read_until_eof(reader)
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+@pytest.mark.parametrize(("header", "complaint"), [
+    ({"code": "10", "opaque": 7}, "code"),
+    ({"code": 10, "opaque": 7, "ext": [1, 2]}, "ext"),
+    ({"opaque": 7, "flag": 0}, "code"),
+])
+async def test_garbage_with_readable_opaque_gets_system_error_then_close(header: Any, complaint: str) -> None:
+    requests: list[RemotingCommand] = []
+    async with asyncio.timeout(WAIT_S), serving(lambda ch, cmd: requests.append(cmd)) as server:
+        (answer,) = await raw_exchange(server, frame_bytes(header))
+        assert (answer.code, answer.opaque, answer.is_response) == (ResponseCode.SYSTEM_ERROR, 7, True)
+        assert answer.remark is not None and complaint in answer.remark
+        await server.lost.wait()
+        assert requests == [] and server.closed == server.channels
+
+
+@pytest.mark.parametrize("data", [
+    struct.pack(">II", 2, 0) + b"\0\0",                          # frame_length < 4
+    struct.pack(">II", 1 << 20, 4),                               # over the server's max_frame_bytes
+    frame_bytes([10, 7]),                                         # header is an array
+    frame_bytes({"code": 10, "opaque": "7"}),                     # opaque unreadable
+    struct.pack(">II", 8, 6) + b"\xc1\xc1\xc1\xc1\xc1\xc1",       # header is not msgpack
+])
+async def test_garbage_without_readable_opaque_closes_silently(data: bytes) -> None:
+    async with asyncio.timeout(WAIT_S), serving(max_frame_bytes=1024) as server:
+        assert await raw_exchange(server, data) == []
+        await server.lost.wait()
+        assert len(server.closed) == 1
+
+
+async def test_valid_request_from_raw_socket_is_delivered() -> None:
+    def echo(channel: Channel, cmd: RemotingCommand) -> None:
+        channel.send(cmd.response(header=cmd.fields, body=cmd.body_bytes()))
+        channel.close()
+
+    async with asyncio.timeout(WAIT_S), serving(echo) as server:
+        sent = RemotingCommand(code=RequestCode.SEND_MESSAGE, opaque=99, fields={"topic": "t"}, body=b"x")
+        (answer,) = await raw_exchange(server, encode_frame_bytes(sent))
+        assert (answer.opaque, answer.fields, answer.body, answer.version) == (99, {"topic": "t"}, b"x", 1)
+
+
+async def test_connect_to_a_closed_port_raises_connection_closed() -> None:
+    async with serving() as server:
+        port = server.port
+    with pytest.raises(ConnectionClosed, match="cannot connect"):
+        await connect("127.0.0.1", port, timeout_ms=WAIT_S * 1000)

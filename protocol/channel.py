@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from protocol.codes import CommandFlag, ResponseCode
 from protocol.command import RemotingCommand
@@ -157,8 +157,8 @@ class ChannelProtocol(asyncio.Protocol):
         self.channel: Channel | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.channel = Channel(transport, on_request=self._on_request, on_close=self._on_close)
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.channel = Channel(cast(asyncio.Transport, transport), on_request=self._on_request, on_close=self._on_close)
         if self._on_connect is not None:
             self._on_connect(self.channel)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
+from typing import TypeVar
 
 from broker.processors.validate import require_group_name, require_topic_name
 from broker.registry.consumer_manager import ClientChannelInfo, ConsumerManager, Subscription
@@ -20,11 +22,14 @@ from protocol.subscription import is_subscribe_all, parse_tags, tags_code
 from protocol.topics import check_group, retry_topic
 
 
-def _enum[E](cls: type[E], value: str, name: str) -> E:
+E = TypeVar("E", bound=StrEnum)
+
+
+def _enum(cls: type[E], value: str, name: str) -> E:
     try:
-        return cls(value)  # type: ignore[call-arg]
+        return cls(value)
     except ValueError:
-        allowed = ", ".join(m.value for m in cls)  # type: ignore[attr-defined]
+        allowed = ", ".join(m.value for m in cls)
         raise SystemError_(f"{name} {value!r} is not one of {allowed}") from None
 
 

@@ -14,6 +14,9 @@ import logging
 import struct
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgpack
 
 from broker.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from broker.store.commit_log import CommitLog
@@ -31,7 +34,15 @@ from broker.store.results import (
 )
 from broker.store.segment import fdatasync_paths
 from conf.store import StoreConfig
-from protocol.message import F_PROPERTIES, F_STORE_TIMESTAMP, PROPERTY_TAGS, encode_stored_message
+from protocol.message import (
+    F_BODY,
+    F_COMMIT_LOG_OFFSET,
+    F_FLAG,
+    F_PROPERTIES,
+    F_QUEUE_OFFSET,
+    F_STORE_TIMESTAMP,
+    PROPERTY_TAGS,
+)
 from protocol.subscription import tags_code
 
 log = logging.getLogger(__name__)
@@ -65,6 +76,7 @@ class MessageStore:
             "consume-queue-flush", config.flush_consume_queue_interval_ms, self._flush_consume_queues)
         self._topic_queue_table: dict[tuple[str, int], int] = {}
         self._tags_cache: dict[str, int] = {}
+        self._packer = msgpack.Packer(use_bin_type=True)
         self._running = False
 
     # lifecycle -------------------------------------------------------------------------------
@@ -162,31 +174,43 @@ class MessageStore:
         if not self._running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, -1, [], commit_log.max_offset)
         max_bytes = self._config.max_message_bytes
-        if (not messages or queue_id < 0 or not is_valid_topic_name(topic)
-                or any(len(body) > max_bytes for _, _, body in messages)):
+        if not messages or queue_id < 0 or not is_valid_topic_name(topic):
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], commit_log.max_offset)
+        for _, _, body in messages:
+            if len(body) > max_bytes:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], commit_log.max_offset)
         key = (topic, queue_id)
         first_queue_offset = self._topic_queue_table.get(key, 0)
-        store_timestamp, store_host = self._clock_ms(), self._store_host
+        store_timestamp = self._clock_ms()
+        # The array of `protocol.message.encode_stored_message`, packed with one reusable Packer:
+        # the same bytes (a test checks it) at half the cost of a `packb` per message.
+        fields: list[Any] = [topic, queue_id, 0, 0, 0, sys_flag, born_timestamp, born_host, store_timestamp,
+                             self._store_host, reconsume_times, None, None]
+        pack = self._packer.pack
 
         def encode(index: int, commit_log_offset: int) -> bytes:
-            properties, flag, body = messages[index]
-            return encode_stored_message(
-                topic=topic, queue_id=queue_id, queue_offset=first_queue_offset + index,
-                commit_log_offset=commit_log_offset, flag=flag, sys_flag=sys_flag,
-                born_timestamp=born_timestamp, born_host=born_host, store_timestamp=store_timestamp,
-                store_host=store_host, reconsume_times=reconsume_times, properties=properties, body=body)
+            fields[F_PROPERTIES], fields[F_FLAG], fields[F_BODY] = messages[index]
+            fields[F_QUEUE_OFFSET] = first_queue_offset + index
+            fields[F_COMMIT_LOG_OFFSET] = commit_log_offset
+            payload: bytes = pack(fields)
+            return payload
 
         written = commit_log.append_batch(len(messages), encode)
         if written is None:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], commit_log.max_offset)
         offsets, sizes = written
         self._topic_queue_table[key] = first_queue_offset + len(messages)
-        tags_of = self._tags_code
-        entries: list[DispatchEntry] = [
-            (topic, queue_id, first_queue_offset + index, offsets[index], sizes[index],
-             tags_of(properties.get(PROPERTY_TAGS)), store_timestamp, properties)
-            for index, (properties, _, _) in enumerate(messages)]
+        tags_cache = self._tags_cache
+        entries: list[DispatchEntry] = []
+        queue_offset = first_queue_offset
+        for index, (properties, _, _) in enumerate(messages):
+            tag = properties.get(PROPERTY_TAGS)
+            code = tags_cache.get(tag) if tag else 0
+            if code is None:
+                code = self._tags_code(tag)
+            entries.append((topic, queue_id, queue_offset, offsets[index], sizes[index], code,
+                            store_timestamp, properties))
+            queue_offset += 1
         self._reput.hand_off(entries)
         return PutMessageResult(PutMessageStatus.PUT_OK, first_queue_offset, offsets, commit_log.max_offset)
 

@@ -38,6 +38,10 @@ async def _start_subprocess(store: Path) -> tuple[asyncio.subprocess.Process, st
             assert line, "broker exited before listening"
             match = LISTENING.search(line)
             if match:
+                stderr = proc.stderr
+                # keep reading the log so a full pipe never blocks the broker
+                drain = asyncio.create_task(stderr.read())
+                proc.__dict__["_drain"] = drain
                 return proc, match.group(1)
 
 

@@ -120,9 +120,9 @@ async def test_pending_invokes_fail_when_the_server_closes() -> None:
             channel.close()
 
     async with asyncio.timeout(WAIT_S), serving(close_after_all) as server, client(server) as channel:
-        results = await asyncio.gather(
-            *(channel.invoke(request(RequestCode.HEART_BEAT), timeout_ms=WAIT_S * 1000) for _ in range(count)),
-            return_exceptions=True)
+        invokes = [channel.invoke(request(RequestCode.HEART_BEAT), timeout_ms=WAIT_S * 1000)
+                   for _ in range(count)]
+        results = await asyncio.gather(*invokes, return_exceptions=True)
         assert all(isinstance(r, ConnectionClosed) for r in results), results
         await channel.wait_closed()
         assert channel.closed and channel.pending == {}
@@ -153,8 +153,10 @@ async def test_requests_flow_both_ways_and_oneway_gets_no_response() -> None:
         await oneway_arrived.wait()
         assert seen_by_server[0].is_oneway and seen_by_server[0].fields == {"client_id": "c1"}
         (server_channel,) = server.channels
-        server_channel.invoke_oneway(request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumer_group": "g"}))
-        response = await server_channel.invoke(request(RequestCode.GET_CONSUME_STATS), timeout_ms=WAIT_S * 1000)
+        notify = request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumer_group": "g"})
+        server_channel.invoke_oneway(notify)
+        stats = request(RequestCode.GET_CONSUME_STATS)
+        response = await server_channel.invoke(stats, timeout_ms=WAIT_S * 1000)
         assert response.fields == {"client": "c1"}
         assert [c.code for c in seen_by_client] == [RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
                                                     RequestCode.GET_CONSUME_STATS]

@@ -41,7 +41,8 @@ def decode(pieces: list[bytes], max_frame_bytes: int = 1 << 20) -> list[Remoting
     return [cmd for piece in pieces for cmd in decoder.feed(piece)]
 
 
-def decode_or_error(pieces: list[bytes], max_frame_bytes: int = 1 << 20) -> list[RemotingCommand] | FrameError:
+def decode_or_error(pieces: list[bytes],
+                    max_frame_bytes: int = 1 << 20) -> list[RemotingCommand] | FrameError:
     """Commands or the `FrameError`; any other exception fails the test."""
     try:
         return decode(pieces, max_frame_bytes)

@@ -113,7 +113,7 @@ def test_header_round_trips(cls: type[Header], data: st.DataObject) -> None:
     assert cls.from_fields(fields) == header
     assert cls.from_fields(through_msgpack(fields)) == header
     junk = data.draw(st.dictionaries(st.text(max_size=8), st.integers() | st.text(), max_size=3))
-    with_junk = {**{k: v for k, v in junk.items()}, **fields}
+    with_junk = {**junk, **fields}
     assert cls.from_fields(with_junk) == header     # unknown keys are ignored
 
 
@@ -145,7 +145,7 @@ def test_header_defaults_and_missing_or_mistyped_fields(cls: type[Header]) -> No
 
 def test_container_fields_are_type_checked() -> None:
     base = {"producer_group": "g", "topic": "t", "queue_id": 1, "properties": {"TAGS": "a"}}
-    with pytest.raises(MissingHeaderField, match="'properties' has type list .*expected map"):
+    with pytest.raises(MissingHeaderField, match=r"'properties' has type list .*expected map"):
         headers.SendMessageRequestHeader.from_fields({**base, "properties": [["TAGS", "a"]]})
     with pytest.raises(MissingHeaderField, match=r"properties\['TAGS'\]\" has type int .*expected str"):
         headers.SendMessageRequestHeader.from_fields({**base, "properties": {"TAGS": 1}})
@@ -175,8 +175,9 @@ def test_body_round_trips(cls: type[Any], data: st.DataObject) -> None:
 
 
 def test_heartbeat_body_wire_shape() -> None:
+    subscription = SubscriptionData(topic="t", sub_string="a || b")
     heartbeat = HeartbeatData(client_id="c1", consumer_data_set=[
-        ConsumerData(group_name="g", subscription_data_set=[SubscriptionData(topic="t", sub_string="a || b")])])
+        ConsumerData(group_name="g", subscription_data_set=[subscription])])
     wire = msgpack.unpackb(encode_body(heartbeat), raw=False)
     assert wire["client_id"] == "c1" and wire["producer_data_set"] == []
     (consumer,) = wire["consumer_data_set"]

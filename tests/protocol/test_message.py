@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 from typing import Any
 
@@ -109,10 +110,8 @@ def test_malformed_message_body_raises_protocol_error(body: bytes) -> None:
 @given(st.binary(max_size=200), st.lists(st.integers(0, 200), max_size=3))
 def test_random_message_bodies_decode_or_raise_protocol_error(noise: bytes, cuts: list[int]) -> None:
     for body in [noise, _GOOD + noise, *chunk(_GOOD + noise, cuts)]:
-        try:
+        with contextlib.suppress(ProtocolError):
             decode_message_batch(body)
-        except ProtocolError:
-            pass
 
 
 def test_message_from_fields_rejects_wrong_shapes() -> None:
@@ -149,7 +148,7 @@ def test_msg_id_of_a_host_that_is_not_ipv4_uses_zero_address() -> None:
     "", "0A000001", "0A00000100002A9F010203040506070", "0A00000100002A9F01020304050607080",
     "0A00000100002A9F010203040506070G", "0x0000000000002A9F0102030405060708", " " * 32,
     "0A000001 0002A9F0102030405060708", "0A00000100002A9F010203040506070\n",
-    "\u0660" * 32, "０" * 32, "é" * 32,
+    "\u0660" * 32, "\uff10" * 32, "\u00e9" * 32,   # Arabic-Indic zero, fullwidth zero, e-acute
 ])
 def test_malformed_msg_ids_raise_value_error(msg_id: str) -> None:
     with pytest.raises(ValueError):

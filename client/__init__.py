@@ -1,0 +1,25 @@
+"""The rocketq asyncio client: `Producer`, `PushConsumer`, `PullConsumer` and their values."""
+
+from client.api import PullResult, SendResult, SendStatus
+from client.consumer.allocate import (
+    AllocateMachineRoomNearby,
+    AllocateMessageQueueAveragely,
+    AllocateMessageQueueAveragelyByCircle,
+    AllocateMessageQueueByConfig,
+    AllocateMessageQueueByMachineRoom,
+    AllocateMessageQueueConsistentHash,
+)
+from client.consumer.listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus
+from client.consumer.push_consumer import PushConsumer
+from client.producer.producer import Producer
+from client.producer.selector import SelectMessageQueueByHash, SelectMessageQueueByRandom
+from protocol.message import Message, MessageExt
+from protocol.model import ConsumeFromWhere, MessageModel, MessageQueue
+
+__all__ = [
+    "AllocateMachineRoomNearby", "AllocateMessageQueueAveragely", "AllocateMessageQueueAveragelyByCircle",
+    "AllocateMessageQueueByConfig", "AllocateMessageQueueByMachineRoom", "AllocateMessageQueueConsistentHash",
+    "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus", "ConsumeFromWhere", "Message", "MessageExt",
+    "MessageModel", "MessageQueue", "Producer", "PullResult", "PushConsumer", "SelectMessageQueueByHash",
+    "SelectMessageQueueByRandom", "SendResult", "SendStatus",
+]

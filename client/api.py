@@ -167,10 +167,12 @@ class ClientAPI:
                                     timeout_ms)
         return OffsetResponseHeader.from_fields(response.fields).offset
 
-    async def get_max_offset(self, address: str, topic: str, queue_id: int, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> int:
+    async def get_max_offset(self, address: str, topic: str, queue_id: int,
+                             timeout_ms: int = DEFAULT_TIMEOUT_MS) -> int:
         return await self._queue_offset(RequestCode.GET_MAX_OFFSET, address, topic, queue_id, timeout_ms)
 
-    async def get_min_offset(self, address: str, topic: str, queue_id: int, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> int:
+    async def get_min_offset(self, address: str, topic: str, queue_id: int,
+                             timeout_ms: int = DEFAULT_TIMEOUT_MS) -> int:
         return await self._queue_offset(RequestCode.GET_MIN_OFFSET, address, topic, queue_id, timeout_ms)
 
     async def get_earliest_msg_storetime(self, address: str, topic: str, queue_id: int,

@@ -21,7 +21,6 @@ from protocol.model import ConsumeFromWhere, ConsumeType, ExpressionType, Messag
 from protocol.subscription import is_subscribe_all, parse_tags, tags_code
 from protocol.topics import check_group, retry_topic
 
-
 E = TypeVar("E", bound=StrEnum)
 
 

@@ -37,7 +37,7 @@ class CommitLog:
     units; `payload_at` is the checked read for offsets that come from outside."""
 
     def __init__(self, directory: Path, segment_bytes: int) -> None:
-        self._segments = MappedSegments(directory, segment_bytes)
+        self._segments = MappedSegments(directory, segment_bytes, preallocate=True)
         self._segment_bytes = segment_bytes
         self.max_offset = 0
 

@@ -95,9 +95,7 @@ class MessageStore:
             recover_store, self._commit_log, self._consume_queues, checkpoint, crashed=crashed)
         end = recovered.commit_log_end
         self._reput.begin(recovered.reput_from_offset, end)
-        listener, self._reput.listener = self._reput.listener, None
-        await asyncio.to_thread(self._reput.dispatch_available)
-        self._reput.listener = listener
+        await asyncio.to_thread(self._reput.dispatch_available, notify=False)
         self._topic_queue_table = {key: queue.max_offset
                                    for key, queue in self._consume_queues.queues.items()}
         if crashed:     # make the truncation of a torn tail durable before anything is appended
@@ -115,10 +113,14 @@ class MessageStore:
         await self._shutdown(clean=True)
 
     async def _shutdown(self, *, clean: bool) -> None:
+        """`clean=False` stops like a killed process (tests): nothing more is dispatched, flushed or
+        checkpointed and `abort` stays; what is in the page cache survives, as after `kill -9`."""
         if not self._running:
             return
         self._running = False
         await self._consume_queue_flush.stop()
+        if not clean:
+            self._reput.abandon()
         await self._reput.stop()
         await self._commit_log_flush.stop()
         if clean:

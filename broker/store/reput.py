@@ -59,6 +59,11 @@ class ReputService(Service):
         self.reput_from_offset, self._handoff_from = reput_from_offset, handoff_from
         self._pending = []
 
+    def abandon(self) -> None:
+        """Forget what was handed over but not dispatched (a crash-style stop: recovery re-reads it
+        from the commit log)."""
+        self._pending = []
+
     @property
     def lag_bytes(self) -> int:
         return self._commit_log.max_offset - self.reput_from_offset
@@ -70,39 +75,57 @@ class ReputService(Service):
 
     async def run(self) -> None:
         while await self.wait(self.idle_interval_ms):
-            self.dispatch_available()
-        self.dispatch_available()
+            self._dispatch_logged()
+        self._dispatch_logged()
 
-    def dispatch_available(self) -> int:
-        """Dispatch everything available now (synchronously); returns how many records."""
+    def _dispatch_logged(self) -> None:
+        try:
+            self.dispatch_available()
+        except Exception:      # e.g. OSError creating a file: keep the rest and retry on the next wake
+            log.exception("reput: dispatch failed at %d; will retry", self.reput_from_offset)
+
+    def dispatch_available(self, *, notify: bool = True) -> int:
+        """Dispatch everything available now (synchronously); returns how many records. The
+        listener is called unless `notify` is False (start-up re-dispatch). An error from the
+        listener is logged and does not stop dispatch; any other error propagates and what was not
+        dispatched is kept for the next call."""
+        listener = self.listener if notify else None
         count = 0
         if self.reput_from_offset < self._handoff_from:
-            count += self._dispatch_from_disk(self._handoff_from)
+            count += self._dispatch_from_disk(self._handoff_from, listener)
             self._handoff_from = self.reput_from_offset
         if self._pending:
-            count += self._dispatch_pending()
+            count += self._dispatch_pending(listener)
         return count
 
-    def _dispatch_pending(self) -> int:
+    def _dispatch_pending(self, listener: ArrivalListener | None) -> int:
         pending, self._pending = self._pending, []
-        listener = self.listener
         consume_queues = self._consume_queues
         last_key: tuple[str, int] | None = None
         queue: ConsumeQueue | None = None
-        for topic, queue_id, queue_offset, commit_log_offset, size, tags_code, _, properties in pending:
-            if last_key != (topic, queue_id):
-                last_key = (topic, queue_id)
-                queue = consume_queues.get_or_create(topic, queue_id)
-            assert queue is not None
-            if queue.append(commit_log_offset, size, tags_code, queue_offset) and listener is not None:
-                listener(topic, queue_id, queue_offset + 1, tags_code, properties)
-        last = pending[-1]
-        self.reput_from_offset = max(self.reput_from_offset, last[3] + last[4])
-        return len(pending)
+        done = 0
+        try:
+            for topic, queue_id, queue_offset, commit_log_offset, size, tags_code, _, properties in pending:
+                if last_key != (topic, queue_id):
+                    queue = consume_queues.get_or_create(topic, queue_id)
+                    last_key = (topic, queue_id)
+                assert queue is not None
+                if queue.append(commit_log_offset, size, tags_code, queue_offset) and listener is not None:
+                    try:
+                        listener(topic, queue_id, queue_offset + 1, tags_code, properties)
+                    except Exception:
+                        log.exception("reput: arrival listener failed for %s:%d", topic, queue_id)
+                done += 1
+        finally:
+            if done:
+                last = pending[done - 1]
+                self.reput_from_offset = max(self.reput_from_offset, last[3] + last[4])
+            if done < len(pending):
+                self._pending[:0] = pending[done:]
+        return done
 
-    def _dispatch_from_disk(self, to_offset: int) -> int:
+    def _dispatch_from_disk(self, to_offset: int, listener: ArrivalListener | None) -> int:
         count = 0
-        listener = self.listener
         for commit_log_offset, size, payload in self._commit_log.records(self.reput_from_offset, to_offset):
             try:
                 fields = decode_stored_fields(payload)
@@ -114,9 +137,17 @@ class ReputService(Service):
                 log.error("reput: skipping undecodable record at %d: %s", commit_log_offset, exc)
             else:
                 if queue.append(commit_log_offset, size, tags_code, queue_offset) and listener is not None:
-                    listener(topic, queue_id, queue_offset + 1, tags_code, properties)
+                    _notify(listener, topic, queue_id, queue_offset + 1, tags_code, properties)
             self.reput_from_offset = commit_log_offset + size
             count += 1
         # past a zero tail at the end (or a damaged record, logged by `records`)
         self.reput_from_offset = max(self.reput_from_offset, to_offset)
         return count
+
+
+def _notify(listener: ArrivalListener, topic: str, queue_id: int, max_offset: int, tags_code: int,
+            properties: dict[str, str]) -> None:
+    try:
+        listener(topic, queue_id, max_offset, tags_code, properties)
+    except Exception:
+        log.exception("reput: arrival listener failed for %s:%d", topic, queue_id)

@@ -52,7 +52,7 @@ class TopicConfigManager:
 
     def require_readable_queue(self, topic: str, queue_id: int) -> TopicConfig:
         """Raises `TopicNotExist`, `NoPermission` (not readable) or SYSTEM_ERROR (queue id outside
-        0..read_queue_nums-1), in PullMessageProcessor's order (REFERENCE.md §1 steps 4–5)."""
+        0..read_queue_nums-1), in PullMessageProcessor's order (REFERENCE.md §1 steps 4-5)."""
         config = self.require(topic)
         if not config.readable:
             raise NoPermission(f"topic {topic!r} is not readable (perm {config.perm})")

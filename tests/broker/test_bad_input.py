@@ -41,7 +41,7 @@ async def _raw(broker: Broker, payload: bytes) -> tuple[list[RemotingCommand], b
 
 
 def _frame(header: object, body: bytes = b"") -> bytes:
-    raw = msgpack.packb(header)
+    raw: bytes = msgpack.packb(header)
     return struct.pack(">II", 4 + len(raw) + len(body), len(raw)) + raw + body
 
 

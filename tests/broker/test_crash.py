@@ -107,8 +107,8 @@ async def test_kill_9_during_concurrent_sends_loses_no_acknowledged_message(tmp_
             assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:3]}"
             assert await api.query_consumer_offset(broker.address, "cg", "crash", 0) == 1
             # The store goes on after recovery: new sends get the next queue offsets.
-            result = await send(api, broker.address, "crash", b"after", queue_id=1)
-            assert result.queue_offset == max(o for q, o in stored if q == 1) + 1
+            after = await send(api, broker.address, "crash", b"after", queue_id=1)
+            assert after.queue_offset == max(o for q, o in stored if q == 1) + 1
     finally:
         await remoting.close()
     saved = json.loads((store / "config" / "consumer_offsets.json").read_text())

@@ -1,0 +1,74 @@
+"""`python -m bench [--quick] [--only NAME]...`: run the benchmarks, print the table, write
+`bench/results/<name>.json` and `bench/results/summary.json`.
+
+Exit code: 0 when every benchmark ran and its checks held (a missed target is only marked FAIL in
+the table), 1 when a benchmark failed (an error or a failed correctness check)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+import traceback
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from bench import held, latency, pull, replay, send
+from bench.common import run
+from bench.report import BenchResult, format_table, write_result, write_summary
+
+Benchmark = Callable[[BenchResult, bool], Coroutine[Any, Any, None]]
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "send_batch": send.send_batch,
+    "send_one": send.send_one,
+    "pull": pull.pull,
+    "wake_latency": latency.wake_latency,
+    "held_pulls": held.held_pulls,
+    "replay": replay.replay_benchmark,
+}
+
+
+def run_one(name: str, quick: bool) -> BenchResult:
+    """Run one benchmark on a fresh uvloop loop; an exception marks it failed, never propagates."""
+    result = BenchResult(name=name, params={"quick": quick})
+    started = time.perf_counter()
+    try:
+        run(BENCHMARKS[name](result, quick))
+    except Exception as exc:
+        result.ok = False
+        result.error = f"{type(exc).__name__}: {exc}"
+        result.details["traceback"] = traceback.format_exc()
+        print(f"[bench] {name} failed: {result.error}", file=sys.stderr)
+    result.elapsed_s = time.perf_counter() - started
+    write_result(result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="reduced sizes (a smoke test, < 60 s)")
+    parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
+                        help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="[bench] %(levelname)s %(name)s: %(message)s")
+    names = args.only or list(BENCHMARKS)
+    results = []
+    for name in names:
+        print(f"[bench] running {name}{' (quick)' if args.quick else ''} ...", file=sys.stderr, flush=True)
+        result = run_one(name, args.quick)
+        print(f"[bench] {name} done in {result.elapsed_s:.1f} s", file=sys.stderr, flush=True)
+        results.append(result)
+    print(format_table(results))
+    for result in results:
+        for note in result.notes:
+            print(f"note: {result.name}: {note}")
+    summary = write_summary(results, args.quick)
+    print(f"results: {summary.parent}/")
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""Client side shared by the benchmarks: connections, request builders, a bounded worker pool, and
+the uvloop runner. Every loop here stops by itself: on a count, a deadline, or too many errors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+import uvloop
+
+from bench.broker_proc import BrokerProcess, Usage
+from client.api import ClientAPI
+from client.remoting.remoting_client import RemotingClient
+from protocol.codes import PullSysFlag
+from protocol.headers import PullMessageRequestHeader, SendBatchMessageRequestHeader
+from protocol.message import Message, encode_batch_body
+
+T = TypeVar("T")
+J = TypeVar("J")
+MAX_ERRORS = 50
+BATCH_SIZE = 32
+PRODUCER_GROUP = "bench_pg"
+CONSUMER_GROUP = "bench_cg"
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """Run `main` on a fresh uvloop event loop."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
+
+
+def store_root() -> Path:
+    """Where broker stores go: $ROCKETQ_BENCH_DIR, else the system temp directory."""
+    return Path(os.environ.get("ROCKETQ_BENCH_DIR") or tempfile.gettempdir())
+
+
+@asynccontextmanager
+async def running_broker(settings: dict[str, str] | None = None,
+                         command: Sequence[str] | None = None) -> AsyncIterator[BrokerProcess]:
+    """A broker subprocess on a fresh temporary store, stopped (and the store removed) on exit."""
+    with tempfile.TemporaryDirectory(prefix="rocketq-bench-", dir=store_root()) as directory:
+        broker = BrokerProcess(Path(directory) / "store", settings=settings, command=command)
+        async with broker:
+            yield broker
+
+
+class Clients:
+    """`count` independent connections (one `RemotingClient` each) to one broker."""
+
+    def __init__(self, count: int, *, max_frame_bytes: int = 64 << 20) -> None:
+        self.apis = [ClientAPI(RemotingClient(max_frame_bytes=max_frame_bytes)) for _ in range(count)]
+
+    def __getitem__(self, index: int) -> ClientAPI:
+        return self.apis[index % len(self.apis)]
+
+    def __len__(self) -> int:
+        return len(self.apis)
+
+    async def connect(self, address: str) -> None:
+        await asyncio.gather(*(api.remoting.channel(address) for api in self.apis))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(api.remoting.close() for api in self.apis), return_exceptions=True)
+
+
+@asynccontextmanager
+async def connected(address: str, count: int) -> AsyncIterator[Clients]:
+    clients = Clients(count)
+    try:
+        await clients.connect(address)
+        yield clients
+    finally:
+        await clients.close()
+
+
+def pull_header(topic: str, queue_id: int, queue_offset: int, *, max_msg_nums: int = 32,
+                suspend_timeout_ms: int = 0, group: str = CONSUMER_GROUP) -> PullMessageRequestHeader:
+    """A pull carrying its own "*" subscription (no heartbeat needed); SUSPEND when
+    `suspend_timeout_ms` > 0."""
+    sys_flag = PullSysFlag.SUBSCRIPTION | (PullSysFlag.SUSPEND if suspend_timeout_ms > 0 else 0)
+    return PullMessageRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id,
+                                    queue_offset=queue_offset, max_msg_nums=max_msg_nums,
+                                    sys_flag=int(sys_flag), commit_offset=0,
+                                    suspend_timeout_ms=suspend_timeout_ms, sub_version=0, subscription="*",
+                                    expression_type="TAG")
+
+
+def batch_header(topic: str, queue_id: int) -> SendBatchMessageRequestHeader:
+    return SendBatchMessageRequestHeader(producer_group=PRODUCER_GROUP, topic=topic, queue_id=queue_id,
+                                         born_timestamp=time.time_ns() // 1_000_000)
+
+
+def synthetic_batches(topic: str, body_bytes: int, batch_size: int, distinct: int = 64) -> list[bytes]:
+    """`distinct` pre-encoded SEND_BATCH_MESSAGE bodies of `batch_size` messages with a tag, a key
+    and a unique key each, so the client spends its time sending rather than encoding."""
+    bodies = []
+    for b in range(distinct):
+        messages = [Message(topic=topic, body=bytes([(b + i) % 251]) * body_bytes, tags="TagA",
+                            keys=f"k{b}-{i}", properties={"UNIQ_KEY": f"BENCH{b:08X}{i:08X}"})
+                    for i in range(batch_size)]
+        bodies.append(encode_batch_body(messages))
+    return bodies
+
+
+@dataclass(slots=True)
+class LoadStats:
+    """What a worker pool did: `messages` acknowledged, `requests` answered, failures."""
+
+    messages: int = 0
+    requests: int = 0
+    errors: int = 0
+    elapsed_s: float = 0.0
+    timed_out: bool = False
+    error_samples: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.elapsed_s if self.elapsed_s > 0 else float("nan")
+
+
+async def drive(jobs: Iterable[J], call: Callable[[J], Awaitable[int]], *, workers: int,
+                time_limit_s: float) -> LoadStats:
+    """Run `call(job)` for the jobs, `workers` at a time, until the jobs run out, `time_limit_s`
+    passes (no new job starts after it) or MAX_ERRORS calls failed. `call` returns how many
+    messages it completed."""
+    stats = LoadStats()
+    source: Iterator[J] = iter(jobs)
+    started = time.perf_counter()
+    deadline = started + time_limit_s
+
+    async def worker() -> None:
+        for job in source:
+            if time.perf_counter() >= deadline:
+                stats.timed_out = True
+                return
+            try:
+                done = await call(job)   # not `+= await`: that reads the total before awaiting
+                stats.messages += done
+                stats.requests += 1
+            except Exception as exc:
+                stats.errors += 1
+                if len(stats.error_samples) < 5:
+                    stats.error_samples.append(f"{type(exc).__name__}: {exc}")
+                if stats.errors >= MAX_ERRORS:
+                    return
+
+    # the hard bound: a call that hangs cannot outlive its RPC timeout plus a margin
+    async with asyncio.timeout(time_limit_s + 60):
+        await asyncio.gather(*(worker() for _ in range(workers)))
+    stats.elapsed_s = time.perf_counter() - started
+    return stats
+
+
+class CpuMeter:
+    """Broker and client (this process) CPU over an interval, in cores."""
+
+    def __init__(self, broker: BrokerProcess) -> None:
+        self._broker = broker
+        self._me = psutil.Process()
+        self._broker_start: Usage | None = None
+        self._client_start = (0.0, 0.0)
+
+    def _client_cpu(self) -> tuple[float, float]:
+        times = self._me.cpu_times()
+        return times.user + times.system, time.monotonic()
+
+    def start(self) -> None:
+        self._broker_start = self._broker.usage()
+        self._client_start = self._client_cpu()
+
+    def stop(self) -> dict[str, float]:
+        """{"broker_cores", "client_cores", "broker_rss_mb"} since `start`."""
+        assert self._broker_start is not None
+        broker_now = self._broker.usage()
+        client_cpu, client_at = self._client_cpu()
+        client_elapsed = client_at - self._client_start[1]
+        return {"broker_cores": round(broker_now.cores_since(self._broker_start), 3),
+                "client_cores": round((client_cpu - self._client_start[0]) / client_elapsed, 3)
+                if client_elapsed > 0 else float("nan"),
+                "broker_rss_mb": round(broker_now.rss_bytes / (1 << 20), 1)}

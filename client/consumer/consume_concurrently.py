@@ -1,0 +1,150 @@
+"""`ConcurrentConsumeService`: calls the listener for pulled messages with bounded concurrency
+(RocketMQ `ConsumeMessageConcurrentlyService`, REFERENCE.md §9, §12).
+
+A pulled batch is one consume job: its messages go to the listener in chunks of
+`consume_message_batch_max_size`, one after another, and at most `consume_thread_max` jobs run at
+once. A sync listener runs in a thread pool (the event loop never blocks); an async one is awaited.
+One thread hop per pulled batch instead of per chunk keeps the hop cost off each message.
+
+Results: CONSUME_SUCCESS removes the chunk from its process queue and advances the offset to the
+queue's lowest unconsumed offset (at-least-once). RECONSUME_LATER, `None` or an exception keeps the
+chunk in the process queue (holding the committed offset) and consumes it again locally after
+`reconsume_later_delay_ms` with `reconsume_times` + 1: what RocketMQ does when a send-back fails.
+Sending failed messages back to the broker comes with the retry work."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from client.consumer.listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, MessageListener
+from client.consumer.process_queue import ProcessQueue
+from protocol.message import PROPERTY_CONSUME_START_TIME, MessageExt
+from protocol.model import MessageModel, MessageQueue
+
+log = logging.getLogger(__name__)
+OffsetUpdate = Callable[[MessageQueue, int], None]
+Chunk = list[MessageExt]
+
+
+class ConcurrentConsumeService:
+    def __init__(self, listener: MessageListener, *, consume_thread_max: int, batch_max_size: int,
+                 reconsume_later_delay_ms: int, message_model: MessageModel, update_offset: OffsetUpdate,
+                 consumer_group: str) -> None:
+        self._listener = listener
+        self._is_async = inspect.iscoroutinefunction(listener)
+        self._batch_max_size = batch_max_size
+        self._reconsume_later_delay_ms = reconsume_later_delay_ms
+        self._message_model = message_model
+        self._update_offset = update_offset
+        self._group = consumer_group
+        self._slots = asyncio.Semaphore(consume_thread_max)
+        self._executor = ThreadPoolExecutor(max_workers=consume_thread_max,
+                                            thread_name_prefix=f"consume-{consumer_group}")
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._closed = False
+        self.consumed_ok = 0
+        self.consumed_failed = 0
+
+    def submit(self, pq: ProcessQueue, mq: MessageQueue, messages: list[MessageExt]) -> None:
+        """Start consuming `messages` (already in `pq`); returns at once."""
+        if self._closed or not messages:
+            return
+        size = self._batch_max_size
+        chunks = [messages[i:i + size] for i in range(0, len(messages), size)]
+        task = asyncio.get_running_loop().create_task(self._run_job(pq, mq, chunks))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_job(self, pq: ProcessQueue, mq: MessageQueue, chunks: list[Chunk]) -> None:
+        async with self._slots:
+            if pq.dropped:
+                return
+            if self._is_async:
+                results = [await self._call_async(mq, chunk) for chunk in chunks]
+            else:
+                loop = asyncio.get_running_loop()
+                results = await loop.run_in_executor(self._executor, self._call_sync_all, mq, chunks)
+        self._process_results(pq, mq, chunks, results)
+
+    def _call_sync_all(self, mq: MessageQueue, chunks: list[Chunk]) -> list[bool]:
+        return [self._call_sync(mq, chunk) for chunk in chunks]
+
+    def _prepare(self, chunk: Chunk) -> None:
+        start = str(time.time_ns() // 1_000_000)
+        for message in chunk:
+            message.properties[PROPERTY_CONSUME_START_TIME] = start
+
+    def _call_sync(self, mq: MessageQueue, chunk: Chunk) -> bool:
+        self._prepare(chunk)
+        try:
+            status = self._listener(chunk, ConsumeConcurrentlyContext(mq))
+        except Exception:
+            log.exception("listener of %s failed on %d messages of %s", self._group, len(chunk), mq)
+            return False
+        if inspect.isawaitable(status):
+            raise TypeError("a sync listener returned an awaitable")
+        return status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    async def _call_async(self, mq: MessageQueue, chunk: Chunk) -> bool:
+        self._prepare(chunk)
+        try:
+            status = self._listener(chunk, ConsumeConcurrentlyContext(mq))
+            if inspect.isawaitable(status):
+                status = await status
+        except Exception:
+            log.exception("listener of %s failed on %d messages of %s", self._group, len(chunk), mq)
+            return False
+        return status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    def _process_results(self, pq: ProcessQueue, mq: MessageQueue, chunks: list[Chunk], results: list[bool]) -> None:
+        if pq.dropped:                       # a dropped queue discards results (§12)
+            return
+        done: list[MessageExt] = []
+        for chunk, ok in zip(chunks, results, strict=True):
+            if ok:
+                done.extend(chunk)
+                self.consumed_ok += len(chunk)
+            else:
+                self.consumed_failed += len(chunk)
+                if self._message_model is MessageModel.BROADCASTING:
+                    log.warning("broadcasting consumer of %s dropped %d failed messages", self._group, len(chunk))
+                    done.extend(chunk)
+                else:
+                    self._reconsume_later(pq, mq, chunk)
+        if done:
+            queue_offset = pq.remove_messages(done)
+            if queue_offset >= 0 and not pq.dropped:
+                self._update_offset(mq, queue_offset)
+
+    def _reconsume_later(self, pq: ProcessQueue, mq: MessageQueue, chunk: Chunk) -> None:
+        for message in chunk:
+            message.reconsume_times += 1
+        loop = asyncio.get_running_loop()
+
+        def again() -> None:
+            self._timers.discard(handle)
+            if not pq.dropped and not self._closed:
+                self.submit(pq, mq, chunk)
+        handle = loop.call_later(self._reconsume_later_delay_ms / 1000, again)
+        self._timers.add(handle)
+
+    async def shutdown(self, await_termination_ms: int) -> None:
+        """Stop taking work; wait for running jobs up to `await_termination_ms`, then abandon them
+        (their messages stay unacknowledged and are consumed again by whoever gets the queue)."""
+        self._closed = True
+        for handle in self._timers:
+            handle.cancel()
+        self._timers.clear()
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=max(await_termination_ms, 0) / 1000)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1)
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,177 @@
+"""`PullService`: one owned task per process queue pulling from the broker (RocketMQ
+`DefaultMQPushConsumerImpl#pullMessage`, REFERENCE.md §12): flow control by count, size and span,
+long-polling pulls, hand-off to the consume service, `next_begin_offset` adopted for every status,
+backoff on errors, and the OFFSET_ILLEGAL procedure. Dropping the queue cancels its task."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from client.api import ClientAPI, PullResult
+from client.consumer.consume_concurrently import ConcurrentConsumeService
+from client.consumer.offset_store import OffsetStore
+from client.consumer.process_queue import ProcessQueue
+from conf.client import PushConsumerOptions
+from protocol.codes import PullSysFlag
+from protocol.errors import FlowControl, MQError
+from protocol.headers import PullMessageRequestHeader
+from protocol.message import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET, MessageExt
+from protocol.model import MessageModel, MessageQueue, PullStatus
+
+log = logging.getLogger(__name__)
+OFFSET_ILLEGAL_DELAY_MS = 10_000
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSubscription:
+    topic: str
+    expression: str
+    expression_type: str
+    tags_set: frozenset[str]
+    sub_version: int
+
+
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def flow_control_delay_ms(pq: ProcessQueue, options: PushConsumerOptions) -> int:
+    """0 to pull now, else the delay RocketMQ applies: 50 ms when the cache holds more than
+    `pull_threshold_for_queue` messages, more than `pull_threshold_size_for_queue` MiB (integer
+    division), or spans more than `consume_concurrently_max_span` offsets."""
+    if pq.msg_count > options.pull_threshold_for_queue:
+        return options.pull_time_delay_when_flow_control_ms
+    if pq.msg_size_bytes // MIB > options.pull_threshold_size_for_queue:
+        return options.pull_time_delay_when_flow_control_ms
+    if pq.max_span > options.consume_concurrently_max_span:
+        return options.pull_time_delay_when_flow_control_ms
+    return 0
+
+
+def refilter(messages: list[MessageExt], tags_set: frozenset[str]) -> list[MessageExt]:
+    """Keep messages whose tag string is in `tags_set` (removes tags-code collisions, §5)."""
+    if not tags_set:
+        return messages
+    return [m for m in messages if m.properties.get("TAGS") in tags_set]
+
+
+class PullService:
+    def __init__(self, api: ClientAPI, address_of: Callable[[MessageQueue], str], consumer_group: str,
+                 options: PushConsumerOptions, message_model: MessageModel, offset_store: OffsetStore,
+                 consume_service: ConcurrentConsumeService,
+                 subscription_of: Callable[[str], TopicSubscription | None],
+                 remove_queue: Callable[[MessageQueue], Awaitable[None]],
+                 paused: Callable[[], bool]) -> None:
+        self._api, self._address_of, self._group = api, address_of, consumer_group
+        self._options, self._model = options, message_model
+        self._offsets, self._consume = offset_store, consume_service
+        self._subscription_of, self._remove_queue, self._paused = subscription_of, remove_queue, paused
+        self._tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._timers: set[asyncio.Task[None]] = set()
+        self.pulled_messages = 0
+
+    def start(self, mq: MessageQueue, pq: ProcessQueue, queue_offset: int) -> None:
+        if mq in self._tasks:
+            raise RuntimeError(f"{mq} is already being pulled")
+        task = asyncio.get_running_loop().create_task(self._pull_loop(mq, pq, queue_offset),
+                                                      name=f"pull {mq.topic}:{mq.queue_id}")
+        self._tasks[mq] = task
+        task.add_done_callback(lambda t: self._tasks.pop(mq, None) if self._tasks.get(mq) is t else None)
+
+    async def stop(self, mq: MessageQueue) -> None:
+        task = self._tasks.pop(mq, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.wait({task})
+
+    async def stop_all(self) -> None:
+        tasks = list(self._tasks.values()) + list(self._timers)
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    def _header(self, mq: MessageQueue, queue_offset: int, sub: TopicSubscription) -> PullMessageRequestHeader:
+        sys_flag = PullSysFlag.SUSPEND
+        commit_offset = 0
+        if self._model is MessageModel.CLUSTERING:
+            memory = self._offsets.memory_offset(mq) or 0
+            if memory > 0:
+                commit_offset = memory
+                sys_flag |= PullSysFlag.COMMIT_OFFSET
+        if self._options.post_subscription_when_pull:
+            sys_flag |= PullSysFlag.SUBSCRIPTION
+        return PullMessageRequestHeader(
+            consumer_group=self._group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=queue_offset,
+            max_msg_nums=self._options.pull_batch_size, sys_flag=sys_flag, commit_offset=commit_offset,
+            suspend_timeout_ms=self._options.broker_suspend_max_ms, sub_version=sub.sub_version,
+            subscription=sub.expression, expression_type=sub.expression_type)
+
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, queue_offset: int) -> None:
+        options = self._options
+        while not pq.dropped:
+            if self._paused():
+                await asyncio.sleep(options.pull_time_delay_when_suspend_ms / 1000)
+                continue
+            delay_ms = flow_control_delay_ms(pq, options)
+            if delay_ms:
+                await asyncio.sleep(delay_ms / 1000)
+                continue
+            sub = self._subscription_of(mq.topic)
+            if sub is None:
+                await asyncio.sleep(options.pull_time_delay_when_exception_ms / 1000)
+                continue
+            pq.last_pull_at_ms = now_ms()
+            try:
+                result = await self._api.pull_message(self._address_of(mq), self._header(mq, queue_offset, sub),
+                                                      options.consumer_timeout_when_suspend_ms)
+            except FlowControl:
+                await asyncio.sleep(0.02)
+                continue
+            except MQError as exc:
+                log.info("pull of %s failed: %s; retrying in %d ms", mq, exc,
+                         options.pull_time_delay_when_exception_ms)
+                await asyncio.sleep(options.pull_time_delay_when_exception_ms / 1000)
+                continue
+            if pq.dropped:
+                return
+            queue_offset = result.next_begin_offset
+            if result.status is PullStatus.FOUND:
+                self._found(mq, pq, result, sub)
+                if options.pull_interval_ms:
+                    await asyncio.sleep(options.pull_interval_ms / 1000)
+            elif result.status is PullStatus.OFFSET_ILLEGAL:
+                log.warning("offset of %s is illegal; resetting to %d in %d ms", mq, queue_offset,
+                            OFFSET_ILLEGAL_DELAY_MS)
+                pq.dropped = True
+                timer = asyncio.get_running_loop().create_task(self._reset_offset(mq, queue_offset))
+                self._timers.add(timer)
+                timer.add_done_callback(self._timers.discard)
+                return
+            elif pq.msg_count == 0:        # NO_NEW_MSG / NO_MATCHED_MSG: correctTagsOffset
+                self._offsets.update_offset(mq, queue_offset, increase_only=True)
+
+    def _found(self, mq: MessageQueue, pq: ProcessQueue, result: PullResult, sub: TopicSubscription) -> None:
+        messages = refilter(result.messages, sub.tags_set)
+        if not messages:
+            return
+        min_offset, max_offset = str(result.min_offset), str(result.max_offset)
+        for message in messages:
+            props = message.properties
+            props[PROPERTY_MIN_OFFSET] = min_offset
+            props[PROPERTY_MAX_OFFSET] = max_offset
+        self.pulled_messages += len(messages)
+        pq.put_messages(messages)
+        self._consume.submit(pq, mq, messages)
+
+    async def _reset_offset(self, mq: MessageQueue, queue_offset: int) -> None:
+        await asyncio.sleep(OFFSET_ILLEGAL_DELAY_MS / 1000)
+        self._offsets.update_offset(mq, queue_offset, increase_only=False)
+        await self._offsets.persist(mq)
+        await self._remove_queue(mq)

@@ -1,0 +1,228 @@
+"""`PushConsumer` (RocketMQ `DefaultMQPushConsumer`): subscribe, register a listener, and the
+consumer pulls its share of the queues and calls the listener, committing offsets as messages are
+consumed (at-least-once).
+
+    consumer = PushConsumer("group", "127.0.0.1:10911")
+    consumer.subscribe("orders", "TagA || TagB")
+    consumer.register_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+    async with consumer:
+        ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from client.consumer.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
+from client.consumer.consume_concurrently import ConcurrentConsumeService
+from client.consumer.listener import MessageListener
+from client.consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
+from client.consumer.process_queue import ProcessQueue
+from client.consumer.pull_service import PullService, TopicSubscription
+from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
+from client.errors import ClientStateError
+from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
+from conf.client import ClientConfig, PushConsumerOptions
+from protocol.bodies import ConsumerData, SubscriptionData
+from protocol.errors import MQError
+from protocol.model import ConsumeFromWhere, ConsumeType, ExpressionType, MessageModel, MessageQueue
+from protocol.subscription import is_subscribe_all, parse_tags, tags_code
+from protocol.topics import check_group, check_topic
+
+log = logging.getLogger(__name__)
+DEFAULT_OFFSET_DIR = Path.home() / ".rocketq" / "offsets"
+
+
+class PushConsumer:
+    """Options are RocketMQ's push-consumer settings in snake_case with the same defaults
+    (`conf.client.PushConsumerOptions`); an unknown option raises `TypeError` naming the valid
+    ones, an out-of-range value `ValueError`."""
+
+    def __init__(self, consumer_group: str, endpoints: str | Sequence[str],
+                 message_model: str | MessageModel = "CLUSTERING",
+                 consume_from_where: str | ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
+                 allocate_strategy: AllocateMessageQueueStrategy | None = None, *,
+                 client_config: ClientConfig | None = None, **options: Any) -> None:
+        remark = check_group(consumer_group)
+        if remark is not None:
+            raise ValueError(remark)
+        valid = {f.name for f in fields(PushConsumerOptions)}
+        unknown = sorted(set(options) - valid)
+        if unknown:
+            raise TypeError(f"unknown PushConsumer option(s) {unknown}; valid: {sorted(valid)}")
+        self.consumer_group = consumer_group
+        self.endpoints = parse_endpoints(endpoints)
+        self.message_model = MessageModel(message_model)
+        self.consume_from_where = ConsumeFromWhere(consume_from_where)
+        self.allocate_strategy = allocate_strategy or AllocateMessageQueueAveragely()
+        self.options = PushConsumerOptions(**options)
+        self.client_config = client_config or ClientConfig()
+        self._subscriptions: dict[str, TopicSubscription] = {}
+        self._listener: MessageListener | None = None
+        self._instance: ClientInstance | None = None
+        self._rebalancer: Rebalancer | None = None
+        self._pulls: PullService | None = None
+        self._consume: ConcurrentConsumeService | None = None
+        self._offsets: OffsetStore | None = None
+        self._paused = False
+        self._rebalance_lock = asyncio.Lock()
+
+    # -- configuration ----------------------------------------------------------------------------------
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Subscribe to `topic` with a TAG expression ("*", "A", "A || B"); raises `ValueError`
+        for a bad topic name or an expression with no tag ("||")."""
+        remark = check_topic(topic)
+        if remark is not None:
+            raise ValueError(remark)
+        tags = frozenset() if is_subscribe_all(expression) else parse_tags(expression)
+        self._subscriptions[topic] = TopicSubscription(topic, expression or "*", ExpressionType.TAG, tags,
+                                                       time.time_ns() // 1_000_000)
+
+    def unsubscribe(self, topic: str) -> None:
+        self._subscriptions.pop(topic, None)
+
+    def register_listener(self, listener: MessageListener) -> None:
+        """`listener(msgs, context)` returns CONSUME_SUCCESS or RECONSUME_LATER; it may be sync (run
+        in a thread pool of `consume_thread_max` threads) or async (awaited on the loop)."""
+        self._listener = listener
+
+    def suspend(self) -> None:
+        """Stop pulling (consumption of what is cached goes on) until `resume()`."""
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+
+    # -- what the instance asks ---------------------------------------------------------------------
+
+    def consumer_data(self) -> ConsumerData:
+        return ConsumerData(
+            group_name=self.consumer_group, consume_type=ConsumeType.PUSH.value,
+            message_model=self.message_model.value, consume_from_where=self.consume_from_where.value,
+            subscription_data_set=[
+                SubscriptionData(topic=s.topic, sub_string=s.expression, expression_type=s.expression_type,
+                                 tags_set=sorted(s.tags_set), code_set=sorted(tags_code(t) for t in s.tags_set),
+                                 sub_version=s.sub_version)
+                for s in self._subscriptions.values()])
+
+    def subscribed_topics(self) -> list[str]:
+        return list(self._subscriptions)
+
+    async def do_rebalance(self) -> None:
+        """One rebalance (serialised: the periodic service, a notify and start may ask at once)."""
+        async with self._rebalance_lock:
+            if self._rebalancer is not None and await self._rebalancer.do_rebalance() and self._instance:
+                await self._instance.send_heartbeat_to_all_brokers()
+
+    async def persist_offsets(self) -> None:
+        if self._offsets is not None and self._rebalancer is not None:
+            await self._offsets.persist_all(list(self._rebalancer.process_queues))
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Register with the client instance, heartbeat, rebalance; returns when pulling has begun.
+        Raises `ClientStateError` without a listener or subscription."""
+        if self._instance is not None:
+            return
+        if self._listener is None:
+            raise ClientStateError("register_listener() before start()")
+        if not self._subscriptions:
+            raise ClientStateError("subscribe() to at least one topic before start()")
+        clustering = self.message_model is MessageModel.CLUSTERING
+        client_id = build_client_id(self.client_config.instance_name, unique_default=clustering)
+        instance = get_instance(client_id, self.endpoints, self.client_config)
+        if clustering:
+            self._offsets = RemoteBrokerOffsetStore(instance.api, instance.routes, instance.endpoints[0],
+                                                    self.consumer_group, self.client_config.request_timeout_ms)
+        else:
+            self._offsets = LocalFileOffsetStore(self.options.offset_store_dir or DEFAULT_OFFSET_DIR, client_id,
+                                                 self.consumer_group)
+        await self._offsets.load()
+        offsets = self._offsets
+        self._consume = ConcurrentConsumeService(
+            self._listener, consume_thread_max=self.options.consume_thread_max,
+            batch_max_size=self.options.consume_message_batch_max_size,
+            reconsume_later_delay_ms=self.options.reconsume_later_delay_ms, message_model=self.message_model,
+            update_offset=lambda mq, o: offsets.update_offset(mq, o, increase_only=True),
+            consumer_group=self.consumer_group)
+
+        def address_of(mq: MessageQueue) -> str:
+            return instance.routes.master_address(mq.broker_name) or instance.endpoints[0]
+
+        self._pulls = PullService(instance.api, address_of, self.consumer_group, self.options, self.message_model,
+                                  self._offsets, self._consume, self._subscriptions.get, self._remove_queue,
+                                  lambda: self._paused)
+        timestamp_ms = (parse_consume_timestamp(self.options.consume_timestamp) if self.options.consume_timestamp
+                        else int(time.time() * 1000) - 30 * 60 * 1000)
+        self._rebalancer = Rebalancer(
+            consumer_group=self.consumer_group, client_id=lambda: instance.client_id, message_model=self.message_model,
+            consume_from_where=self.consume_from_where, consume_timestamp_ms=timestamp_ms,
+            strategy=self.allocate_strategy, api=instance.api, routes=instance.routes,
+            update_route=instance.update_route, offset_store=self._offsets, pull_service=self._pulls,
+            topics=self.subscribed_topics, address_of=address_of,
+            request_timeout_ms=self.client_config.request_timeout_ms)
+        instance.register_consumer(self)
+        self._instance = instance
+        await instance.start()
+        for topic in self._subscriptions:
+            try:
+                await instance.update_route(topic)
+            except MQError as exc:
+                log.warning("route of %s unavailable at start: %s", topic, exc)
+        await instance.send_heartbeat_to_all_brokers()
+        await self.do_rebalance()
+
+    async def _remove_queue(self, mq: MessageQueue) -> None:
+        if self._rebalancer is not None:
+            await self._rebalancer.remove_queue(mq)
+
+    async def shutdown(self) -> None:
+        """Stop pulling, let in-flight listener calls finish within `await_termination_ms`, persist
+        offsets, UNREGISTER_CLIENT, and release the client instance."""
+        instance, self._instance = self._instance, None
+        if instance is None:
+            return
+        instance.unregister_consumer(self.consumer_group)
+        assert self._pulls is not None and self._consume is not None and self._rebalancer is not None
+        await self._pulls.stop_all()
+        await self._consume.shutdown(self.options.await_termination_ms)
+        await self.persist_offsets()
+        for pq in self._rebalancer.process_queues.values():
+            pq.dropped = True
+        self._rebalancer.process_queues.clear()
+        for address in sorted(set(instance.endpoints) | instance.routes.broker_addresses()):
+            try:
+                await instance.api.unregister_client(address, instance.client_id,
+                                                     consumer_group=self.consumer_group, timeout_ms=1_000)
+            except MQError as exc:
+                log.debug("unregister from %s failed: %s", address, exc)
+        await instance.release()
+
+    async def __aenter__(self) -> PushConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.shutdown()
+
+    # -- introspection ------------------------------------------------------------------------------
+
+    @property
+    def client_id(self) -> str | None:
+        return self._instance.client_id if self._instance else None
+
+    def assigned_queues(self) -> list[MessageQueue]:
+        return sorted(self._rebalancer.process_queues) if self._rebalancer else []
+
+    def process_queue(self, mq: MessageQueue) -> ProcessQueue | None:
+        return self._rebalancer.process_queues.get(mq) if self._rebalancer else None

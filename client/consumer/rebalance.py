@@ -1,0 +1,146 @@
+"""`Rebalancer`: which queues this consumer pulls (RocketMQ `RebalanceImpl`/`RebalancePushImpl`,
+REFERENCE.md §8 computePullFromWhere, §12 Rebalance).
+
+Clustering: the topic's readable queues and the group's client ids, both sorted, go to the
+allocation strategy; queues no longer assigned are dropped (offset persisted, then removed);
+new ones start from `compute_pull_from_where`. Broadcasting: every queue. A failed lookup of the
+client ids keeps the current assignment (§16.14)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from client.api import ClientAPI
+from client.consumer.allocate import AllocateMessageQueueStrategy
+from client.consumer.offset_store import NOT_FOUND, OffsetStore, ReadOffsetType
+from client.consumer.process_queue import ProcessQueue
+from client.consumer.pull_service import PullService, now_ms
+from client.route import RouteTable
+from protocol.errors import MQError
+from protocol.model import ConsumeFromWhere, MessageModel, MessageQueue
+from protocol.topics import is_retry_topic
+
+log = logging.getLogger(__name__)
+
+
+def parse_consume_timestamp(value: str) -> int:
+    """`yyyyMMddHHmmss` in local time → epoch ms; raises `ValueError`."""
+    return int(datetime.strptime(value, "%Y%m%d%H%M%S").timestamp() * 1000)
+
+
+class Rebalancer:
+    def __init__(self, *, consumer_group: str, client_id: Callable[[], str], message_model: MessageModel,
+                 consume_from_where: ConsumeFromWhere, consume_timestamp_ms: int,
+                 strategy: AllocateMessageQueueStrategy, api: ClientAPI, routes: RouteTable,
+                 update_route: Callable[[str], object], offset_store: OffsetStore, pull_service: PullService,
+                 topics: Callable[[], list[str]], address_of: Callable[[MessageQueue], str],
+                 request_timeout_ms: int) -> None:
+        self._group, self._client_id, self._model = consumer_group, client_id, message_model
+        self._from_where, self._timestamp_ms = consume_from_where, consume_timestamp_ms
+        self._strategy, self._api, self._routes = strategy, api, routes
+        self._update_route = update_route
+        self._offsets, self._pulls, self._topics = offset_store, pull_service, topics
+        self._address_of = address_of
+        self._timeout_ms = request_timeout_ms
+        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+
+    async def do_rebalance(self) -> bool:
+        """One rebalance of every subscribed topic; True when the assignment changed."""
+        changed = False
+        topics = self._topics()
+        for topic in topics:
+            allocated = await self._allocate(topic)
+            if allocated is not None:
+                changed |= await self._update_process_queues(topic, allocated)
+        for mq in [mq for mq in self.process_queues if mq.topic not in topics]:
+            await self.remove_queue(mq)
+            changed = True
+        return changed
+
+    async def _allocate(self, topic: str) -> set[MessageQueue] | None:
+        if not self._routes.has(topic):
+            await self._update_route(topic)  # type: ignore[misc]
+        mq_all = sorted(self._routes.subscribe_queues(topic))
+        if not mq_all:
+            log.info("no route for topic %s yet; group %s waits", topic, self._group)
+            return None
+        if self._model is MessageModel.BROADCASTING:
+            return set(mq_all)
+        address = self._routes.any_broker_address(topic)
+        if address is None:
+            return None
+        try:
+            cid_all = sorted(await self._api.get_consumer_id_list(address, self._group, self._timeout_ms))
+        except MQError as exc:
+            log.info("cannot list consumers of %s: %s; keeping the current assignment", self._group, exc)
+            return None
+        try:
+            return set(self._strategy.allocate(self._group, self._client_id(), mq_all, cid_all))
+        except ValueError as exc:
+            log.warning("allocation of %s by %s failed: %s", topic, self._strategy.name, exc)
+            return None
+
+    async def _update_process_queues(self, topic: str, allocated: set[MessageQueue]) -> bool:
+        changed = False
+        now = now_ms()
+        for mq, pq in list(self.process_queues.items()):
+            if mq.topic != topic:
+                continue
+            if mq not in allocated:
+                await self.remove_queue(mq)
+                changed = True
+            elif pq.is_pull_expired(now):
+                log.warning("pull of %s stalled for over 120 s; recreating its process queue", mq)
+                await self.remove_queue(mq)
+                changed = True
+        for mq in sorted(allocated - set(self.process_queues)):
+            self._offsets.remove_offset(mq)            # removeDirtyOffset
+            queue_offset = await self.compute_pull_from_where(mq)
+            if queue_offset < 0:
+                continue
+            pq = ProcessQueue(now_ms=now)
+            self.process_queues[mq] = pq
+            self._offsets.update_offset(mq, queue_offset, increase_only=False)
+            self._pulls.start(mq, pq, queue_offset)
+            log.info("group %s (%s) now pulls %s from offset %d", self._group, self._client_id(), mq, queue_offset)
+            changed = True
+        return changed
+
+    async def remove_queue(self, mq: MessageQueue) -> None:
+        """Drop a queue: mark its process queue dropped, stop its pull, persist and forget its offset."""
+        pq = self.process_queues.pop(mq, None)
+        if pq is None:
+            return
+        pq.dropped = True
+        await self._pulls.stop(mq)
+        await self._offsets.persist(mq)
+        self._offsets.remove_offset(mq)
+        log.info("group %s (%s) dropped %s", self._group, self._client_id(), mq)
+
+    async def compute_pull_from_where(self, mq: MessageQueue) -> int:
+        """Where a newly assigned queue starts (RocketMQ `computePullFromWhere`): the stored offset
+        if any; otherwise by `consume_from_where`: LAST → the queue's max offset (0 for a retry topic),
+        FIRST → 0, TIMESTAMP → the offset at `consume_timestamp` (max for a retry topic). -1 when the
+        store or broker could not be asked (the queue is skipped this round)."""
+        last = await self._offsets.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
+        if last >= 0:
+            return last
+        if last != NOT_FOUND:
+            return -1
+        address = self._address_of(mq)
+        try:
+            if self._from_where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+                return 0
+            if self._from_where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+                if is_retry_topic(mq.topic):
+                    return await self._api.get_max_offset(address, mq.topic, mq.queue_id, self._timeout_ms)
+                return await self._api.search_offset(address, mq.topic, mq.queue_id, self._timestamp_ms,
+                                                     self._timeout_ms)
+            if is_retry_topic(mq.topic):
+                return 0
+            return await self._api.get_max_offset(address, mq.topic, mq.queue_id, self._timeout_ms)
+        except MQError as exc:
+            log.info("cannot compute the start offset of %s: %s", mq, exc)
+            return -1

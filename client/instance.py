@@ -1,0 +1,230 @@
+"""`ClientInstance`: one per `client_id` in a process (RocketMQ `MQClientInstance`).
+
+Owns the connections (`RemotingClient`), the `ClientAPI`, the `RouteTable` and the periodic work of
+its producers and consumers: heartbeats every `heartbeat_interval_ms` (30 s) and at start, route
+refresh every `poll_route_interval_ms` (30 s), offset persistence every `persist_offset_interval_ms`
+(5 s) and at shutdown, and rebalance every `rebalance_interval_ms` (20 s) or at once on
+NOTIFY_CONSUMER_IDS_CHANGED. Everything runs on the caller's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+from client.api import ClientAPI
+from client.remoting.remoting_client import RemotingClient
+from client.route import RouteTable, merge_routes
+from conf.client import ClientConfig
+from protocol.bodies import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
+from protocol.channel import Channel
+from protocol.codes import RequestCode
+from protocol.command import RemotingCommand
+from protocol.errors import MQError, TopicNotExist
+from protocol.service import Service
+
+log = logging.getLogger(__name__)
+
+
+class MemberConsumer(Protocol):
+    """What the instance needs of a registered consumer."""
+
+    consumer_group: str
+
+    def consumer_data(self) -> ConsumerData: ...
+
+    def subscribed_topics(self) -> list[str]: ...
+
+    async def do_rebalance(self) -> None: ...
+
+    async def persist_offsets(self) -> None: ...
+
+
+def local_ip() -> str:
+    """This host's IPv4 address as brokers see it (127.0.0.1 when there is no other)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))   # TEST-NET: a UDP connect sends nothing
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+def build_client_id(instance_name: str, *, unique_default: bool) -> str:
+    """`ip@instance_name`; the name "DEFAULT" becomes `pid#nanotime` when `unique_default` (RocketMQ
+    does so for clustering consumers and producers, so two in one process are distinct members)."""
+    if instance_name == "DEFAULT" and unique_default:
+        instance_name = f"{os.getpid()}#{time.monotonic_ns()}"
+    return f"{local_ip()}@{instance_name}"
+
+
+def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
+    """"h1:p1;h2:p2" (or a list) → ["h1:p1", "h2:p2"]; raises `ValueError` when empty."""
+    items = endpoints.replace(",", ";").split(";") if isinstance(endpoints, str) else list(endpoints)
+    result = [e.strip() for e in items if e.strip()]
+    if not result:
+        raise ValueError("endpoints must name at least one broker address host:port")
+    return result
+
+
+class _Periodic(Service):
+    def __init__(self, name: str, interval_ms: int, work: Callable[[], Awaitable[None]]) -> None:
+        super().__init__()
+        self.name, self._interval_ms, self._work = name, interval_ms, work
+
+    async def run(self) -> None:
+        while await self.wait(self._interval_ms):
+            try:
+                await self._work()
+            except Exception:
+                log.exception("%s failed; will try again", self.name)
+
+
+_INSTANCES: dict[tuple[int, str], ClientInstance] = {}
+
+
+def get_instance(client_id: str, endpoints: Sequence[str], config: ClientConfig) -> ClientInstance:
+    """The process's instance for `client_id` on the running loop, created on first use (RocketMQ's
+    `MQClientManager`; the issue's contract is one instance per client id in a process)."""
+    key = (id(asyncio.get_running_loop()), client_id)
+    instance = _INSTANCES.get(key)
+    if instance is None or instance.closed:
+        instance = _INSTANCES[key] = ClientInstance(client_id, endpoints, config)
+    else:
+        instance.add_endpoints(endpoints)
+    return instance
+
+
+class ClientInstance:
+    def __init__(self, client_id: str, endpoints: Sequence[str], config: ClientConfig) -> None:
+        self.client_id = client_id
+        self.config = config
+        self.endpoints: list[str] = list(endpoints)
+        self.remoting = RemotingClient(connect_timeout_ms=config.connect_timeout_ms)
+        self.api = ClientAPI(self.remoting)
+        self.routes = RouteTable()
+        self.consumers: dict[str, MemberConsumer] = {}
+        self.producer_groups: set[str] = set()
+        self.closed = False
+        self._started = False
+        self._users = 0
+        self._services = [
+            _Periodic("heartbeat", config.heartbeat_interval_ms, self.send_heartbeat_to_all_brokers),
+            _Periodic("route-refresh", config.poll_route_interval_ms, self.refresh_routes),
+            _Periodic("persist-offsets", config.persist_offset_interval_ms, self.persist_all_offsets),
+        ]
+        self._rebalance = _Periodic("rebalance", config.rebalance_interval_ms, self.do_rebalance)
+        self.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
+
+    def add_endpoints(self, endpoints: Sequence[str]) -> None:
+        for endpoint in endpoints:
+            if endpoint not in self.endpoints:
+                self.endpoints.append(endpoint)
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the periodic services (once, however many producers/consumers share it)."""
+        self._users += 1
+        if self._started:
+            return
+        self._started = True
+        for service in self._services:
+            await service.start()
+        await self._rebalance.start()
+
+    async def release(self) -> None:
+        """A producer or consumer is done with the instance; the last one shuts it down."""
+        self._users -= 1
+        if self._users > 0:
+            return
+        await self._rebalance.stop()
+        for service in reversed(self._services):
+            await service.stop()
+        self.closed = True
+        await self.remoting.close()
+        for key, instance in list(_INSTANCES.items()):
+            if instance is self:
+                del _INSTANCES[key]
+
+    # -- registration -------------------------------------------------------------------------------
+
+    def register_consumer(self, consumer: MemberConsumer) -> None:
+        if consumer.consumer_group in self.consumers:
+            raise ValueError(f"consumer group {consumer.consumer_group!r} is already registered in client "
+                             f"{self.client_id}; use another instance_name")
+        self.consumers[consumer.consumer_group] = consumer
+
+    def unregister_consumer(self, group: str) -> None:
+        self.consumers.pop(group, None)
+
+    # -- routes ---------------------------------------------------------------------------------------
+
+    async def update_route(self, topic: str) -> TopicRouteData | None:
+        """Ask every endpoint for `topic`'s route and merge; None when no broker has the topic.
+        Connection failures of some endpoints are logged; all failing raises the last error."""
+        answers: list[TopicRouteData] = []
+        errors: list[MQError] = []
+        for address in self.endpoints:
+            try:
+                answers.append(await self.api.get_route_info(address, topic, self.config.request_timeout_ms))
+            except TopicNotExist:
+                continue
+            except MQError as exc:
+                errors.append(exc)
+        if not answers:
+            if errors and len(errors) == len(self.endpoints):
+                raise errors[-1]
+            return None
+        route = merge_routes(answers)
+        self.routes.update(topic, route)
+        return route
+
+    async def refresh_routes(self) -> None:
+        topics = set(self.routes.topics())
+        for consumer in list(self.consumers.values()):
+            topics.update(consumer.subscribed_topics())
+        for topic in topics:
+            try:
+                await self.update_route(topic)
+            except MQError as exc:
+                log.info("route refresh of %s failed: %s", topic, exc)
+
+    # -- heartbeat, offsets, rebalance ------------------------------------------------------------------
+
+    def heartbeat_data(self) -> HeartbeatData:
+        return HeartbeatData(client_id=self.client_id,
+                             producer_data_set=[ProducerData(group_name=g) for g in sorted(self.producer_groups)],
+                             consumer_data_set=[c.consumer_data() for c in self.consumers.values()])
+
+    async def send_heartbeat_to_all_brokers(self) -> None:
+        data = self.heartbeat_data()
+        if not data.consumer_data_set and not data.producer_data_set:
+            return
+        for address in sorted(set(self.endpoints) | self.routes.broker_addresses()):
+            try:
+                await self.api.send_heartbeat(address, data, self.config.request_timeout_ms)
+            except MQError as exc:
+                log.info("heartbeat to %s failed: %s", address, exc)
+
+    async def persist_all_offsets(self) -> None:
+        for consumer in list(self.consumers.values()):
+            await consumer.persist_offsets()
+
+    async def do_rebalance(self) -> None:
+        for consumer in list(self.consumers.values()):
+            try:
+                await consumer.do_rebalance()
+            except MQError as exc:
+                log.info("rebalance of %s failed: %s", consumer.consumer_group, exc)
+
+    def rebalance_immediately(self) -> None:
+        self._rebalance.wakeup()
+
+    def _on_ids_changed(self, channel: Channel, cmd: RemotingCommand) -> None:
+        log.debug("%s: consumers of %s changed", self.client_id, cmd.fields.get("consumer_group"))
+        self.rebalance_immediately()

@@ -1,0 +1,197 @@
+"""`Producer` (RocketMQ `DefaultMQProducer`): sends to a topic's queues round-robin, or to the queue a
+selector picks, retrying a failed send on another queue `retry_times_when_send_failed` times (2)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from client.api import SendResult
+from client.errors import ClientStateError
+from client.instance import ClientInstance, build_client_id, get_instance, local_ip, parse_endpoints
+from client.producer.selector import MessageQueueSelector
+from client.producer.uniq_id import UniqIdGenerator
+from conf.client import ClientConfig
+from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseError
+from protocol.headers import SendBatchMessageRequestHeader, SendMessageRequestHeader
+from protocol.message import PROPERTY_UNIQ_KEY, Message, encode_batch_body
+from protocol.model import MessageQueue
+from protocol.topics import check_group, check_topic
+
+log = logging.getLogger(__name__)
+# Broker answers after which RocketMQ's sync send tries another queue.
+_RETRY_CODES = {1, 2, 16, 17}   # SYSTEM_ERROR, SYSTEM_BUSY, NO_PERMISSION, TOPIC_NOT_EXIST
+
+
+class Producer:
+    """`async with Producer("pg", "127.0.0.1:10911") as producer: await producer.send(Message(...))`.
+
+    Raises `ClientStateError` when used before `start()` or after `shutdown()`, `ValueError` for a
+    bad topic or group name, and the last send error when every attempt failed."""
+
+    def __init__(self, producer_group: str, endpoints: str | Sequence[str], *,
+                 retry_times_when_send_failed: int = 2, send_msg_timeout_ms: int = 3_000,
+                 default_topic_queue_nums: int = 4, max_message_bytes: int = 4 * 1024 * 1024,
+                 client_config: ClientConfig | None = None) -> None:
+        remark = check_group(producer_group)
+        if remark is not None:
+            raise ValueError(remark)
+        self.producer_group = producer_group
+        self.endpoints = parse_endpoints(endpoints)
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.send_msg_timeout_ms = send_msg_timeout_ms
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.max_message_bytes = max_message_bytes
+        self.client_config = client_config or ClientConfig()
+        self._instance: ClientInstance | None = None
+        self._round_robin = itertools.count()
+        self._uniq = UniqIdGenerator(local_ip())
+
+    async def start(self) -> None:
+        if self._instance is not None:
+            return
+        client_id = build_client_id(self.client_config.instance_name, unique_default=True)
+        instance = get_instance(client_id, self.endpoints, self.client_config)
+        instance.producer_groups.add(self.producer_group)
+        await instance.start()
+        self._instance = instance
+        await instance.send_heartbeat_to_all_brokers()
+
+    async def shutdown(self) -> None:
+        instance, self._instance = self._instance, None
+        if instance is None:
+            return
+        instance.producer_groups.discard(self.producer_group)
+        for address in set(instance.endpoints) | instance.routes.broker_addresses():
+            try:
+                await instance.api.unregister_client(address, instance.client_id,
+                                                     producer_group=self.producer_group, timeout_ms=1_000)
+            except MQError as exc:
+                log.debug("unregister from %s failed: %s", address, exc)
+        await instance.release()
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.shutdown()
+
+    # -- sending ------------------------------------------------------------------------------------
+
+    def _require_instance(self) -> ClientInstance:
+        if self._instance is None:
+            raise ClientStateError("producer is not started (call start() or use `async with`)")
+        return self._instance
+
+    async def _publish_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's write queues; for a topic no broker knows yet, the first endpoint's default
+        queues (the broker creates the topic on the first send when `auto_create_topic` is on)."""
+        instance = self._require_instance()
+        queues = instance.routes.publish_queues(topic)
+        if queues:
+            return queues
+        await instance.update_route(topic)
+        queues = instance.routes.publish_queues(topic)
+        if queues:
+            return queues
+        return [MessageQueue(topic, "", i) for i in range(self.default_topic_queue_nums)]
+
+    def _address_of(self, mq: MessageQueue) -> str:
+        instance = self._require_instance()
+        return instance.routes.master_address(mq.broker_name) or instance.endpoints[0]
+
+    def _validate(self, message: Message) -> None:
+        remark = check_topic(message.topic)
+        if remark is not None:
+            raise ValueError(remark)
+        if not isinstance(message.body, bytes | bytearray):
+            raise TypeError("message body must be bytes")
+        if len(message.body) > self.max_message_bytes:
+            raise ValueError(f"message body of {len(message.body)} bytes exceeds {self.max_message_bytes}")
+
+    async def send(self, message: Message, selector: MessageQueueSelector | None = None, arg: Any = None,
+                   *, queue: MessageQueue | None = None) -> SendResult:
+        """Send one message and wait for the broker's acknowledgement (after its fsync in
+        SYNC_FLUSH). With `selector`, the queue is `selector.select(queues, message, arg)` and a
+        failure is not retried elsewhere (ordering would break), as RocketMQ."""
+        self._validate(message)
+        properties = message.wire_properties()
+        properties.setdefault(PROPERTY_UNIQ_KEY, self._uniq.next_id())
+        queues = await self._publish_queues(message.topic)
+        if queue is not None or selector is not None:
+            target = queue if queue is not None else selector.select(queues, message, arg)  # type: ignore[union-attr]
+            return await self._send_to(target, message, properties)
+        last_error: MQError | None = None
+        for attempt in range(1 + self.retry_times_when_send_failed):
+            target = queues[next(self._round_robin) % len(queues)]
+            try:
+                return await self._send_to(target, message, properties)
+            except (ConnectionClosed, RequestTimeout) as exc:
+                last_error = exc
+            except ResponseError as exc:
+                if exc.code not in _RETRY_CODES:
+                    raise
+                last_error = exc
+            log.info("send to %s failed (attempt %d): %s", target, attempt + 1, last_error)
+            queues = await self._publish_queues(message.topic)
+        assert last_error is not None
+        raise last_error
+
+    async def _send_to(self, mq: MessageQueue, message: Message, properties: dict[str, str]) -> SendResult:
+        instance = self._require_instance()
+        header = SendMessageRequestHeader(producer_group=self.producer_group, topic=mq.topic, queue_id=mq.queue_id,
+                                          flag=message.flag, born_timestamp=time.time_ns() // 1_000_000,
+                                          properties=properties)
+        result = await instance.api.send_message(self._address_of(mq), header, bytes(message.body),
+                                                 self.send_msg_timeout_ms)
+        return SendResult(result.status, result.msg_id, result.queue_id, result.queue_offset, topic=mq.topic,
+                          broker_name=mq.broker_name, msg_ids=result.msg_ids,
+                          uniq_keys=(properties[PROPERTY_UNIQ_KEY],))
+
+    async def send_batch(self, messages: Sequence[Message], *, queue: MessageQueue | None = None) -> SendResult:
+        """Send messages of one topic as one SEND_BATCH_MESSAGE to one queue (consecutive queue
+        offsets); retried on another queue like `send`. Raises `ValueError` for an empty batch or
+        mixed topics."""
+        if not messages:
+            raise ValueError("send_batch needs at least one message")
+        topic = messages[0].topic
+        for m in messages:
+            if m.topic != topic:
+                raise ValueError("all messages of a batch must have the same topic")
+            if m.delay_level:
+                raise ValueError("batched messages cannot have a delay level")
+            self._validate(m)
+        uniq_keys = []
+        for m in messages:
+            props = m.properties = dict(m.properties or {})
+            uniq_keys.append(props.setdefault(PROPERTY_UNIQ_KEY, self._uniq.next_id()))
+        body = encode_batch_body(messages)
+        instance = self._require_instance()
+        queues = await self._publish_queues(topic)
+        last_error: MQError | None = None
+        for _ in range(1 + (0 if queue is not None else self.retry_times_when_send_failed)):
+            target = queue or queues[next(self._round_robin) % len(queues)]
+            header = SendBatchMessageRequestHeader(producer_group=self.producer_group, topic=topic,
+                                                   queue_id=target.queue_id,
+                                                   born_timestamp=time.time_ns() // 1_000_000)
+            try:
+                result = await instance.api.send_batch(self._address_of(target), header, body,
+                                                       self.send_msg_timeout_ms)
+            except (ConnectionClosed, RequestTimeout) as exc:
+                last_error = exc
+                continue
+            except ResponseError as exc:
+                if exc.code not in _RETRY_CODES:
+                    raise
+                last_error = exc
+                continue
+            return SendResult(result.status, result.msg_id, result.queue_id, result.queue_offset, topic=topic,
+                              broker_name=target.broker_name, msg_ids=result.msg_ids, uniq_keys=tuple(uniq_keys))
+        assert last_error is not None
+        raise last_error

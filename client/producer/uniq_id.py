@@ -1,0 +1,30 @@
+"""Producer-side unique message ids (`UNIQ_KEY`), like RocketMQ's `MessageClientIDSetter`:
+32 upper-case hex digits of ip (4 bytes), pid (2), a random instance number (4), time since the
+start of the month in ms (4) and a counter (2)."""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import os
+import random
+import struct
+import time
+
+_LAYOUT = struct.Struct(">4sHIIH")
+
+
+class UniqIdGenerator:
+    def __init__(self, ip: str) -> None:
+        try:
+            self._ip = ipaddress.IPv4Address(ip).packed
+        except ValueError:
+            self._ip = b"\x7f\0\0\1"
+        self._pid = os.getpid() & 0xFFFF
+        self._instance = random.getrandbits(32)
+        self._counter = itertools.count()
+
+    def next_id(self) -> str:
+        now_ms = time.time_ns() // 1_000_000
+        return _LAYOUT.pack(self._ip, self._pid, self._instance, now_ms & 0xFFFFFFFF,
+                            next(self._counter) & 0xFFFF).hex().upper()

@@ -1,0 +1,71 @@
+"""Client configuration: every option of RocketMQ's push consumer (REFERENCE.md §12) in snake_case,
+with the same defaults. `PushConsumer(..., **options)` validates names and ranges against these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientConfig:
+    """Shared by producers and consumers of one client instance."""
+
+    instance_name: str = "DEFAULT"
+    heartbeat_interval_ms: int = 30_000          # heartbeatBrokerInterval
+    poll_route_interval_ms: int = 30_000         # pollNameServerInterval
+    persist_offset_interval_ms: int = 5_000      # persistConsumerOffsetInterval
+    rebalance_interval_ms: int = 20_000          # rocketmq.client.rebalance.waitInterval
+    request_timeout_ms: int = 3_000              # mqClientApiTimeout
+    connect_timeout_ms: int = 3_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PushConsumerOptions:
+    """Push-consumer options; ranges as RocketMQ's `checkConfig`."""
+
+    consume_thread_min: int = 20
+    consume_thread_max: int = 20                 # the concurrency bound of listener calls
+    consume_concurrently_max_span: int = 2_000
+    pull_threshold_for_queue: int = 1_000
+    pull_threshold_size_for_queue: int = 100     # MiB, compared with integer division as RocketMQ
+    pull_threshold_for_topic: int = -1
+    pull_threshold_size_for_topic: int = -1
+    pull_interval_ms: int = 0
+    consume_message_batch_max_size: int = 1
+    pull_batch_size: int = 32
+    post_subscription_when_pull: bool = False
+    max_reconsume_times: int = -1                # -1: 16 (concurrent), unlimited (orderly)
+    suspend_current_queue_time_ms: int = 1_000
+    consume_timeout_minutes: int = 15
+    await_termination_ms: int = 0
+    consume_timestamp: str = ""                  # yyyyMMddHHmmss local time; "" = 30 min before start
+    broker_suspend_max_ms: int = 15_000          # BROKER_SUSPEND_MAX_TIME_MILLIS
+    consumer_timeout_when_suspend_ms: int = 30_000
+    pull_time_delay_when_exception_ms: int = 3_000
+    pull_time_delay_when_flow_control_ms: int = 50
+    pull_time_delay_when_suspend_ms: int = 1_000
+    reconsume_later_delay_ms: int = 5_000        # local retry of a failed message (no send-back yet)
+    offset_store_dir: Path | None = None         # broadcasting offsets; default ~/.rocketq/offsets
+
+    def __post_init__(self) -> None:
+        ranges = {
+            "consume_thread_min": (1, 1000), "consume_thread_max": (1, 1000),
+            "consume_concurrently_max_span": (1, 65535), "pull_threshold_for_queue": (1, 65535),
+            "pull_threshold_size_for_queue": (1, 1024), "pull_interval_ms": (0, 65535),
+            "consume_message_batch_max_size": (1, 1024), "pull_batch_size": (1, 1024),
+        }
+        for name, (low, high) in ranges.items():
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise ValueError(f"{name} = {value} is out of range [{low}, {high}]")
+        if self.consume_thread_min > self.consume_thread_max:
+            raise ValueError("consume_thread_min must not be greater than consume_thread_max")
+        if self.pull_threshold_for_topic != -1 and not 1 <= self.pull_threshold_for_topic <= 6_553_500:
+            raise ValueError("pull_threshold_for_topic must be -1 or within [1, 6553500]")
+        if self.pull_threshold_size_for_topic != -1 and not 1 <= self.pull_threshold_size_for_topic <= 102_400:
+            raise ValueError("pull_threshold_size_for_topic must be -1 or within [1, 102400]")
+
+
+def option_names(cls: type) -> list[str]:
+    return [f.name for f in fields(cls)]

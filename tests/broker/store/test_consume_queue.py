@@ -1,0 +1,105 @@
+"""ConsumeQueue: units, file boundaries, duplicates, truncation, reload, names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.store.consume_queue import CQ_UNIT, UNIT_BYTES, ConsumeQueue, ConsumeQueueTable
+
+
+def filled(root: Path, count: int, units_per_segment: int = 10, first: int = 0) -> ConsumeQueue:
+    queue = ConsumeQueue(root, "t", 0, units_per_segment)
+    for queue_offset in range(first, first + count):
+        assert queue.append(1000 + queue_offset * 100, 100, queue_offset, queue_offset)
+    return queue
+
+
+def test_files_are_named_by_their_start_byte_offset(tmp_path: Path) -> None:
+    queue = filled(tmp_path, 25)
+    names = sorted(p.name for p in (tmp_path / "t" / "0").iterdir())
+    assert names == [f"{n * 10 * UNIT_BYTES:020d}" for n in range(3)]
+    assert (queue.min_offset, queue.max_offset, queue.max_commit_log_end) == (0, 25, 1000 + 25 * 100)
+    queue.close()
+
+
+def test_read_units_never_crosses_a_file(tmp_path: Path) -> None:
+    queue = filled(tmp_path, 25)
+    units = queue.read_units(7, 100)
+    assert units is not None
+    assert [u[0] for u in CQ_UNIT.iter_unpack(units)] == [1700, 1800, 1900]
+    units = queue.read_units(20, 100)          # last file: up to the written end
+    assert units is not None and len(units) == 5 * UNIT_BYTES
+    assert queue.read_units(30, 1) is None       # no file there
+    assert queue.unit_at(24) == (3400, 100, 24) and queue.unit_at(25) is None
+    queue.close()
+
+
+def test_duplicates_are_skipped(tmp_path: Path) -> None:
+    queue = filled(tmp_path, 5)
+    assert not queue.append(1, 2, 3, 4)
+    assert queue.unit_at(4) == (1400, 100, 4) and queue.max_offset == 5
+    queue.close()
+
+
+def test_reload_finds_max_even_with_zero_tags_and_offsets(tmp_path: Path) -> None:
+    queue = ConsumeQueue(tmp_path, "t", 0, 10)
+    for queue_offset in range(13):
+        queue.append(0 if queue_offset == 0 else queue_offset * 50, 50, 0, queue_offset)
+    queue.close()
+    again = ConsumeQueue(tmp_path, "t", 0, 10)
+    again.load()
+    assert (again.min_offset, again.max_offset, again.max_commit_log_end) == (0, 13, 650)
+    again.close()
+
+
+def test_first_unit_at_a_later_offset_prefills_blanks_and_sets_min(tmp_path: Path) -> None:
+    queue = filled(tmp_path, 3, first=14)
+    assert (queue.min_offset, queue.max_offset) == (14, 17)
+    queue.close()
+    again = ConsumeQueue(tmp_path, "t", 0, 10)
+    again.load()
+    assert (again.min_offset, again.max_offset) == (14, 17)
+    again.close()
+
+
+def test_truncate_from_commit_log_offset_drops_the_tail(tmp_path: Path) -> None:
+    queue = filled(tmp_path, 25)
+    queue.truncate_from_commit_log_offset(1000 + 12 * 100)
+    assert queue.max_offset == 12 and queue.max_commit_log_end == 1000 + 12 * 100
+    assert queue.read_units(20, 1) is None       # the third file is gone
+    assert queue.append(5, 6, 7, 12) and queue.unit_at(12) == (5, 6, 7)
+    queue.close()
+    again = ConsumeQueue(tmp_path, "t", 0, 10)
+    again.load()
+    assert again.max_offset == 13
+    again.truncate_from_commit_log_offset(0)
+    assert (again.min_offset, again.max_offset, again.max_commit_log_end) == (0, 0, 0)
+    again.close()
+
+
+def test_correct_min_offset_skips_units_before_the_commit_log(tmp_path: Path) -> None:
+    queue = filled(tmp_path, 25)
+    queue.correct_min_offset(1000 + 7 * 100 + 1)
+    assert queue.min_offset == 8
+    queue.close()
+
+
+@pytest.mark.parametrize("topic", ["..", "a/b", "a.b", "", "x y", "ü"])
+def test_unsafe_topic_names_are_refused(tmp_path: Path, topic: str) -> None:
+    with pytest.raises(ValueError):
+        ConsumeQueue(tmp_path, topic, 0, 10)
+    with pytest.raises(ValueError):
+        ConsumeQueueTable(tmp_path, 10).get_or_create(topic, 0)
+    assert not any(tmp_path.iterdir())
+
+
+def test_table_loads_directories_and_creates_nothing_for_reads(tmp_path: Path) -> None:
+    filled(tmp_path, 3).close()
+    (tmp_path / "bad.name").mkdir()
+    table = ConsumeQueueTable(tmp_path, 10)
+    table.load()
+    assert list(table.queues) == [("t", 0)] and table.get("t", 1) is None
+    assert not (tmp_path / "t" / "1").exists()
+    table.close()

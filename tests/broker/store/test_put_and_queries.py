@@ -1,0 +1,168 @@
+"""Puts (roll-over, refusals, exact payload bytes), reput wake-ups and the queue queries."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from broker.store.message_store import MessageStore
+from broker.store.record import encode_record
+from broker.store.results import PutMessageStatus
+from conf.store import StoreConfig
+from protocol.message import decode_message_batch, encode_stored_message
+from protocol.subscription import tags_code
+from tests.broker.store.conftest import BORN_HOST, STORE_HOST, TickClock, bodies, eventually, put, put_many
+
+
+async def test_records_roll_over_to_new_segments(store: MessageStore, config: StoreConfig) -> None:
+    batch = [({"TAGS": "A"}, 0, bytes([i]) * 1000) for i in range(32)]
+    offsets: list[int] = []
+    for _ in range(10):                                    # ~330 KiB: six 64 KiB segments
+        stored = store.put_messages(topic="t", queue_id=0, messages=batch, born_timestamp=1,
+                                    born_host=BORN_HOST)
+        assert stored.ok
+        offsets += stored.commit_log_offsets
+    names = sorted(p.name for p in (config.path / "commitlog").iterdir())
+    assert names == [f"{n * 65536:020d}" for n in range(len(names))] and len(names) >= 5
+    for commit_log_offset in offsets:                      # no record spans two segments
+        payload = store.look_message_by_offset(commit_log_offset)
+        assert payload is not None and commit_log_offset % 65536 + len(payload) + 8 <= 65536
+    assert any(o % 65536 == 0 for o in offsets[1:])       # some record starts a segment after a roll
+    store.dispatch_available()
+    got: list[bytes] = []
+    queue_offset = 0
+    while (result := store.get_message("t", 0, queue_offset, 32, None)).messages:
+        got += bodies(result)
+        queue_offset = result.next_begin_offset
+    assert got == [m[2] for m in batch] * 10
+
+
+async def test_stored_payload_is_exactly_encode_stored_message(store: MessageStore, clock: TickClock) -> None:
+    properties = {"TAGS": "ÄÖ", "KEYS": "k1 k2", "": "empty key", "x": ""}
+    clock.now_ms = 1_234_567_890_123
+    result = store.put_message(topic="%RETRY%g", queue_id=3, body=b"", properties=properties, flag=-5,
+                               born_timestamp=2 ** 40, born_host=BORN_HOST, reconsume_times=4, sys_flag=2)
+    payload = store.look_message_by_offset(result.commit_log_offsets[0])
+    assert payload is not None
+    assert bytes(payload) == encode_stored_message(
+        topic="%RETRY%g", queue_id=3, queue_offset=0, commit_log_offset=result.commit_log_offsets[0], flag=-5,
+        sys_flag=2, born_timestamp=2 ** 40, born_host=BORN_HOST, store_timestamp=1_234_567_890_123,
+        store_host=STORE_HOST, reconsume_times=4, properties=properties, body=b"")
+
+
+async def test_refused_puts_write_nothing(store: MessageStore, config: StoreConfig) -> None:
+    put(store)
+    end = store.commit_log_max_offset()
+    too_big = bytes(config.max_message_bytes + 1)
+    larger_than_a_segment = bytes(70 * 1024)
+    refusals = [
+        store.put_message(topic="t", queue_id=0, body=too_big, properties={}, flag=0, born_timestamp=1,
+                          born_host=BORN_HOST),
+        store.put_messages(topic="t", queue_id=0, messages=[({}, 0, b"ok"), ({}, 0, too_big)],
+                           born_timestamp=1, born_host=BORN_HOST),
+        store.put_messages(topic="t", queue_id=0, messages=[({}, 0, b"ok"), ({}, 0, larger_than_a_segment)],
+                           born_timestamp=1, born_host=BORN_HOST),
+        store.put_messages(topic="t", queue_id=0, messages=[], born_timestamp=1, born_host=BORN_HOST),
+        store.put_message(topic="../x", queue_id=0, body=b"x", properties={}, flag=0, born_timestamp=1,
+                          born_host=BORN_HOST),
+        store.put_message(topic="t", queue_id=-1, body=b"x", properties={}, flag=0, born_timestamp=1,
+                          born_host=BORN_HOST),
+    ]
+    assert [r.status for r in refusals] == [PutMessageStatus.MESSAGE_ILLEGAL] * len(refusals)
+    assert all(r.queue_offset == -1 and r.commit_log_offsets == [] for r in refusals)
+    assert store.commit_log_max_offset() == end
+    assert len(list((config.path / "commitlog").iterdir())) == 1
+    assert put(store, body=b"next").queue_offset == 1
+    store.dispatch_available()
+    assert bodies(store.get_message("t", 0, 0, 32, None)) == [b"x", b"next"]
+
+
+async def test_put_before_start_is_refused(config: StoreConfig) -> None:
+    store = MessageStore(config, store_host=STORE_HOST)
+    result = store.put_message(topic="t", queue_id=0, body=b"x", properties={}, flag=0, born_timestamp=1,
+                               born_host=BORN_HOST)
+    assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    assert not config.path.exists()
+
+
+async def test_reput_is_woken_by_appends_and_notifies_the_listener(store: MessageStore) -> None:
+    arrived: list[tuple[str, int, int, int, dict[str, str]]] = []
+    event = asyncio.Event()
+
+    def on_message_arriving(topic: str, queue_id: int, max_offset: int, tags: int,
+                            props: dict[str, str]) -> None:
+        arrived.append((topic, queue_id, max_offset, tags, props))
+        event.set()
+
+    store.set_arrival_listener(on_message_arriving)
+    put(store, "t", 1, tags="A")
+    assert store.reput_lag_bytes > 0 and store.get_max_offset("t", 1) == 0
+    await asyncio.wait_for(event.wait(), timeout=2)
+    assert arrived == [("t", 1, 1, tags_code("A"), {"TAGS": "A"})]
+    assert store.reput_lag_bytes == 0 and store.get_max_offset("t", 1) == 1
+
+
+async def test_look_message_by_offset_checks_the_offset(store: MessageStore) -> None:
+    # a body that is itself a valid record: only the real record start may be returned
+    inner = encode_record(encode_stored_message(
+        topic="t", queue_id=0, queue_offset=0, commit_log_offset=999, flag=0, sys_flag=0, born_timestamp=0,
+        born_host="", store_timestamp=0, store_host="", reconsume_times=0, properties={}, body=b"inner"))
+    first = put(store, body=inner).commit_log_offsets[0]
+    second = put(store, body=b"second").commit_log_offsets[0]
+    payload = store.look_message_by_offset(second)
+    assert payload is not None and [m.body for m in decode_message_batch(payload)] == [b"second"]
+    first_payload = store.look_message_by_offset(first)
+    assert first_payload is not None and decode_message_batch(first_payload)[0].body == inner
+    raw = bytes(first_payload)
+    inner_at = first + 8 + raw.index(inner)
+    for bad in (first + 1, inner_at, second - 1, store.commit_log_max_offset(), -1, 1 << 40):
+        assert store.look_message_by_offset(bad) is None, bad
+
+
+async def test_search_offset_by_timestamp_picks_the_nearest(store: MessageStore, clock: TickClock) -> None:
+    for stored_at_ms in (1000, 2000, 2000, 3000, 5000):
+        clock.now_ms = stored_at_ms
+        put(store)
+    store.dispatch_available()
+    cases = {2000: 1, 2400: 2, 2500: 2, 2600: 3, 0: 0, 1000: 0, 9999: 4, 4000: 3, 4001: 4, 5000: 4}
+    assert {ts: store.search_offset_by_timestamp("t", 0, ts) for ts in cases} == cases
+    assert store.search_offset_by_timestamp("none", 0, 1000) == 0
+    assert store.get_earliest_msg_store_time("t", 0) == 1000
+    assert store.get_earliest_msg_store_time("none", 0) == -1
+    assert (store.get_min_offset("t", 0), store.get_max_offset("t", 0)) == (0, 5)
+    assert (store.get_min_offset("none", 0), store.get_max_offset("none", 0)) == (0, 0)
+
+
+async def test_queues_are_independent(store: MessageStore) -> None:
+    put_many(store, 3, "a", 0)
+    put_many(store, 2, "a", 1)
+    put_many(store, 1, "b", 0)
+    assert [store.get_max_offset(t, q) for t, q in (("a", 0), ("a", 1), ("b", 0), ("b", 1))] == [3, 2, 1, 0]
+
+
+async def test_stop_writes_a_checkpoint_and_removes_abort(tmp_path: Path) -> None:
+    from broker.store.checkpoint import read_checkpoint
+    from tests.broker.store.conftest import open_store, small_config
+
+    config = small_config(tmp_path)
+    store = await open_store(config)
+    assert (tmp_path / "abort").exists()
+    put_many(store, 3)
+    end = store.commit_log_max_offset()
+    await store.stop()
+    assert not (tmp_path / "abort").exists()
+    checkpoint = read_checkpoint(tmp_path / "checkpoint")
+    assert checkpoint is not None
+    assert (checkpoint.commit_log_flushed_offset, checkpoint.reput_offset) == (end, end)
+    assert checkpoint.queue_max_offsets == {("t", 0): 3}
+
+
+async def test_a_failing_listener_does_not_stop_dispatch(store: MessageStore) -> None:
+    def broken(topic: str, queue_id: int, max_offset: int, tags: int, props: dict[str, str]) -> None:
+        raise RuntimeError("listener bug")
+
+    store.set_arrival_listener(broken)
+    put_many(store, 3)
+    put(store)
+    await eventually(lambda: store.get_max_offset("t", 0) == 4)
+    assert store.reput_lag_bytes == 0

@@ -1,0 +1,71 @@
+"""Record codec: round trip, damage detection, and the partial decode of the offset field."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.store.record import (
+    HEADER_BYTES,
+    RecordError,
+    decode_record,
+    decode_stored_fields,
+    encode_record,
+    payload_commit_log_offset,
+    record_size_at,
+)
+from protocol.message import encode_stored_message
+
+stored_messages = st.builds(
+    encode_stored_message,
+    topic=st.from_regex(r"[a-zA-Z0-9_%|-]{1,40}", fullmatch=True),
+    queue_id=st.integers(0, 1 << 16), queue_offset=st.integers(0, 1 << 62),
+    commit_log_offset=st.integers(0, 1 << 62), flag=st.integers(-(1 << 31), (1 << 31) - 1),
+    sys_flag=st.integers(0, 255), born_timestamp=st.integers(0, 1 << 50), born_host=st.text(max_size=30),
+    store_timestamp=st.integers(0, 1 << 50), store_host=st.text(max_size=30),
+    reconsume_times=st.integers(0, 100),
+    properties=st.dictionaries(st.text(max_size=10), st.text(max_size=20)),
+    body=st.binary(max_size=300))
+
+
+@given(st.binary(min_size=1, max_size=2000), st.binary(max_size=20))
+def test_records_round_trip_after_any_prefix(payload: bytes, prefix: bytes) -> None:
+    data = prefix + encode_record(payload) + b"\0" * 8
+    assert bytes(decode_record(data, len(prefix))) == payload
+    assert record_size_at(data, len(prefix), len(data)) == len(payload) + HEADER_BYTES
+
+
+@given(st.binary(min_size=1, max_size=500), st.data())
+def test_any_single_byte_change_is_detected(payload: bytes, data: st.DataObject) -> None:
+    record = bytearray(encode_record(payload))
+    position = data.draw(st.integers(0, len(record) - 1))
+    record[position] ^= data.draw(st.integers(1, 255))
+    assert record_size_at(bytes(record), 0, len(record)) <= 0     # 0 only if the size became 0
+
+
+@given(stored_messages)
+def test_stored_payload_offset_field_is_read_without_a_full_decode(payload: bytes) -> None:
+    fields = decode_stored_fields(payload)
+    assert payload_commit_log_offset(payload) == fields[3]
+
+
+def test_record_size_at_tells_zero_tail_from_damage() -> None:
+    record = encode_record(b"\x90")
+    assert record_size_at(record + bytes(16), len(record), len(record) + 16) == 0
+    assert record_size_at(record, 0, len(record) - 1) == -1          # runs past the limit
+    assert record_size_at(b"\0\0\0\x05\0\0\0\0\0", 0, 9) == -1         # smaller than a header + 1
+    assert record_size_at(record, 0, 5) == 0                          # no room for a header
+
+
+@pytest.mark.parametrize("payload", [b"\xc1", b"\x93\x01\x02\x03", b"not msgpack at all"])
+def test_payloads_that_are_not_stored_messages_raise(payload: bytes) -> None:
+    with pytest.raises(RecordError):
+        decode_stored_fields(payload)
+    with pytest.raises(RecordError):
+        payload_commit_log_offset(payload)
+
+
+def test_decode_record_raises_on_garbage() -> None:
+    with pytest.raises(RecordError):
+        decode_record(b"\0\0\0\x20garbage-garbage-garbage-garbage")

@@ -6,13 +6,18 @@ from the client (psutil) and it runs on its own core.
 
 The address comes from the `listening on HOST:PORT` log line on stderr; stderr is drained by a task
 for the whole run (the last lines are kept for error messages). Stop is SIGTERM, then a bounded wait,
-then SIGKILL."""
+then SIGKILL.
+
+With RQ_BENCH_PYSPY=DIR in the environment, `py-spy record` (installed next to this
+interpreter) samples the broker for its whole life and writes collapsed stacks to DIR/broker-PID.txt
+(investigation only: it costs the broker a little CPU)."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import logging
+import os
 import re
 import signal
 import sys
@@ -67,6 +72,7 @@ class BrokerProcess:
         self._drain_task: asyncio.Task[None] | None = None
         self._lines: collections.deque[str] = collections.deque(maxlen=keep_lines)
         self._ps: psutil.Process | None = None
+        self._profiler: asyncio.subprocess.Process | None = None
         self.address = ""
         self.exit_code: int | None = None
 
@@ -111,6 +117,31 @@ class BrokerProcess:
             raise
         self._drain_task = asyncio.create_task(self._drain(stderr))
         self._ps = psutil.Process(self._process.pid)
+        await self._start_profiler(self._process.pid)
+
+    async def _start_profiler(self, pid: int) -> None:
+        directory = os.environ.get("RQ_BENCH_PYSPY")
+        if not directory:
+            return
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        output = Path(directory) / f"broker-{pid}.txt"
+        self._profiler = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--rate", "200",
+            "--nonblocking", "--format", "raw", "--output", str(output),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        log.warning("profiling broker pid %d with py-spy into %s", pid, output)
+
+    async def _stop_profiler(self) -> None:
+        profiler, self._profiler = self._profiler, None
+        if profiler is None or profiler.returncode is not None:
+            return
+        profiler.send_signal(signal.SIGINT)
+        try:
+            async with asyncio.timeout(10):
+                await profiler.wait()
+        except TimeoutError:
+            profiler.kill()
+            await profiler.wait()
 
     async def _drain(self, stderr: asyncio.StreamReader) -> None:
         while line := await stderr.readline():
@@ -139,6 +170,7 @@ class BrokerProcess:
         process = self._process
         if process is None:
             return None
+        await self._stop_profiler()
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
             try:

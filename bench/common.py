@@ -38,8 +38,8 @@ def run(main: Coroutine[Any, Any, T]) -> T:
 
 
 def store_root() -> Path:
-    """Where broker stores go: $ROCKETQ_BENCH_DIR, else the system temp directory."""
-    return Path(os.environ.get("ROCKETQ_BENCH_DIR") or tempfile.gettempdir())
+    """Where broker stores go: $RQ_BENCH_DIR, else the system temp directory."""
+    return Path(os.environ.get("RQ_BENCH_DIR") or tempfile.gettempdir())
 
 
 @asynccontextmanager

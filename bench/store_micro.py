@@ -17,12 +17,26 @@ from typing import Literal
 
 from broker.store.message_store import MessageStore
 from conf.store import StoreConfig
+from protocol.subscription import tags_code
 
 BATCH = 32
 
 
+class _TagFilter:
+    needs_properties = False
+
+    def __init__(self, code: int) -> None:
+        self._code = code
+
+    def match_by_consume_queue(self, tags_code: int) -> bool:
+        return tags_code == self._code
+
+    def match_by_commit_log(self, properties: dict[str, str] | None) -> bool:
+        return True
+
+
 async def bench(total: int, flush: Literal["SYNC_FLUSH", "ASYNC_FLUSH"], directory: Path) -> None:
-    config = StoreConfig(path=directory, flush_disk_type=flush, commit_log_segment_bytes=256 << 20)
+    config = StoreConfig(path=directory, flush_disk_type=flush)
     store = MessageStore(config, store_host="127.0.0.1:10911")
     await store.start()
     properties = {"TAGS": "TagA", "KEYS": "key-1", "UNIQ_KEY": "7F0000010000A1B2C3D4E5F600000001"}
@@ -50,6 +64,17 @@ async def bench(total: int, flush: Literal["SYNC_FLUSH", "ASYNC_FLUSH"], directo
         queue_offset = result.next_begin_offset
     get_s = time.perf_counter() - started
 
+    tag_filter = _TagFilter(tags_code("TagA"))
+    started = time.perf_counter()
+    queue_offset = filtered = 0
+    while True:
+        result = store.get_message("BenchTopic", 0, queue_offset, BATCH, tag_filter)
+        if not result.messages:
+            break
+        filtered += result.message_count
+        queue_offset = result.next_begin_offset
+    filter_s = time.perf_counter() - started
+
     started = time.perf_counter()
     await store.wait_flushed(store.commit_log_max_offset())
     flush_s = time.perf_counter() - started
@@ -60,6 +85,7 @@ async def bench(total: int, flush: Literal["SYNC_FLUSH", "ASYNC_FLUSH"], directo
     print(f"reput dispatch       : {done / reput_s:>12,.0f} msg/s  ({reput_s / done * 1e6:.2f} us/msg)")
     print(f"put + reput          : {done / (put_s + reput_s):>12,.0f} msg/s")
     print(f"get_message of 32    : {got / get_s:>12,.0f} msg/s  ({get_s / got * 1e6:.2f} us/msg)")
+    print(f"get_message, TAG flt : {filtered / filter_s:>12,.0f} msg/s  ({filter_s / filtered * 1e6:.2f} us/msg)")
     print(f"final fsync          : {flush_s * 1000:.1f} ms")
 
 

@@ -60,7 +60,8 @@ class PushConsumerOptions:
             if not low <= value <= high:
                 raise ValueError(f"{name} = {value} is out of range [{low}, {high}]")
         if self.consume_thread_min > self.consume_thread_max:
-            raise ValueError("consume_thread_min must not be greater than consume_thread_max")
+            raise ValueError(f"consume_thread_min ({self.consume_thread_min}) must not be greater than "
+                             f"consume_thread_max ({self.consume_thread_max}); set both")
         if self.pull_threshold_for_topic != -1 and not 1 <= self.pull_threshold_for_topic <= 6_553_500:
             raise ValueError("pull_threshold_for_topic must be -1 or within [1, 6553500]")
         if self.pull_threshold_size_for_topic != -1 and not 1 <= self.pull_threshold_size_for_topic <= 102_400:

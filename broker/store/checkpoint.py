@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
         [[topic, queue_id, max_offset] for (topic, queue_id), max_offset
          in checkpoint.queue_max_offsets.items()],
     ], use_bin_type=True)
-    temporary = path.with_name(path.name + ".tmp")
+    temporary = path.with_name(f"{path.name}.{threading.get_ident()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, _HEADER.pack(_MAGIC, zlib.crc32(body)) + body)

@@ -10,12 +10,14 @@ fills the positions before a queue's first unit when that unit's queue_offset is
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import re
 import struct
 from pathlib import Path
 
-from broker.store.segment import MappedSegments
+from broker.store.segment import MappedSegments, Segment
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,7 @@ CQ_UNIT = struct.Struct(">QIq")
 UNIT_BYTES = CQ_UNIT.size
 BLANK_SIZE = 0x7FFFFFFF
 _BLANK_UNIT = CQ_UNIT.pack(0, BLANK_SIZE, 0)
+_UNIT_SIZE = struct.Struct(">I")
 _TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 
@@ -59,11 +62,9 @@ class ConsumeQueue:
             return
         end_bytes = segments.min_offset
         for segment in reversed(segments.segments):
-            written = len(segment.view.tobytes().rstrip(b"\0"))
+            written = _written_bytes(segment)
             if written:
-                # every written unit has a non-zero size field, so the last non-zero byte lies in the
-                # last written unit
-                end_bytes = segment.start_offset + (written + UNIT_BYTES - 1) // UNIT_BYTES * UNIT_BYTES
+                end_bytes = segment.start_offset + written
                 break
         self.max_offset = end_bytes // UNIT_BYTES
         first = segments.segments[0]
@@ -182,6 +183,46 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self._segments.close()
+
+
+def _written_bytes(segment: Segment) -> int:
+    """Bytes of `segment` up to the end of its last written unit. Units are written in order, so a
+    binary search on "size != 0" finds the end; bytes after it are examined only where the file
+    system reports data (SEEK_DATA), i.e. never for a cleanly written file, and fully otherwise
+    (a crash can leave later units without earlier ones)."""
+    low, high = 0, segment.size // UNIT_BYTES
+    while low < high:
+        middle = (low + high) // 2
+        if _UNIT_SIZE.unpack_from(segment.mm, middle * UNIT_BYTES + 8)[0]:
+            low = middle + 1
+        else:
+            high = middle
+    end = low * UNIT_BYTES
+    if end < segment.size and _may_have_data_after(segment, end):
+        # the last non-zero byte lies in the last written unit (its size field is non-zero)
+        written = end + len(segment.view[end:].tobytes().rstrip(b"\0"))
+        end = (written + UNIT_BYTES - 1) // UNIT_BYTES * UNIT_BYTES
+    return end
+
+
+def _may_have_data_after(segment: Segment, position: int) -> bool:
+    try:
+        fd = os.open(segment.path, os.O_RDONLY)
+    except OSError:
+        return True
+    try:
+        block = os.fstat(fd).st_blksize or 4096
+        next_block = -(-position // block) * block
+        if any(segment.view[position:min(next_block, segment.size)].tobytes()):
+            return True
+        if next_block >= segment.size:
+            return False
+        os.lseek(fd, next_block, os.SEEK_DATA)
+        return True
+    except OSError as exc:
+        return exc.errno != errno.ENXIO           # ENXIO: no data after next_block
+    finally:
+        os.close(fd)
 
 
 class ConsumeQueueTable:

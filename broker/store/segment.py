@@ -37,9 +37,9 @@ class Segment:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             actual = os.fstat(fd).st_size
-            if actual > size:
-                raise ValueError(f"{path} has {actual} bytes, more than the configured {size}")
-            if actual < size:
+            if actual not in (0, size):      # 0: created but not yet sized when the process died
+                raise ValueError(f"{path} has {actual} bytes, not the configured segment size {size}")
+            if actual == 0:
                 os.ftruncate(fd, size)
                 if preallocate:
                     _preallocate(fd, size)
@@ -107,16 +107,23 @@ class MappedSegments:
         self._by_start: dict[int, Segment] = {}
 
     def load(self) -> None:
-        """Map every segment file already in `directory` (none if it does not exist). Files whose
-        name is not a 20-digit multiple of `segment_bytes` are ignored with a warning."""
+        """Map every segment file already in `directory` (none if it does not exist); other names
+        are ignored with a warning. Raises `ValueError` for a segment whose name or size does not
+        fit `segment_bytes` (the configured size changed): ignoring it would lose its data."""
         if not self.directory.is_dir():
             return
+        paths = []
         for path in sorted(self.directory.iterdir()):
             name = path.name
-            if len(name) != NAME_DIGITS or not name.isdigit() or int(name) % self.segment_bytes:
+            if len(name) != NAME_DIGITS or not name.isdigit():
                 log.warning("ignoring unexpected file %s", path)
                 continue
-            self._add(Segment(path, int(name), self.segment_bytes))
+            if int(name) % self.segment_bytes or path.stat().st_size not in (0, self.segment_bytes):
+                raise ValueError(f"{path} does not fit the configured segment size {self.segment_bytes}; "
+                                 "was the size changed?")
+            paths.append(path)
+        for path in paths:                   # map only once every file was checked
+            self._add(Segment(path, int(path.name), self.segment_bytes))
 
     def _add(self, segment: Segment) -> None:
         self._by_start[segment.start_offset] = segment

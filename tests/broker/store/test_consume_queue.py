@@ -103,3 +103,21 @@ def test_table_loads_directories_and_creates_nothing_for_reads(tmp_path: Path) -
     assert list(table.queues) == [("t", 0)] and table.get("t", 1) is None
     assert not (tmp_path / "t" / "1").exists()
     table.close()
+
+
+def test_reload_sees_units_written_after_a_hole(tmp_path: Path) -> None:
+    queue = filled(tmp_path, 3, units_per_segment=1000)
+    queue.close()
+    with open(tmp_path / "t" / "0" / f"{0:020d}", "r+b") as file:   # a unit whose earlier page was lost
+        file.seek(700 * UNIT_BYTES)
+        file.write(CQ_UNIT.pack(99_000, 100, 0))
+    again = ConsumeQueue(tmp_path, "t", 0, 1000)
+    again.load()
+    assert again.max_offset == 701 and again.unit_at(5) == (0, 0, 0)
+    again.truncate_from_commit_log_offset(50_000)                     # recovery drops it and the hole
+    assert again.max_offset == 3
+    again.close()
+    third = ConsumeQueue(tmp_path, "t", 0, 1000)
+    third.load()
+    assert third.max_offset == 3
+    third.close()

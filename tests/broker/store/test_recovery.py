@@ -205,3 +205,21 @@ async def test_kill_9_loses_no_acknowledged_message(tmp_path: Path) -> None:
         assert put(store, "k").queue_offset == len(got)
     finally:
         await store.stop()
+
+
+async def test_a_changed_segment_size_is_refused_not_ignored(config: StoreConfig) -> None:
+    store = await open_store(config)
+    put_many(store, 300, body_of=lambda i: bytes(300))
+    await store.stop()
+    import dataclasses
+
+    import pytest
+
+    changed = dataclasses.replace(config, commit_log_segment_bytes=3 * 65536)
+    with pytest.raises(ValueError, match="segment size"):
+        await open_store(changed)
+    store = await open_store(config)                       # nothing was lost
+    try:
+        assert store.get_max_offset("t", 0) == 300
+    finally:
+        await store.stop()

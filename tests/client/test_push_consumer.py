@@ -1,0 +1,183 @@
+"""PushConsumer against a real broker: rebalance on join/leave, takeover after a kill, broadcasting,
+consume-from rules, flow control and the local retry of failed messages."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from broker.broker import Broker
+from client import (
+    ConsumeConcurrentlyContext,
+    ConsumeConcurrentlyStatus,
+    Message,
+    MessageExt,
+    MessageQueue,
+    Producer,
+    PushConsumer,
+)
+from client.api import ClientAPI
+from conf.client import ClientConfig
+from tests.helpers import wait_until
+
+FAST = ClientConfig(persist_offset_interval_ms=200)
+OK = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+
+class Collector:
+    """A listener recording every consumed message's UNIQ_KEY (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.keys: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def __call__(self, msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> ConsumeConcurrentlyStatus:
+        with self.lock:
+            self.keys.update(m.uniq_key or "" for m in msgs)
+        return OK
+
+
+async def produce(address: str, topic: str, count: int, batch: int = 32) -> list[str]:
+    keys: list[str] = []
+    async with Producer("pg", address) as producer:
+        for start in range(0, count, batch):
+            result = await producer.send_batch([Message(topic, f"{i}".encode())
+                                                for i in range(start, min(count, start + batch))])
+            keys.extend(result.uniq_keys)
+    return keys
+
+
+def consumer(address: str, group: str, topic: str, listener: object, config: ClientConfig = FAST,
+             **options: object) -> PushConsumer:
+    c = PushConsumer(group, address, client_config=config,
+                     consume_from_where=str(options.pop("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")),
+                     **options)  # type: ignore[arg-type]
+    c.subscribe(topic)
+    c.register_listener(listener)  # type: ignore[arg-type]
+    return c
+
+
+def assert_partition(consumers: list[PushConsumer], queues: list[MessageQueue]) -> None:
+    owned = [q for c in consumers for q in c.assigned_queues()]
+    assert sorted(owned) == sorted(queues), "every queue owned exactly once"
+
+
+async def test_join_and_leave_rebalance_within_one_second(broker: Broker, client_api: ClientAPI) -> None:
+    await client_api.create_topic(broker.address, "rb", queue_nums=8)
+    queues = [MessageQueue("rb", broker.config.broker_name, i) for i in range(8)]
+    first = consumer(broker.address, "rbg", "rb", Collector())
+    async with first:
+        await wait_until(lambda: first.assigned_queues() == queues, 1.0, "first owns all queues")
+        second = consumer(broker.address, "rbg", "rb", Collector())
+        async with second:
+            started = time.perf_counter()
+            await wait_until(lambda: len(first.assigned_queues()) == 4 and len(second.assigned_queues()) == 4,
+                             1.0, "a join splits the queues within 1 s")
+            assert time.perf_counter() - started < 1.0
+            assert_partition([first, second], queues)
+            assert not set(first.assigned_queues()) & set(second.assigned_queues())
+        await wait_until(lambda: first.assigned_queues() == queues, 1.0, "a leave hands queues back within 1 s")
+
+
+async def test_a_killed_consumer_loses_no_message(broker: Broker, client_api: ClientAPI, tmp_path: Path) -> None:
+    await client_api.create_topic(broker.address, "kill", queue_nums=8)
+    outfile = tmp_path / "consumed.txt"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.client.consumer_process", broker.address, "killg", "kill", str(outfile),
+        stdout=asyncio.subprocess.PIPE, cwd=os.getcwd())
+    survivor_keys = Collector()
+    survivor = consumer(broker.address, "killg", "kill", survivor_keys)
+    try:
+        assert proc.stdout is not None
+        assert (await asyncio.wait_for(proc.stdout.readline(), 20)).strip() == b"READY"
+        async with survivor:
+            await wait_until(lambda: len(survivor.assigned_queues()) == 4, 5, "queues split between both")
+            sent = await produce(broker.address, "kill", 2_000)
+            await wait_until(lambda: outfile.exists() and outfile.stat().st_size > 0, 10, "victim consumed")
+            proc.send_signal(signal.SIGKILL)
+            await asyncio.wait_for(proc.wait(), 10)
+            sent += await produce(broker.address, "kill", 2_000)
+
+            def all_consumed() -> bool:
+                victim = set(outfile.read_text().split())
+                return set(sent) <= victim | set(survivor_keys.keys)
+            await wait_until(all_consumed, 20, "every message consumed by the victim or the survivor")
+            assert len(survivor.assigned_queues()) == 8
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+
+
+async def test_broadcasting_delivers_every_message_to_every_member(broker: Broker, tmp_path: Path) -> None:
+    collectors = [Collector(), Collector()]
+    # Broadcasting keeps the instance name (no pid suffix), so two members in one process need names.
+    members = [consumer(broker.address, "bcast", "bc", c, ClientConfig(instance_name=f"member{i}"),
+                        message_model="BROADCASTING", offset_store_dir=tmp_path / f"offsets{i}")
+               for i, c in enumerate(collectors)]
+    await produce(broker.address, "bc", 1)            # creates the topic
+    async with members[0], members[1]:
+        sent = await produce(broker.address, "bc", 500)
+        for c in collectors:
+            await wait_until(lambda c=c: set(sent) <= set(c.keys), 10, "each member got everything")  # type: ignore[misc]
+        assert all(len(m.assigned_queues()) == 4 for m in members)
+    assert list((tmp_path / "offsets0").rglob("offsets.json")), "broadcast offsets kept locally"
+
+
+async def test_failed_messages_are_consumed_again_and_hold_the_offset(broker: Broker, client_api: ClientAPI) -> None:
+    attempts: Counter[str] = Counter()
+
+    def flaky(msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> ConsumeConcurrentlyStatus | None:
+        key = msgs[0].uniq_key or ""
+        attempts[key] += 1
+        if msgs[0].body == b"3" and attempts[key] == 1:
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER
+        if msgs[0].body == b"4" and attempts[key] == 1:
+            raise RuntimeError("listener bug")
+        return OK
+
+    await client_api.create_topic(broker.address, "flaky", queue_nums=1)
+    c = consumer(broker.address, "flakyg", "flaky", flaky, reconsume_later_delay_ms=200)
+    async with c:
+        sent = await produce(broker.address, "flaky", 10)
+        await wait_until(lambda: all(attempts[k] >= 1 for k in sent), 5)
+        mq = MessageQueue("flaky", broker.config.broker_name, 0)
+        # Messages 3 and 4 failed: the committed offset waits at 3 until they succeed.
+        pq = c.process_queue(mq)
+        assert pq is not None
+        await wait_until(lambda: attempts[sent[3]] == 2 and attempts[sent[4]] == 2, 5, "retried locally")
+        await wait_until(lambda: pq.msg_count == 0, 5)
+    assert await client_api.query_consumer_offset(broker.address, "flakyg", "flaky", 0) == 10
+
+
+async def test_flow_control_bounds_a_slow_consumers_cache(broker: Broker, client_api: ClientAPI) -> None:
+    await client_api.create_topic(broker.address, "fc", queue_nums=4)
+    await produce(broker.address, "fc", 100_000, batch=256)
+    release = threading.Event()
+
+    def slow(msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> ConsumeConcurrentlyStatus:
+        release.wait(0.002)
+        return OK
+
+    c = consumer(broker.address, "fcg", "fc", slow, pull_threshold_for_queue=100, consume_thread_min=4,
+                 consume_thread_max=4)
+    peak_count = 0
+    async with c:
+        await wait_until(lambda: len(c.assigned_queues()) == 4, 5)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            for mq in c.assigned_queues():
+                pq = c.process_queue(mq)
+                if pq is not None:
+                    peak_count = max(peak_count, pq.msg_count)
+            await asyncio.sleep(0.005)
+        release.set()
+    # The check runs before each pull: a queue can exceed the threshold by at most one batch.
+    assert 100 < peak_count <= 100 + 32, peak_count

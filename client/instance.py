@@ -119,6 +119,8 @@ class ClientInstance:
         ]
         self._rebalance = _Periodic("rebalance", config.rebalance_interval_ms, self.do_rebalance)
         self.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
+        self.remoting.on_reconnect = self._on_reconnect
+        self._side_tasks: set[asyncio.Task[None]] = set()
 
     def add_endpoints(self, endpoints: Sequence[str]) -> None:
         for endpoint in endpoints:
@@ -146,6 +148,8 @@ class ClientInstance:
         for service in reversed(self._services):
             await service.stop()
         self.closed = True
+        for task in list(self._side_tasks):
+            task.cancel()
         await self.remoting.close()
         for key, instance in list(_INSTANCES.items()):
             if instance is self:
@@ -224,6 +228,23 @@ class ClientInstance:
 
     def rebalance_immediately(self) -> None:
         self._rebalance.wakeup()
+
+    def _on_reconnect(self, address: str) -> None:
+        """A broker came back (restart or dropped connection): register with it again at once
+        instead of at the next heartbeat, so pulls relying on the registered subscription resume."""
+        if self.closed:
+            return
+        task = asyncio.get_running_loop().create_task(self._heartbeat_one(address))
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    async def _heartbeat_one(self, address: str) -> None:
+        data = self.heartbeat_data()
+        if data.consumer_data_set or data.producer_data_set:
+            try:
+                await self.api.send_heartbeat(address, data, self.config.request_timeout_ms)
+            except MQError as exc:
+                log.info("heartbeat to %s after reconnect failed: %s", address, exc)
 
     def _on_ids_changed(self, channel: Channel, cmd: RemotingCommand) -> None:
         log.debug("%s: consumers of %s changed", self.client_id, cmd.fields.get("consumer_group"))

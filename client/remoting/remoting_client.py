@@ -32,7 +32,9 @@ class RemotingClient:
         self._connect_timeout_ms = connect_timeout_ms
         self._max_frame_bytes = max_frame_bytes
         self._closed = False
+        self._ever_connected: set[str] = set()
         self.on_disconnect: Callable[[str], None] | None = None
+        self.on_reconnect: Callable[[str], None] | None = None   # a new channel to a known address
 
     def register_handler(self, code: int, handler: InboundHandler) -> None:
         self._handlers[code] = handler
@@ -63,6 +65,9 @@ class RemotingClient:
             channel.attributes["address"] = address
             self._channels[address] = channel
             future.set_result(channel)
+            if address in self._ever_connected and self.on_reconnect is not None:
+                self.on_reconnect(address)
+            self._ever_connected.add(address)
             return channel
         except BaseException as exc:
             future.set_exception(exc)

@@ -181,3 +181,26 @@ async def test_flow_control_bounds_a_slow_consumers_cache(broker: Broker, client
         release.set()
     # The check runs before each pull: a queue can exceed the threshold by at most one batch.
     assert 100 < peak_count <= 100 + 32, peak_count
+
+
+async def test_consumer_survives_a_broker_restart(tmp_path: Path) -> None:
+    import socket
+
+    from tests.conftest import broker_config
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = broker_config(tmp_path, listen_port=port)
+    keys = Collector()
+    async with Broker(config) as first_run:
+        address = first_run.address
+        before = await produce(address, "restart", 100)
+        c = consumer(address, "rsg", "restart", keys, pull_time_delay_when_exception_ms=200)
+        await c.start()
+        await wait_until(lambda: set(before) <= set(keys.keys), 5, "consumed before the restart")
+    try:
+        async with Broker(config) as second_run:
+            after = await produce(second_run.address, "restart", 100)
+            await wait_until(lambda: set(after) <= set(keys.keys), 10, "consumed after the restart")
+    finally:
+        await c.shutdown()

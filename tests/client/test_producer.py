@@ -1,0 +1,67 @@
+"""Producer against a real broker: sends, batches, selectors, UNIQ_KEY, and failure handling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.broker import Broker
+from client import Message, MessageQueue, Producer, SelectMessageQueueByHash
+from client.api import ClientAPI
+from client.errors import ClientStateError
+from protocol.errors import ConnectionClosed, MessageIllegal
+from protocol.model import PullStatus
+from tests.conftest import broker_config
+from tests.helpers import pull_header
+
+
+async def test_send_round_robins_over_queues_and_sets_uniq_key(broker: Broker, client_api: ClientAPI) -> None:
+    async with Producer("pg", broker.address) as producer:
+        results = [await producer.send(Message("rr", f"{i}".encode(), tags="T", keys=["k1", "k2"]))
+                   for i in range(8)]
+    assert sorted(r.queue_id for r in results) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert len({r.uniq_keys[0] for r in results}) == 8
+    pulled = await client_api.pull_message(broker.address, pull_header(topic="rr", queue_id=results[0].queue_id),
+                                           3_000)
+    message = pulled.messages[0]
+    assert message.uniq_key == results[0].uniq_keys[0] and message.keys == "k1 k2" and message.tags == "T"
+    assert message.msg_id == results[0].msg_id
+
+
+async def test_selector_by_hash_keeps_a_sharding_key_on_one_queue(broker: Broker) -> None:
+    selector = SelectMessageQueueByHash()
+    async with Producer("pg", broker.address) as producer:
+        queue_ids = {(await producer.send(Message("ord", b"x"), selector=selector, arg="order-42")).queue_id
+                     for _ in range(5)}
+        other = await producer.send(Message("ord", b"x"), selector=selector, arg=7)
+    assert len(queue_ids) == 1 and other.queue_id == 7 % 4
+
+
+async def test_send_batch_and_explicit_queue(broker: Broker, client_api: ClientAPI) -> None:
+    async with Producer("pg", broker.address) as producer:
+        mq = MessageQueue("bt", broker.config.broker_name, 2)
+        await producer.send(Message("bt", b"first"))                       # creates the topic
+        result = await producer.send_batch([Message("bt", f"b{i}".encode()) for i in range(10)], queue=mq)
+        assert result.queue_id == 2 and len(result.msg_ids) == 10 and len(set(result.uniq_keys)) == 10
+        with pytest.raises(ValueError, match="same topic"):
+            await producer.send_batch([Message("bt", b"a"), Message("other", b"b")])
+        with pytest.raises(ValueError, match="must match"):
+            await producer.send(Message("bad topic", b"x"))
+    pulled = await client_api.pull_message(broker.address, pull_header(topic="bt", queue_id=2), 3_000)
+    assert pulled.status is PullStatus.FOUND
+    assert [m.body for m in pulled.messages][-10:] == [f"b{i}".encode() for i in range(10)]
+
+
+async def test_errors_reach_the_caller(tmp_path: Path) -> None:
+    producer = Producer("pg", "127.0.0.1:1")
+    with pytest.raises(ClientStateError):
+        await producer.send(Message("t", b"x"))
+    async with Broker(broker_config(tmp_path)) as broker:
+        async with Producer("pg", broker.address, max_message_bytes=8 * 1024 * 1024) as big:
+            with pytest.raises(MessageIllegal):          # the broker's 4 MiB limit, not retried
+                await big.send(Message("t", b"x" * (4 * 1024 * 1024 + 1)))
+        address = broker.address
+    async with Producer("pg", address, retry_times_when_send_failed=1) as orphan:
+        with pytest.raises(ConnectionClosed):            # broker gone: every attempt fails
+            await orphan.send(Message("t", b"x"))

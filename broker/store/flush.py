@@ -8,6 +8,7 @@ fsync always runs in a thread (`asyncio.to_thread`), never on the event loop.
   fsync failed) gets `FlushDiskTimeoutError`.
 - ASYNC_FLUSH: a flush every `flush_interval_ms` when something was written; `wait_flushed` returns
   at once.
+- Consume queues: every `flush_consume_queue_interval_ms`, then the checkpoint is written.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
+from broker.store.checkpoint import Checkpoint, write_checkpoint
 from broker.store.commit_log import CommitLog
+from broker.store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from broker.store.results import FlushDiskTimeoutError
 from broker.store.segment import fdatasync_paths
 from protocol.service import Service
@@ -114,3 +118,25 @@ class PeriodicService(Service):
                 await self._action()
             except OSError:
                 log.exception("%s failed; retrying in %d ms", self.name, self._interval_ms)
+
+
+async def flush_consume_queues(consume_queues: ConsumeQueueTable, *, reput_offset: int,
+                               commit_log_flushed_offset: int, written_at_ms: int, checkpoint_path: Path) -> None:
+    """fsync the consume-queue files written since the last call, then write the checkpoint. The
+    caller captures `reput_offset` in the same loop step as this call starts, so the queue maxima
+    and dirty ranges taken here (before the fsync) cover every unit below it."""
+    queue_max_offsets: dict[tuple[str, int], int] = {}
+    flushed: list[tuple[ConsumeQueue, int]] = []
+    paths: list[Path] = []
+    for key, queue in consume_queues.queues.items():
+        queue_max_offsets[key] = queue.max_offset
+        end_bytes, queue_paths = queue.dirty_range()
+        if queue_paths:
+            flushed.append((queue, end_bytes))
+            paths.extend(queue_paths)
+    await asyncio.to_thread(fdatasync_paths, paths)
+    for queue, end_bytes in flushed:
+        queue.mark_flushed(end_bytes)
+    checkpoint = Checkpoint(commit_log_flushed_offset=commit_log_flushed_offset, reput_offset=reput_offset,
+                            written_at_ms=written_at_ms, queue_max_offsets=queue_max_offsets)
+    await asyncio.to_thread(write_checkpoint, checkpoint_path, checkpoint)

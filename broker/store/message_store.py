@@ -18,10 +18,10 @@ from typing import Any
 
 import msgpack
 
-from broker.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from broker.store.checkpoint import read_checkpoint
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable, is_valid_topic_name
-from broker.store.flush import CommitLogFlushService, PeriodicService
+from broker.store.flush import CommitLogFlushService, PeriodicService, flush_consume_queues
 from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields
 from broker.store.recovery import recover_store
 from broker.store.reput import ArrivalListener, DispatchEntry, ReputService
@@ -131,25 +131,10 @@ class MessageStore:
         self._commit_log.close()
 
     async def _flush_consume_queues(self) -> None:
-        """fsync consume-queue files written since the last call, then write the checkpoint with the
-        reput offset and queue maxima captured before the fsync (so they are covered by it)."""
-        reput_offset = self._reput.reput_from_offset
-        queue_max_offsets: dict[tuple[str, int], int] = {}
-        flushed: list[tuple[ConsumeQueue, int]] = []
-        paths = []
-        for key, queue in self._consume_queues.queues.items():
-            queue_max_offsets[key] = queue.max_offset
-            end_bytes, queue_paths = queue.dirty_range()
-            if queue_paths:
-                flushed.append((queue, end_bytes))
-                paths.extend(queue_paths)
-        await asyncio.to_thread(fdatasync_paths, paths)
-        for queue, end_bytes in flushed:
-            queue.mark_flushed(end_bytes)
-        checkpoint = Checkpoint(
-            commit_log_flushed_offset=self._commit_log_flush.flushed_offset, reput_offset=reput_offset,
-            written_at_ms=self._clock_ms(), queue_max_offsets=queue_max_offsets)
-        await asyncio.to_thread(write_checkpoint, self._checkpoint_path, checkpoint)
+        await flush_consume_queues(
+            self._consume_queues, reput_offset=self._reput.reput_from_offset,
+            commit_log_flushed_offset=self._commit_log_flush.flushed_offset,
+            written_at_ms=self._clock_ms(), checkpoint_path=self._checkpoint_path)
 
     # put -------------------------------------------------------------------------------------
 

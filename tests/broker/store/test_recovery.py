@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shutil
 import signal
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageStatus
@@ -211,10 +214,6 @@ async def test_a_changed_segment_size_is_refused_not_ignored(config: StoreConfig
     store = await open_store(config)
     put_many(store, 300, body_of=lambda i: bytes(300))
     await store.stop()
-    import dataclasses
-
-    import pytest
-
     changed = dataclasses.replace(config, commit_log_segment_bytes=3 * 65536)
     with pytest.raises(ValueError, match="segment size"):
         await open_store(changed)

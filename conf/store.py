@@ -26,6 +26,7 @@ class StoreConfig:
     flush_consume_queue_interval_ms: int = 1_000       # flushIntervalConsumeQueue
     sync_flush_timeout_ms: int = 5_000                 # syncFlushTimeout → FLUSH_DISK_TIMEOUT
     max_message_bytes: int = 4 * 1024 * 1024           # maxMessageSize, 4 MiB
+    access_message_in_memory_max_ratio: int = 40       # % of RAM behind the log end counted "in memory"
     max_transfer_count_on_message_in_memory: int = 32
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"

@@ -33,15 +33,17 @@ class ConsumerManageProcessor:
         return request.response(body=encode_body(ConsumerListBody(consumer_id_list=group.client_ids())))
 
     async def query_consumer_offset(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
-        """The committed offset; with none, 0 when the queue still starts at offset 0 (RocketMQ
-        answers 0 there, so a new group replays a young queue), else QUERY_NOT_FOUND."""
+        """The committed offset; with none, 0 when the queue still starts at offset 0 and its first
+        message is still "in memory" (RocketMQ answers 0 there, so a new group replays a young
+        queue whatever its consume_from_where), else QUERY_NOT_FOUND."""
         header = QueryConsumerOffsetRequestHeader.from_fields(request.fields)
         require_group_name(header.consumer_group)
         require_topic_name(header.topic)
         self._topics.require_readable_queue(header.topic, header.queue_id)
         queue_offset = self._offsets.query(header.consumer_group, header.topic, header.queue_id)
         if queue_offset is None or queue_offset < 0:
-            if self._store.get_min_offset(header.topic, header.queue_id) > 0:
+            if (self._store.get_min_offset(header.topic, header.queue_id) > 0
+                    or self._store.check_in_disk_by_consume_offset(header.topic, header.queue_id, 0)):
                 raise QueryNotFound(f"no committed offset for {header.consumer_group!r} on "
                                     f"{header.topic}:{header.queue_id}")
             queue_offset = 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 _CQ_UNITS = struct.Struct(">QIq").iter_unpack
 _MIN_UNITS_EXAMINED = 800            # 16000 bytes of consume queue (RocketMQ maxFilterMessageCount)
 _TAGS_CACHE_LIMIT = 4096
+
+
+_TOTAL_RAM_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _wall_clock_ms() -> int:
@@ -294,6 +298,17 @@ class MessageStore:
         """The queue's next queue offset to be written; 0 when the queue does not exist."""
         queue = self._consume_queues.get(topic, queue_id)
         return queue.max_offset if queue is not None else 0
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """True when the message at `queue_offset` lies more than `access_message_in_memory_max_ratio`
+        % of physical RAM behind the commit log's end (RocketMQ `checkInDiskByConsumeOffset`); False
+        when there is no such message."""
+        queue = self._consume_queues.get(topic, queue_id)
+        unit = queue.unit_at(queue_offset) if queue is not None else None
+        if unit is None:
+            return False
+        lag_bytes = self.commit_log_max_offset() - unit[0]
+        return lag_bytes > _TOTAL_RAM_BYTES * self._config.access_message_in_memory_max_ratio // 100
 
     def get_min_offset(self, topic: str, queue_id: int) -> int:
         """The queue's first readable queue offset; 0 when the queue does not exist."""

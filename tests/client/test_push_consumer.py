@@ -204,3 +204,35 @@ async def test_consumer_survives_a_broker_restart(tmp_path: Path) -> None:
             await wait_until(lambda: set(after) <= set(keys.keys), 10, "consumed after the restart")
     finally:
         await c.shutdown()
+
+
+async def test_consume_from_first_last_and_timestamp(tmp_path: Path) -> None:
+    """A new group's start offset. With the first message "in disk" (ratio 0 here), the broker has
+    no offset to offer and `consume_from_where` decides; on a young queue RocketMQ (and rocketq by
+    default) answers 0 whatever it says."""
+    from conf.store import StoreConfig
+    from tests.conftest import broker_config
+    store = StoreConfig(path=tmp_path / "store", access_message_in_memory_max_ratio=0)
+    async with Broker(broker_config(tmp_path, store=store)) as broker:
+        old = await produce(broker.address, "cf", 40)        # q0 gets old[:32], q1 gets old[32:]
+        boundary_ms = (int(time.time()) + 1) * 1000            # consume_timestamp has 1 s resolution
+        await asyncio.sleep(boundary_ms / 1000 - time.time() + 0.01)   # wall clock, not synchronisation
+        middle = await produce(broker.address, "cf", 40)
+        results: dict[str, Collector] = {}
+        for where in ("CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_TIMESTAMP"):
+            stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(boundary_ms / 1000))
+            keys = results[where] = Collector()
+            c = consumer(broker.address, f"g-{where[13:17]}", "cf", keys, consume_from_where=where,
+                         consume_timestamp=stamp)
+            async with c:
+                await wait_until(lambda c=c: len(c.assigned_queues()) == 4, 5)  # type: ignore[misc]
+                new = await produce(broker.address, "cf", 8)
+                await wait_until(lambda keys=keys, new=new: set(new) <= set(keys.keys), 5)  # type: ignore[misc]
+            results[where].keys.subtract(new)
+        first = {k for k, n in results["CONSUME_FROM_FIRST_OFFSET"].keys.items() if n > 0}
+        last = {k for k, n in results["CONSUME_FROM_LAST_OFFSET"].keys.items() if n > 0}
+        stamped = {k for k, n in results["CONSUME_FROM_TIMESTAMP"].keys.items() if n > 0}
+        assert set(old) | set(middle) <= first
+        assert not last & (set(old) | set(middle))
+        # the search answers the message nearest to the timestamp, which may be a queue's last old one
+        assert set(middle) <= stamped and stamped & set(old) <= {old[31], old[39]}

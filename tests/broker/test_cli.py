@@ -1,16 +1,13 @@
-"""broker.cli: help, config resolution and errors, and serving with a stand-in broker."""
+"""broker.cli: help, config resolution and errors, and a real broker served from the command line."""
 
 from __future__ import annotations
 
 import asyncio
-import errno
-import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
-import types
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,52 +20,13 @@ from broker.cli import (
     mqbroker,
     parse_sets,
     resolve_config,
-    serve,
 )
+from client.api import ClientAPI
+from client.remoting.remoting_client import RemotingClient
 from conf import BrokerConfig, ConfigError, LongPollingConfig, StoreConfig
+from tests.helpers import pull_header, send
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-class FakeBroker:
-    """Stands in for broker.broker.Broker. Port 1 is "in use"; otherwise `start` arranges for
-    `signal_on_start` to be delivered once the loop runs again, and `stop` may send `signal_on_stop`."""
-
-    def __init__(self, config: BrokerConfig, *, signal_on_start: int | None = signal.SIGTERM,
-                 signal_on_stop: int | None = None) -> None:
-        self.config, self.stopped = config, False
-        self._signal_on_start, self._signal_on_stop = signal_on_start, signal_on_stop
-
-    async def start(self) -> None:
-        if self.config.listen_port == 1:
-            raise OSError(errno.EADDRINUSE, "Address already in use")
-        if self._signal_on_start is not None:
-            asyncio.get_running_loop().call_soon(signal.raise_signal, self._signal_on_start)
-
-    async def stop(self) -> None:
-        if self._signal_on_stop is not None:
-            signal.raise_signal(self._signal_on_stop)
-            await asyncio.sleep(0.01)
-        self.stopped = True
-
-    @property
-    def address(self) -> str:
-        return f"{self.config.listen_host}:{self.config.listen_port}"
-
-
-@pytest.fixture
-def brokers(monkeypatch: pytest.MonkeyPatch) -> list[FakeBroker]:
-    """Installs a fake `broker.broker` module; returns the brokers the CLI builds."""
-    built: list[FakeBroker] = []
-
-    def factory(config: BrokerConfig) -> FakeBroker:
-        built.append(FakeBroker(config))
-        return built[-1]
-
-    module = types.ModuleType("broker.broker")
-    module.Broker = factory  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "broker.broker", module)
-    return built
 
 
 @pytest.fixture
@@ -215,37 +173,55 @@ def test_second_sigint_forces_exit_and_sigterm_only_once() -> None:
     assert stops == [None] and forced == [1]
 
 
+def _start_broker(*args: str) -> tuple[subprocess.Popen[str], str]:
+    """`python -m broker ARGS` in a subprocess; returns it with the address it logged."""
+    proc = subprocess.Popen([sys.executable, "-m", "broker", *args], cwd=REPO, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    for _ in range(200):
+        line = proc.stderr.readline()
+        assert line, "the broker exited before listening"
+        if "listening on " in line:
+            return proc, line.split("listening on ")[1].split()[0]
+    raise AssertionError("no 'listening on' line")
+
+
+async def _send_and_pull(address: str) -> bytes:
+    remoting = RemotingClient()
+    try:
+        api = ClientAPI(remoting)
+        await send(api, address, "cli", b"through the cli")
+        result = await api.pull_message(address, pull_header(topic="cli"), 3_000)
+        return result.messages[0].body
+    finally:
+        await remoting.close()
+
+
 @pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
-def test_start_serves_until_sigterm_then_stops(brokers: list[FakeBroker], in_empty_dir: Path,
-                                               caplog: pytest.LogCaptureFixture, event_loop: str) -> None:
-    with caplog.at_level(logging.INFO):
-        result = CliRunner().invoke(main, ["broker", "start", "--listen-port", "0", "--store-dir", "s",
-                                           "--set", f"event_loop={event_loop}"])
-    assert result.exit_code == 0, result.output
-    assert len(brokers) == 1 and brokers[0].stopped
-    assert brokers[0].config.store.path == Path("s")
-    assert "rocketq broker broker-a listening on 127.0.0.1:0 (store s, flush SYNC_FLUSH)" in caplog.messages
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers removed again
+def test_start_serves_until_sigterm_then_exits_0(tmp_path: Path, event_loop: str) -> None:
+    store = tmp_path / "s"
+    proc, address = _start_broker("--listen-port", "0", "--store-dir", str(store), "--set",
+                                  f"event_loop={event_loop}")
+    try:
+        assert asyncio.run(_send_and_pull(address)) == b"through the cli"
+        proc.send_signal(signal.SIGTERM)
+        _, log = proc.communicate(timeout=15)
+        assert proc.returncode == 0, log
+        assert "stopped" in log
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            proc.communicate()
+    assert not (store / "abort").exists(), "a graceful stop removes the crash marker"
 
 
-def test_port_in_use_is_one_line_and_exit_code_1(brokers: list[FakeBroker], in_empty_dir: Path) -> None:
-    result = CliRunner().invoke(mqbroker, ["--listen-port", "1"])
-    assert result.exit_code == 1
-    assert result.output.strip().splitlines() == [
-        "rocketq: cannot listen on 127.0.0.1:1: address already in use "
-        "(another broker running? pick another --listen-port)"]
-    assert not brokers[0].stopped
-
-
-async def test_second_sigint_during_a_hung_stop_forces_exit_1() -> None:
-    forced: list[int] = []
-    made: list[FakeBroker] = []
-
-    def factory(config: BrokerConfig) -> FakeBroker:
-        made.append(FakeBroker(config, signal_on_start=signal.SIGINT, signal_on_stop=signal.SIGINT))
-        return made[-1]
-
-    force: Callable[[int], None] = forced.append
-    assert await asyncio.wait_for(serve(BrokerConfig(), factory, force_exit=force), timeout=5) == 0
-    assert forced == [1] and made[0].stopped
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+def test_port_in_use_is_one_line_and_exit_code_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "broker", "--listen-port", str(port), "--store-dir",
+                                 str(tmp_path / "s")], cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert (f"rocketq: cannot listen on 127.0.0.1:{port}: address already in use "
+            "(another broker running? pick another --listen-port)") in result.stderr

@@ -6,15 +6,9 @@ TAG filtering never decodes a stored message."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from broker.store.results import MessageFilter
 
-
-class MessageFilter(Protocol):
-    needs_properties: bool
-
-    def match_by_consume_queue(self, tags_code: int) -> bool: ...
-
-    def match_by_commit_log(self, properties: dict[str, str] | None) -> bool: ...
+__all__ = ["MessageFilter", "TagMessageFilter"]
 
 
 class TagMessageFilter:

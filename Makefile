@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test check lint typecheck bench replay clean
+.PHONY: install run test check lint typecheck bench replay demo clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ bench: $(STAMP)
 
 replay: $(STAMP)
 	$(BIN)/python -m bench.replay
+
+demo: $(STAMP)
+	$(BIN)/python -m demo
 
 clean:
 	rm -rf $(VENV) store bench/results .pytest_cache .mypy_cache

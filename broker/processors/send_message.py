@@ -6,7 +6,7 @@ In SYNC_FLUSH (the default) the response is written after an fsync that covers t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -78,17 +78,21 @@ class SendMessageProcessor:
             raise MessageIllegal("batch body must be a non-empty array of [properties, flag, body]")
         if len(value) > MAX_BATCH_MESSAGES:
             raise MessageIllegal(f"a batch holds at most {MAX_BATCH_MESSAGES} messages, got {len(value)}")
-        messages: list[tuple[dict[str, str], int, bytes]] = []
-        for i, item in enumerate(value):
-            if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], dict)
-                    and type(item[1]) is int and isinstance(item[2], bytes)
-                    and all(isinstance(k, str) and isinstance(v, str) for k, v in item[0].items())):
+        max_bytes = self._max_message_bytes
+        for i, item in enumerate(value):       # a tight loop: this runs for every batched message
+            if type(item) is not list or len(item) != 3:
                 raise MessageIllegal(f"batch message {i} must be [map str→str, int, bin]")
-            if len(item[2]) > self._max_message_bytes:
-                raise MessageIllegal(f"batch message {i} body of {len(item[2])} bytes exceeds "
-                                     f"max_message_bytes {self._max_message_bytes}")
-            messages.append((item[0], item[1], item[2]))
-        return messages
+            properties, flag, body = item
+            if type(properties) is not dict or type(flag) is not int or type(body) is not bytes:
+                raise MessageIllegal(f"batch message {i} must be [map str→str, int, bin]")
+            for key, text in properties.items():
+                if type(key) is not str or type(text) is not str:
+                    raise MessageIllegal(f"batch message {i} must be [map str→str, int, bin]")
+            if len(body) > max_bytes:
+                raise MessageIllegal(f"batch message {i} body of {len(body)} bytes exceeds "
+                                     f"max_message_bytes {max_bytes}")
+        # Each item is a 3-element list; the store unpacks it like the tuple it is typed as.
+        return cast(list[tuple[dict[str, str], int, bytes]], value)
 
     async def _acknowledge(self, result: PutMessageResult) -> None:
         if result.status is PutMessageStatus.MESSAGE_ILLEGAL:

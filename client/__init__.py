@@ -10,6 +10,7 @@ from client.consumer.allocate import (
     AllocateMessageQueueConsistentHash,
 )
 from client.consumer.listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus
+from client.consumer.pull_consumer import PullConsumer
 from client.consumer.push_consumer import PushConsumer
 from client.producer.producer import Producer
 from client.producer.selector import SelectMessageQueueByHash, SelectMessageQueueByRandom
@@ -20,6 +21,6 @@ __all__ = [
     "AllocateMachineRoomNearby", "AllocateMessageQueueAveragely", "AllocateMessageQueueAveragelyByCircle",
     "AllocateMessageQueueByConfig", "AllocateMessageQueueByMachineRoom", "AllocateMessageQueueConsistentHash",
     "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus", "ConsumeFromWhere", "Message", "MessageExt",
-    "MessageModel", "MessageQueue", "Producer", "PullResult", "PushConsumer", "SelectMessageQueueByHash",
-    "SelectMessageQueueByRandom", "SendResult", "SendStatus",
+    "MessageModel", "MessageQueue", "Producer", "PullConsumer", "PullResult", "PushConsumer",
+    "SelectMessageQueueByHash", "SelectMessageQueueByRandom", "SendResult", "SendStatus",
 ]

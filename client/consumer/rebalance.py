@@ -11,18 +11,27 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol
 
 from client.api import ClientAPI
 from client.consumer.allocate import AllocateMessageQueueStrategy
 from client.consumer.offset_store import NOT_FOUND, OffsetStore, ReadOffsetType
 from client.consumer.process_queue import ProcessQueue
-from client.consumer.pull_service import PullService, now_ms
+from client.consumer.pull_service import now_ms
 from client.route import RouteTable
 from protocol.errors import MQError
 from protocol.model import ConsumeFromWhere, MessageModel, MessageQueue
 from protocol.topics import is_retry_topic
 
 log = logging.getLogger(__name__)
+
+
+class QueuePuller(Protocol):
+    """What the rebalance drives: the push consumer's `PullService` or the lite `LitePullService`."""
+
+    def start(self, mq: MessageQueue, pq: ProcessQueue, queue_offset: int) -> None: ...
+
+    async def stop(self, mq: MessageQueue) -> None: ...
 
 
 def parse_consume_timestamp(value: str) -> int:
@@ -34,9 +43,9 @@ class Rebalancer:
     def __init__(self, *, consumer_group: str, client_id: Callable[[], str], message_model: MessageModel,
                  consume_from_where: ConsumeFromWhere, consume_timestamp_ms: int,
                  strategy: AllocateMessageQueueStrategy, api: ClientAPI, routes: RouteTable,
-                 update_route: Callable[[str], object], offset_store: OffsetStore, pull_service: PullService,
+                 update_route: Callable[[str], object], offset_store: OffsetStore, pull_service: QueuePuller,
                  topics: Callable[[], list[str]], address_of: Callable[[MessageQueue], str],
-                 request_timeout_ms: int) -> None:
+                 request_timeout_ms: int, drop_stalled_pulls: bool = True) -> None:
         self._group, self._client_id, self._model = consumer_group, client_id, message_model
         self._from_where, self._timestamp_ms = consume_from_where, consume_timestamp_ms
         self._strategy, self._api, self._routes = strategy, api, routes
@@ -44,6 +53,7 @@ class Rebalancer:
         self._offsets, self._pulls, self._topics = offset_store, pull_service, topics
         self._address_of = address_of
         self._timeout_ms = request_timeout_ms
+        self._drop_stalled_pulls = drop_stalled_pulls     # push consumers only, as RocketMQ
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
 
     async def do_rebalance(self) -> bool:
@@ -91,7 +101,7 @@ class Rebalancer:
             if mq not in allocated:
                 await self.remove_queue(mq)
                 changed = True
-            elif pq.is_pull_expired(now):
+            elif self._drop_stalled_pulls and pq.is_pull_expired(now):
                 log.warning("pull of %s stalled for over 120 s; recreating its process queue", mq)
                 await self.remove_queue(mq)
                 changed = True

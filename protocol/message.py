@@ -117,24 +117,32 @@ def encode_stored_message(
     )
 
 
-def message_from_fields(values: Any) -> MessageExt:
-    """A `MessageExt` from one decoded stored array; raises `ProtocolError` on a wrong shape."""
+def message_from_fields(values: Any, prefixes: dict[str, str] | None = None) -> MessageExt:
+    """A `MessageExt` from one decoded stored array; raises `ProtocolError` on a wrong shape.
+    `prefixes` caches `msg_id_prefix` per store host across the messages of one body."""
     if not isinstance(values, list | tuple) or len(values) != STORED_FIELD_COUNT:
         raise ProtocolError("a stored message is an array of 13 fields")
     (topic, queue_id, queue_offset, commit_log_offset, flag, sys_flag, born_ts, born_host, store_ts,
      store_host, reconsume_times, properties, body) = values
-    if not isinstance(topic, str) or not isinstance(properties, dict) or not isinstance(body, bytes):
+    if type(topic) is not str or type(properties) is not dict or type(body) is not bytes:
         raise ProtocolError("stored message has mistyped topic, properties or body")
-    integers = (queue_id, queue_offset, commit_log_offset, flag, sys_flag, born_ts, store_ts, reconsume_times)
-    if (not all(type(v) is int for v in integers) or not isinstance(born_host, str)
-            or not isinstance(store_host, str)
-            or not all(type(k) is str and type(v) is str for k, v in properties.items())):
-        raise ProtocolError("stored message has a mistyped integer, host or property")
-    try:
-        msg_id = make_msg_id(store_host, commit_log_offset)
-    except (ValueError, struct.error):
-        raise ProtocolError(f"stored message has a bad store_host {store_host!r:.40} "
-                            f"or commit_log_offset {commit_log_offset}") from None
+    # Explicit type tests, not all(...) over a generator: this runs for every received message.
+    if (type(queue_id) is not int or type(queue_offset) is not int or type(commit_log_offset) is not int
+            or type(flag) is not int or type(sys_flag) is not int or type(born_ts) is not int
+            or type(store_ts) is not int or type(reconsume_times) is not int
+            or type(born_host) is not str or type(store_host) is not str):
+        raise ProtocolError("stored message has a mistyped integer or host")
+    for key, value in properties.items():
+        if type(key) is not str or type(value) is not str:
+            raise ProtocolError("stored message has a property that is not str → str")
+    prefix = prefixes.get(store_host) if prefixes is not None else None
+    if prefix is None:
+        prefix = msg_id_prefix(store_host)
+        if prefixes is not None:
+            prefixes[store_host] = prefix
+    if not 0 <= commit_log_offset < 1 << 64:
+        raise ProtocolError(f"stored message has a bad commit_log_offset {commit_log_offset}")
+    msg_id = prefix + f"{commit_log_offset:016X}"
     return MessageExt(
         topic=topic, body=body, properties=properties, queue_id=queue_id, queue_offset=queue_offset,
         commit_log_offset=commit_log_offset, flag=flag, sys_flag=sys_flag, born_timestamp=born_ts,
@@ -151,8 +159,9 @@ def decode_message_batch(body: bytes | memoryview) -> list[MessageExt]:
     messages: list[MessageExt] = []
     consumed = 0   # the Unpacker's tell() is not reliable after it stops on incomplete data
     try:
+        prefixes: dict[str, str] = {}
         for values in unpacker:
-            messages.append(message_from_fields(values))
+            messages.append(message_from_fields(values, prefixes))
             consumed = unpacker.tell()
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise ProtocolError(f"bad message body: {exc}") from exc
@@ -182,7 +191,7 @@ def make_msg_id(store_host: str, commit_log_offset: int) -> str:
     RocketMQ's offset message id layout. Raises `ValueError` for an offset outside 0..2**64-1."""
     if not 0 <= commit_log_offset < 1 << 64:
         raise ValueError(f"commit_log_offset {commit_log_offset} does not fit 8 bytes")
-    return msg_id_prefix(store_host) + format(commit_log_offset, "016X")
+    return msg_id_prefix(store_host) + f"{commit_log_offset:016X}"
 
 
 def parse_msg_id(msg_id: str) -> tuple[str, int]:

@@ -65,6 +65,10 @@ class ConcurrentConsumeService:
         async with self._slots:
             if pq.dropped:
                 return
+            start = str(time.time_ns() // 1_000_000)     # CONSUME_START_TIME, once per job
+            for chunk in chunks:
+                for message in chunk:
+                    message.properties[PROPERTY_CONSUME_START_TIME] = start
             if self._is_async:
                 results = [await self._call_async(mq, chunk) for chunk in chunks]
             else:
@@ -75,13 +79,7 @@ class ConcurrentConsumeService:
     def _call_sync_all(self, mq: MessageQueue, chunks: list[Chunk]) -> list[bool]:
         return [self._call_sync(mq, chunk) for chunk in chunks]
 
-    def _prepare(self, chunk: Chunk) -> None:
-        start = str(time.time_ns() // 1_000_000)
-        for message in chunk:
-            message.properties[PROPERTY_CONSUME_START_TIME] = start
-
     def _call_sync(self, mq: MessageQueue, chunk: Chunk) -> bool:
-        self._prepare(chunk)
         try:
             status = self._listener(chunk, ConsumeConcurrentlyContext(mq))
         except Exception:
@@ -92,7 +90,6 @@ class ConcurrentConsumeService:
         return status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
     async def _call_async(self, mq: MessageQueue, chunk: Chunk) -> bool:
-        self._prepare(chunk)
         try:
             status = self._listener(chunk, ConsumeConcurrentlyContext(mq))
             if inspect.isawaitable(status):

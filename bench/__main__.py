@@ -15,10 +15,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from bench import held, latency, pull, replay, send
-from bench.common import run
+from bench.common import Options, run, wait_for_quiet
 from bench.report import BenchResult, format_table, write_result, write_summary
 
-Benchmark = Callable[[BenchResult, bool], Coroutine[Any, Any, None]]
+Benchmark = Callable[[BenchResult, Options], Coroutine[Any, Any, None]]
 
 BENCHMARKS: dict[str, Benchmark] = {
     "send_batch": send.send_batch,
@@ -30,18 +30,22 @@ BENCHMARKS: dict[str, Benchmark] = {
 }
 
 
-def run_one(name: str, quick: bool) -> BenchResult:
+def run_one(name: str, opts: Options) -> BenchResult:
     """Run one benchmark on a fresh uvloop loop; an exception marks it failed, never propagates."""
-    result = BenchResult(name=name, params={"quick": quick})
+    result = BenchResult(name=name)
+    busy = wait_for_quiet()
+    if busy >= 0.3:
+        result.notes.append(f"the machine was busy ({busy:.2f} cores used by others) when {name} started")
     started = time.perf_counter()
     try:
-        run(BENCHMARKS[name](result, quick))
+        run(BENCHMARKS[name](result, opts))
     except Exception as exc:
         result.ok = False
         result.error = f"{type(exc).__name__}: {exc}"
         result.details["traceback"] = traceback.format_exc()
         print(f"[bench] {name} failed: {result.error}", file=sys.stderr)
     result.elapsed_s = time.perf_counter() - started
+    result.params.update(quick=opts.quick, pinned=opts.pinned)
     write_result(result)
     return result
 
@@ -52,20 +56,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="reduced sizes (a smoke test, < 60 s)")
     parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
                         help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
+    parser.add_argument("--pin", action="store_true",
+                        help="pin the broker to the last CPU and the client to CPU 0 (default: the OS decides)")
     args = parser.parse_args(argv)
+    opts = Options.create(quick=args.quick, pin=args.pin)
+    opts.pin_client()
     logging.basicConfig(level=logging.WARNING, format="[bench] %(levelname)s %(name)s: %(message)s")
     names = args.only or list(BENCHMARKS)
     results = []
     for name in names:
         print(f"[bench] running {name}{' (quick)' if args.quick else ''} ...", file=sys.stderr, flush=True)
-        result = run_one(name, args.quick)
+        result = run_one(name, opts)
         print(f"[bench] {name} done in {result.elapsed_s:.1f} s", file=sys.stderr, flush=True)
         results.append(result)
     print(format_table(results))
     for result in results:
         for note in result.notes:
             print(f"note: {result.name}: {note}")
-    summary = write_summary(results, args.quick)
+    summary = write_summary(results, opts.quick, opts.pinned)
     print(f"results: {summary.parent}/")
     return 0 if all(r.ok for r in results) else 1
 

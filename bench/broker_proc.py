@@ -64,10 +64,12 @@ def cli_command() -> list[str]:
 
 class BrokerProcess:
     def __init__(self, store_dir: Path, *, settings: Mapping[str, str] | None = None,
-                 command: Sequence[str] | None = None, keep_lines: int = 200) -> None:
+                 command: Sequence[str] | None = None, cpus: frozenset[int] | None = None,
+                 keep_lines: int = 200) -> None:
         self._store_dir = store_dir
         self._settings = dict(settings or {})
         self._command = list(command) if command is not None else python_command()
+        self._cpus = cpus
         self._process: asyncio.subprocess.Process | None = None
         self._drain_task: asyncio.Task[None] | None = None
         self._lines: collections.deque[str] = collections.deque(maxlen=keep_lines)
@@ -94,7 +96,7 @@ class BrokerProcess:
             args += ["--set", f"{key}={value}"]
         self._process = await asyncio.create_subprocess_exec(
             *args, cwd=REPO_ROOT, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE)
+            stderr=asyncio.subprocess.PIPE, preexec_fn=self._pin if self._cpus else None)
         assert self._process.stderr is not None
         stderr = self._process.stderr
         try:
@@ -128,7 +130,8 @@ class BrokerProcess:
         self._profiler = await asyncio.create_subprocess_exec(
             str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--rate", "200",
             "--nonblocking", "--format", "raw", "--output", str(output),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL)
         log.warning("profiling broker pid %d with py-spy into %s", pid, output)
 
     async def _stop_profiler(self) -> None:
@@ -142,6 +145,11 @@ class BrokerProcess:
         except TimeoutError:
             profiler.kill()
             await profiler.wait()
+
+    def _pin(self) -> None:
+        """In the child before exec: every thread the broker starts inherits this CPU set."""
+        assert self._cpus is not None
+        os.sched_setaffinity(0, self._cpus)
 
     async def _drain(self, stderr: asyncio.StreamReader) -> None:
         while line := await stderr.readline():

@@ -17,6 +17,7 @@ import psutil
 import uvloop
 
 from bench.broker_proc import BrokerProcess, Usage
+from bench.report import BenchResult
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
 from protocol.codes import PullSysFlag
@@ -31,6 +32,34 @@ PRODUCER_GROUP = "bench_pg"
 CONSUMER_GROUP = "bench_cg"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    """How to run: `quick` reduced sizes; with `pin`, `broker_cpus` and `client_cpus` are the last
+    and the first CPU this process may use (None: the OS decides). On a VM whose idle vCPUs wake
+    slowly, a request/response ping-pong across CPUs can cost more than sharing one, so pinning is
+    not always faster."""
+
+    quick: bool = False
+    broker_cpus: frozenset[int] | None = None
+    client_cpus: frozenset[int] | None = None
+
+    @classmethod
+    def create(cls, *, quick: bool, pin: bool) -> Options:
+        allowed = sorted(os.sched_getaffinity(0))
+        if not pin or len(allowed) < 2:
+            return cls(quick=quick)
+        return cls(quick=quick, broker_cpus=frozenset(allowed[-1:]), client_cpus=frozenset(allowed[:1]))
+
+    @property
+    def pinned(self) -> bool:
+        return self.broker_cpus is not None
+
+    def pin_client(self) -> None:
+        """Pin the calling thread (the client's event loop) to `client_cpus`, if set."""
+        if self.client_cpus is not None:
+            os.sched_setaffinity(0, self.client_cpus)
+
+
 def run(main: Coroutine[Any, Any, T]) -> T:
     """Run `main` on a fresh uvloop event loop."""
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -43,11 +72,12 @@ def store_root() -> Path:
 
 
 @asynccontextmanager
-async def running_broker(settings: dict[str, str] | None = None,
+async def running_broker(opts: Options, settings: dict[str, str] | None = None,
                          command: Sequence[str] | None = None) -> AsyncIterator[BrokerProcess]:
     """A broker subprocess on a fresh temporary store, stopped (and the store removed) on exit."""
     with tempfile.TemporaryDirectory(prefix="rocketq-bench-", dir=store_root()) as directory:
-        broker = BrokerProcess(Path(directory) / "store", settings=settings, command=command)
+        broker = BrokerProcess(Path(directory) / "store", settings=settings, command=command,
+                               cpus=opts.broker_cpus)
         async with broker:
             yield broker
 
@@ -159,14 +189,21 @@ async def drive(jobs: Iterable[J], call: Callable[[J], Awaitable[int]], *, worke
     return stats
 
 
+def _system_busy_s() -> float:
+    times = psutil.cpu_times()
+    return float(times.user + times.nice + times.system + getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0))
+
+
 class CpuMeter:
-    """Broker and client (this process) CPU over an interval, in cores."""
+    """Broker and client (this process) CPU over an interval, in cores, and what every other
+    process on the machine used meanwhile (`others_cores`: a noisy neighbour skews the numbers)."""
 
     def __init__(self, broker: BrokerProcess) -> None:
         self._broker = broker
         self._me = psutil.Process()
         self._broker_start: Usage | None = None
         self._client_start = (0.0, 0.0)
+        self._system_start = 0.0
 
     def _client_cpu(self) -> tuple[float, float]:
         times = self._me.cpu_times()
@@ -175,14 +212,39 @@ class CpuMeter:
     def start(self) -> None:
         self._broker_start = self._broker.usage()
         self._client_start = self._client_cpu()
+        self._system_start = _system_busy_s()
 
     def stop(self) -> dict[str, float]:
-        """{"broker_cores", "client_cores", "broker_rss_mb"} since `start`."""
+        """{"broker_cores", "client_cores", "others_cores", "broker_rss_mb"} since `start`."""
         assert self._broker_start is not None
         broker_now = self._broker.usage()
         client_cpu, client_at = self._client_cpu()
-        client_elapsed = client_at - self._client_start[1]
-        return {"broker_cores": round(broker_now.cores_since(self._broker_start), 3),
-                "client_cores": round((client_cpu - self._client_start[0]) / client_elapsed, 3)
-                if client_elapsed > 0 else float("nan"),
+        system_busy = _system_busy_s()
+        elapsed = client_at - self._client_start[1]
+        if elapsed <= 0:
+            elapsed = float("nan")
+        broker_cores = broker_now.cores_since(self._broker_start)
+        client_cores = (client_cpu - self._client_start[0]) / elapsed
+        others = (system_busy - self._system_start) / elapsed - broker_cores - client_cores
+        return {"broker_cores": round(broker_cores, 3), "client_cores": round(client_cores, 3),
+                "others_cores": round(max(others, 0.0), 3),
                 "broker_rss_mb": round(broker_now.rss_bytes / (1 << 20), 1)}
+
+
+def wait_for_quiet(max_wait_s: float = 20.0, threshold_cores: float = 0.3) -> float:
+    """Block until the machine used less than `threshold_cores` over a 1 s window (other sessions'
+    tests or benchmarks skew every number), at most `max_wait_s`; returns the last window's cores."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        busy, started = _system_busy_s(), time.monotonic()
+        time.sleep(1.0)
+        cores = (_system_busy_s() - busy) / (time.monotonic() - started)
+        if cores < threshold_cores or time.monotonic() >= deadline:
+            return cores
+
+
+def note_neighbours(result: BenchResult, label: str, cpu: dict[str, float], limit: float = 0.2) -> None:
+    """A note when other processes used more than `limit` cores during a measurement."""
+    if cpu.get("others_cores", 0.0) > limit:
+        result.notes.append(f"{label}: other processes used {cpu['others_cores']:.2f} cores meanwhile "
+                            f"(the machine has {os.cpu_count()}); the number is pessimistic")

@@ -5,7 +5,11 @@ one-queue topic; a sender connection sends one message every 10 ms. Latency is t
 response arrival minus the instant just before the send request is written (the send ack and the
 pull response race, so the ack is not waited for first). Also recorded: the send round trip, how
 often the pull response beat the send ack, and a broker-side view with 1 ms resolution: client
-arrival (wall clock) minus the message's store_timestamp (the broker's wall clock at put)."""
+arrival (wall clock) minus the message's store_timestamp (the broker's wall clock at put).
+
+The floor: the round trip of a trivial request (GET_MAX_OFFSET) sent at the same 10 ms spacing.
+On a VM whose idle vCPUs take long to wake, this alone can be far above 1 ms; the wake latency
+minus this floor is the broker's own share."""
 
 from __future__ import annotations
 
@@ -13,15 +17,16 @@ import asyncio
 import time
 from dataclasses import asdict, dataclass
 
-from bench.common import PRODUCER_GROUP, connected, pull_header, running_broker
+from bench.common import PRODUCER_GROUP, CpuMeter, Options, connected, note_neighbours, pull_header, running_broker
 from bench.report import BenchResult, percentile
-from client.api import PullResult
+from client.api import ClientAPI, PullResult
 from protocol.headers import SendMessageRequestHeader
 from protocol.model import PullStatus
 
 TOPIC = "bench_wake"
 P99_TARGET_MS = 1.0
 WARMUP = 20
+FLOOR_SAMPLES = 500
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,13 +48,13 @@ class Sample:
     pull_first: bool
 
 
-async def wake_latency(result: BenchResult, quick: bool) -> None:
-    params = QUICK if quick else FULL
+async def wake_latency(result: BenchResult, opts: Options) -> None:
+    params = QUICK if opts.quick else FULL
     result.params = {**asdict(params), "warmup_sends": WARMUP, "suspend_timeout_ms": 30_000,
                      "flush_disk_type": "SYNC_FLUSH (default)"}
     samples: list[Sample] = []
     failures: list[str] = []
-    async with running_broker() as broker, connected(broker.address, 1) as pullers, \
+    async with running_broker(opts) as broker, connected(broker.address, 1) as pullers, \
             connected(broker.address, 1) as senders:
         address = broker.address
         await senders[0].create_topic(address, TOPIC, queue_nums=1)
@@ -68,6 +73,8 @@ async def wake_latency(result: BenchResult, quick: bool) -> None:
 
         queue_offset = 0
         interval_s = params.interval_ms / 1000
+        meter = CpuMeter(broker)
+        meter.start()
         started = time.perf_counter()
         deadline = started + params.time_limit_s
         for index in range(WARMUP + params.sends):
@@ -78,7 +85,9 @@ async def wake_latency(result: BenchResult, quick: bool) -> None:
             # the pull has until the next tick to be parked by the broker
             await asyncio.sleep(max(0.0, started + (index + 1) * interval_s - time.perf_counter()))
             if pull_task.done():
-                failures.append(f"pull at {queue_offset} answered before the send: {pull_task!r}")
+                error = pull_task.exception()
+                outcome = repr(error) if error else str(pull_task.result()[0].status)
+                failures.append(f"pull at {queue_offset} answered before the send: {outcome}")
                 queue_offset = await sender.get_max_offset(address, TOPIC, 0)
                 continue
             send_started = time.perf_counter()
@@ -103,10 +112,31 @@ async def wake_latency(result: BenchResult, quick: bool) -> None:
                     samples.append(Sample((arrived - send_started) * 1000, (acked - send_started) * 1000,
                                           arrived_wall_ms - pulled.messages[-1].store_timestamp,
                                           arrived <= acked))
-    _report(result, samples, failures, params)
+        cpu = meter.stop()
+        note_neighbours(result, "wake_latency", cpu)
+        floor = await _rtt_floor(sender, address, min(params.sends, FLOOR_SAMPLES), interval_s,
+                                 params.time_limit_s)
+    _report(result, samples, failures, params, floor)
+    result.details["cpu"] = cpu
 
 
-def _report(result: BenchResult, samples: list[Sample], failures: list[str], params: WakeParams) -> None:
+async def _rtt_floor(api: ClientAPI, address: str, count: int, interval_s: float,
+                     time_limit_s: float) -> list[float]:
+    """Round trips (ms) of GET_MAX_OFFSET, one every `interval_s`, sorted."""
+    rtts: list[float] = []
+    deadline = time.perf_counter() + time_limit_s
+    for _ in range(count):
+        if time.perf_counter() >= deadline:
+            break
+        await asyncio.sleep(interval_s)
+        started = time.perf_counter()
+        await api.get_max_offset(address, TOPIC, 0, timeout_ms=5_000)
+        rtts.append((time.perf_counter() - started) * 1000)
+    return sorted(rtts)
+
+
+def _report(result: BenchResult, samples: list[Sample], failures: list[str], params: WakeParams,
+            floor: list[float]) -> None:
     wake = sorted(s.wake_ms for s in samples)
     rtt = sorted(s.send_rtt_ms for s in samples)
     store = sorted(s.store_to_arrival_ms for s in samples)
@@ -114,7 +144,9 @@ def _report(result: BenchResult, samples: list[Sample], failures: list[str], par
     result.add("wake_latency.p99", round(percentile(wake, 0.99), 3), "ms", ("≤", P99_TARGET_MS))
     result.add("wake_latency.p999", round(percentile(wake, 0.999), 3), "ms")
     result.add("wake_latency.samples", len(samples), "sends", ("≥", params.sends))
-    result.details = {
+    result.add("wake_latency.rtt_floor.p50", round(percentile(floor, 0.5), 3), "ms")
+    result.add("wake_latency.rtt_floor.p99", round(percentile(floor, 0.99), 3), "ms")
+    result.details = {"rtt_floor_ms": _quantiles(floor),
         "wake_ms": _quantiles(wake), "send_rtt_ms": _quantiles(rtt),
         "broker_store_to_client_arrival_ms_1ms_resolution": _quantiles(store),
         "pull_response_before_send_ack_fraction": round(sum(s.pull_first for s in samples) / len(samples), 4)

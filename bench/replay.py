@@ -28,7 +28,19 @@ from importlib.abc import Traversable
 from typing import Any
 
 from bench.broker_proc import cli_command
-from bench.common import BATCH_SIZE, Clients, batch_header, connected, drive, pull_header, run, running_broker
+from bench.common import (
+    BATCH_SIZE,
+    Clients,
+    CpuMeter,
+    Options,
+    batch_header,
+    connected,
+    drive,
+    note_neighbours,
+    pull_header,
+    run,
+    running_broker,
+)
 from bench.report import BenchResult, format_table, write_result
 from protocol.message import Message, MessageExt, encode_batch_body
 from protocol.model import PullStatus
@@ -120,8 +132,8 @@ async def _pull_queue(clients: Clients, address: str, queue_id: int, expected: i
         queue_offset = pulled.next_begin_offset
 
 
-async def replay_benchmark(result: BenchResult, quick: bool, rows_limit: int | None = None) -> None:
-    limit = rows_limit if rows_limit is not None else (QUICK_ROWS if quick else None)
+async def replay_benchmark(result: BenchResult, opts: Options, rows_limit: int | None = None) -> None:
+    limit = rows_limit if rows_limit is not None else (QUICK_ROWS if opts.quick else None)
     read_started = time.perf_counter()
     header, rows = read_flights(limit)
     batches = _encode_batches(header, rows)
@@ -133,7 +145,7 @@ async def replay_benchmark(result: BenchResult, quick: bool, rows_limit: int | N
     sent_per_queue = [0] * QUEUES
     received = Received()
     started = time.perf_counter()
-    async with running_broker(command=cli_command()) as broker, \
+    async with running_broker(opts, command=cli_command()) as broker, \
             connected(broker.address, CONNECTIONS) as clients:
         address = broker.address
         await clients[0].create_topic(address, TOPIC, queue_nums=QUEUES)
@@ -147,13 +159,21 @@ async def replay_benchmark(result: BenchResult, quick: bool, rows_limit: int | N
             sent_per_queue[queue_id] += count
             return count
 
+        meter = CpuMeter(broker)
+        meter.start()
         sends = await drive(range(len(batches)), send, workers=SEND_WORKERS, time_limit_s=SEND_TIME_LIMIT_S)
+        send_cpu = meter.stop()
+        meter.start()
         pull_started = time.perf_counter()
         deadline = pull_started + PULL_TIME_LIMIT_S
         async with asyncio.timeout(PULL_TIME_LIMIT_S + 30):
             await asyncio.gather(*(_pull_queue(clients, address, q, sent_per_queue[q], header, received,
                                                deadline) for q in range(QUEUES)))
         pull_s = time.perf_counter() - pull_started
+        pull_cpu = meter.stop()
+    note_neighbours(result, "replay send", send_cpu)
+    note_neighbours(result, "replay pull", pull_cpu)
+    result.details.update({"send_cpu": send_cpu, "pull_cpu": pull_cpu})
     elapsed_s = time.perf_counter() - started
     _check(result, header, rows, received, sends.messages, sends.errors, sends.error_samples)
     result.add("replay.rows", len(rows), "rows")
@@ -203,11 +223,14 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"only the first {QUICK_ROWS:,} rows")
     parser.add_argument("--rows", type=int, default=None, help="only the first N rows")
+    parser.add_argument("--pin", action="store_true", help="broker on the last CPU, client on CPU 0")
     args = parser.parse_args(argv)
+    opts = Options.create(quick=args.quick, pin=args.pin)
+    opts.pin_client()
     result = BenchResult(name="replay")
     started = time.perf_counter()
     try:
-        run(replay_benchmark(result, args.quick, args.rows))
+        run(replay_benchmark(result, opts, args.rows))
     except Exception as exc:
         result.ok, result.error = False, f"{type(exc).__name__}: {exc}"
     result.elapsed_s = time.perf_counter() - started

@@ -121,11 +121,13 @@ def write_result(result: BenchResult, directory: Path = RESULTS_DIR) -> Path:
     return path
 
 
-def write_summary(results: Sequence[BenchResult], quick: bool, directory: Path = RESULTS_DIR) -> Path:
+def write_summary(results: Sequence[BenchResult], quick: bool, pinned: bool,
+                  directory: Path = RESULTS_DIR) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     metrics = [m for r in results for m in r.metrics]
     summary = {
-        "quick": quick, "machine": machine_info(), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "quick": quick, "pinned": pinned, "machine": machine_info(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "benchmarks": {r.name: {"ok": r.ok, "error": r.error, "elapsed_s": round(r.elapsed_s, 3),
                                 "targets_missed": [m.name for m in r.metrics if m.passed is False]}
                        for r in results},

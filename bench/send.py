@@ -15,13 +15,15 @@ from bench.common import (
     Clients,
     CpuMeter,
     LoadStats,
+    Options,
     batch_header,
     connected,
     drive,
+    note_neighbours,
     running_broker,
     synthetic_batches,
 )
-from bench.report import BenchResult, percentile
+from bench.report import BenchResult, Op, percentile
 from client.api import ClientAPI
 from protocol.headers import SendMessageRequestHeader
 
@@ -78,33 +80,34 @@ async def _batch_run(broker: BrokerProcess, clients: Clients, topic: str, body_b
     return stats, meter.stop(), latencies
 
 
-async def send_batch(result: BenchResult, quick: bool) -> None:
-    params = BATCH_QUICK if quick else BATCH_FULL
+async def send_batch(result: BenchResult, opts: Options) -> None:
+    params = BATCH_QUICK if opts.quick else BATCH_FULL
     result.params = {**asdict(params), "batch_size": BATCH_SIZE}
     for flush in FLUSH_TYPES:
-        async with running_broker({"store.flush_disk_type": flush}) as broker, \
+        async with running_broker(opts, {"store.flush_disk_type": flush}) as broker, \
                 connected(broker.address, params.connections) as clients:
             for body_bytes in params.body_sizes:
                 label = f"{_size(body_bytes)}.{flush}"
                 stats, cpu, latencies = await _batch_run(broker, clients, f"bench_batch_{body_bytes}",
                                                          body_bytes, params)
-                target: Any = (("≥", BATCH_TARGET_MSG_S) if body_bytes == 128 and flush == "SYNC_FLUSH"
-                               else None)
+                target: tuple[Op, float] | None = (
+                    ("≥", BATCH_TARGET_MSG_S) if body_bytes == 128 and flush == "SYNC_FLUSH" else None)
                 result.add(f"send_batch.{label}", round(stats.rate), "msg/s", target)
                 result.add(f"send_batch.{label}.bandwidth",
                            round(stats.rate * body_bytes / 1e6, 1), "MB/s")
                 result.add(f"send_batch.{label}.broker_cpu", cpu["broker_cores"], "cores")
                 result.details[label] = {**_stats_json(stats), **cpu, **_latency_summary(latencies)}
+                note_neighbours(result, f"send_batch.{label}", cpu)
                 _check(result, label, stats)
 
 
-async def send_one(result: BenchResult, quick: bool) -> None:
-    params = ONE_QUICK if quick else ONE_FULL
+async def send_one(result: BenchResult, opts: Options) -> None:
+    params = ONE_QUICK if opts.quick else ONE_FULL
     result.params = asdict(params)
     body = bytes(params.body_sizes[0])
     topic = "bench_one"
     for flush in FLUSH_TYPES:
-        async with running_broker({"store.flush_disk_type": flush}) as broker, \
+        async with running_broker(opts, {"store.flush_disk_type": flush}) as broker, \
                 connected(broker.address, params.connections) as clients:
             address = broker.address
             latencies: list[float] = []
@@ -132,6 +135,7 @@ async def send_one(result: BenchResult, quick: bool) -> None:
             result.add(f"send_one.{label}", round(stats.rate), "msg/s")
             result.add(f"send_one.{label}.broker_cpu", cpu["broker_cores"], "cores")
             result.details[label] = {**_stats_json(stats), **cpu, **_latency_summary(latencies)}
+            note_neighbours(result, f"send_one.{label}", cpu)
             _check(result, label, stats)
 
 

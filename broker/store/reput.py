@@ -69,9 +69,15 @@ class ReputService(Service):
         return self._commit_log.max_offset - self.reput_from_offset
 
     def hand_off(self, entries: list[DispatchEntry]) -> None:
-        """Queue freshly appended records (in commit-log order) and wake the service."""
+        """Take freshly appended records (in commit-log order) and dispatch them now, in the same
+        event-loop step as the append, so a held pull is woken before the send is even
+        acknowledged; while the start-up backlog is still being read from disk (or after a failed
+        dispatch) they wait for the service's next pass instead."""
         self._pending.extend(entries)
-        self.wakeup()
+        if self.reput_from_offset >= self._handoff_from:
+            self._dispatch_logged()
+        if self._pending or self.reput_from_offset < self._handoff_from:
+            self.wakeup()
 
     async def run(self) -> None:
         while await self.wait(self.idle_interval_ms):

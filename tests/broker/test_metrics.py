@@ -7,6 +7,8 @@ import socket
 import urllib.request
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from broker.broker import Broker
 from client.api import ClientAPI
 from tests.conftest import broker_config
@@ -31,9 +33,16 @@ async def test_metrics_count_messages_in_and_out(tmp_path: Path, client_api: Cli
         await client_api.pull_message(broker.address, pull_header(topic="m", group="mg"), 3_000)
         assert broker.metrics_port is not None
         text = await asyncio.to_thread(_scrape, broker.metrics_port)
-    labels = 'cluster="DefaultCluster",node_id="broker-a"'
-    assert f'rocketmq_messages_in_total{{{labels},topic="m"}} 2.0' in text
-    assert f'rocketmq_throughput_in_total{{{labels},topic="m"}} 5.0' in text
-    assert f'rocketmq_messages_out_total{{{labels},topic="m",consumer_group="mg"}} 2.0' in text
-    assert 'rocketmq_rpc_latency_count{' in text and 'request_code="10"' in text
-    assert f"rocketq_held_pulls{{{labels}}} 0.0" in text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    node = (("cluster", "DefaultCluster"), ("node_id", "broker-a"))
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted((*node, *labels.items()))))]
+
+    assert value("rocketmq_messages_in_total", topic="m") == 2
+    assert value("rocketmq_throughput_in_total", topic="m") == 5
+    assert value("rocketmq_messages_out_total", topic="m", consumer_group="mg") == 2
+    assert value("rocketmq_rpc_latency_count", request_code="10", response_code="0") == 2
+    assert value("rocketmq_rpc_latency_count", request_code="11", response_code="0") == 1
+    assert value("rocketq_held_pulls") == 0

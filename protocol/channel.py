@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, cast
 
-from protocol.codes import CommandFlag, ResponseCode
+from protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, CommandFlag, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ConnectionClosed, FrameError, RequestTimeout
 from protocol.frame import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
@@ -75,7 +75,7 @@ class Channel:
     async def invoke(self, cmd: RemotingCommand, timeout_ms: int) -> RemotingCommand:
         """Send a request and await its response; raises `RequestTimeout` or `ConnectionClosed`."""
         cmd.opaque = self._opaque()
-        cmd.flag &= ~CommandFlag.RESPONSE & ~CommandFlag.ONEWAY
+        cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
         future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self.pending[cmd.opaque] = future
         try:
@@ -89,7 +89,7 @@ class Channel:
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = self._opaque()
-        cmd.flag = (cmd.flag | CommandFlag.ONEWAY) & ~CommandFlag.RESPONSE
+        cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
         self.send(cmd)
 
     def close(self) -> None:
@@ -103,7 +103,7 @@ class Channel:
 
     def _received(self, commands: list[RemotingCommand]) -> None:
         for cmd in commands:
-            if cmd.flag & CommandFlag.RESPONSE:
+            if cmd.flag & FLAG_RESPONSE:
                 future = self.pending.get(cmd.opaque)
                 if future is not None and not future.done():
                     future.set_result(cmd)

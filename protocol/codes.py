@@ -60,6 +60,11 @@ class CommandFlag(IntFlag):
     ONEWAY = 0x2
 
 
+# Plain-int copies for hot paths: IntFlag arithmetic goes through enum machinery (microseconds).
+FLAG_RESPONSE = 0x1
+FLAG_ONEWAY = 0x2
+
+
 class PullSysFlag(IntFlag):
     """`sys_flag` bits of PULL_MESSAGE (RocketMQ `PullSysFlag`)."""
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from protocol.codes import CommandFlag, ResponseCode
+from protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 
 if TYPE_CHECKING:
     from protocol.headers import Header
@@ -31,11 +31,11 @@ class RemotingCommand:
 
     @property
     def is_response(self) -> bool:
-        return bool(self.flag & CommandFlag.RESPONSE)
+        return bool(self.flag & FLAG_RESPONSE)
 
     @property
     def is_oneway(self) -> bool:
-        return bool(self.flag & CommandFlag.ONEWAY)
+        return bool(self.flag & FLAG_ONEWAY)
 
     def body_bytes(self) -> bytes:
         body = self.body
@@ -62,7 +62,7 @@ class RemotingCommand:
             fields = dict(header)
         else:
             fields = header.to_fields()
-        return RemotingCommand(code=int(code), opaque=self.opaque, flag=CommandFlag.RESPONSE,
+        return RemotingCommand(code=int(code), opaque=self.opaque, flag=FLAG_RESPONSE,
                                remark=remark, fields=fields, body=body)
 
 
@@ -75,4 +75,4 @@ def request(code: int, header: Header | Mapping[str, Any] | None = None, body: B
         fields = dict(header)
     else:
         fields = header.to_fields()
-    return RemotingCommand(code=int(code), flag=CommandFlag.ONEWAY if oneway else 0, fields=fields, body=body)
+    return RemotingCommand(code=int(code), flag=FLAG_ONEWAY if oneway else 0, fields=fields, body=body)

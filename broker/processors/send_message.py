@@ -23,7 +23,7 @@ from protocol.headers import (
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
-from protocol.message import make_msg_id
+from protocol.message import make_msg_id, msg_id_prefix
 
 MessagesIn = Callable[[str, int, int], None]   # (topic, message count, bytes)
 MAX_BATCH_MESSAGES = 1024
@@ -59,17 +59,20 @@ class SendMessageProcessor:
         header = SendBatchMessageRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
         require_group_name(header.producer_group)
-        messages = self._decode_batch(request.body_bytes())
+        messages, body_bytes = self._decode_batch(request.body_bytes())
         self._topics.for_send(header.topic, header.queue_id)
         result = self._store.put_messages(topic=header.topic, queue_id=header.queue_id, messages=messages,
                                           born_timestamp=header.born_timestamp, born_host=ctx.client_addr)
         await self._acknowledge(result)
-        self._on_stored(header.topic, len(messages), sum(len(m[2]) for m in messages))
+        self._on_stored(header.topic, len(messages), body_bytes)
+        prefix = msg_id_prefix(self._store_host)
         return request.response(header=SendBatchMessageResponseHeader(
-            msg_ids=[make_msg_id(self._store_host, o) for o in result.commit_log_offsets],
+            msg_ids=[prefix + f"{o:016X}" for o in result.commit_log_offsets],
             queue_id=header.queue_id, queue_offset=result.queue_offset))
 
-    def _decode_batch(self, raw: bytes) -> list[tuple[dict[str, str], int, bytes]]:
+    def _decode_batch(self, raw: bytes) -> tuple[list[tuple[dict[str, str], int, bytes]], int]:
+        """The batch's (properties, flag, body) items and their total body bytes; raises
+        `MessageIllegal` naming the first bad item."""
         try:
             value: Any = msgpack.unpackb(raw, raw=False)
         except Exception as exc:
@@ -79,6 +82,7 @@ class SendMessageProcessor:
         if len(value) > MAX_BATCH_MESSAGES:
             raise MessageIllegal(f"a batch holds at most {MAX_BATCH_MESSAGES} messages, got {len(value)}")
         max_bytes = self._max_message_bytes
+        body_bytes = 0
         for i, item in enumerate(value):       # a tight loop: this runs for every batched message
             if type(item) is not list or len(item) != 3:
                 raise MessageIllegal(f"batch message {i} must be [map str→str, int, bin]")
@@ -91,8 +95,9 @@ class SendMessageProcessor:
             if len(body) > max_bytes:
                 raise MessageIllegal(f"batch message {i} body of {len(body)} bytes exceeds "
                                      f"max_message_bytes {max_bytes}")
+            body_bytes += len(body)
         # Each item is a 3-element list; the store unpacks it like the tuple it is typed as.
-        return cast(list[tuple[dict[str, str], int, bytes]], value)
+        return cast(list[tuple[dict[str, str], int, bytes]], value), body_bytes
 
     async def _acknowledge(self, result: PutMessageResult) -> None:
         if result.status is PutMessageStatus.MESSAGE_ILLEGAL:

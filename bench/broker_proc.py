@@ -15,7 +15,6 @@ interpreter) samples the broker for its whole life and writes collapsed stacks t
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import os
 import re
@@ -25,9 +24,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import psutil
+
+from broker.process import BrokerSubprocess, cli_command
+
+__all__ = ["BrokerProcess", "Usage", "cli_command", "free_port", "python_command"]
 
 log = logging.getLogger(__name__)
 
@@ -57,69 +59,28 @@ def python_command() -> list[str]:
     return [sys.executable, "-m", "broker"]
 
 
-def cli_command() -> list[str]:
-    """The `rocketq broker start` console script installed next to this interpreter."""
-    return [str(Path(sys.executable).parent / "rocketq"), "broker", "start"]
+class BrokerProcess(BrokerSubprocess):
+    """A `BrokerSubprocess` (the repo root as working directory, `python -m broker` unless told
+    otherwise) with CPU/RSS sampling, optional CPU pinning and the optional py-spy recorder."""
 
-
-class BrokerProcess:
     def __init__(self, store_dir: Path, *, settings: Mapping[str, str] | None = None,
                  command: Sequence[str] | None = None, cpus: frozenset[int] | None = None,
                  keep_lines: int = 200) -> None:
-        self._store_dir = store_dir
-        self._settings = dict(settings or {})
-        self._command = list(command) if command is not None else python_command()
+        super().__init__(store_dir, settings=settings,
+                         command=command if command is not None else python_command(), cwd=REPO_ROOT,
+                         preexec_fn=self._pin if cpus else None, keep_lines=keep_lines)
         self._cpus = cpus
-        self._process: asyncio.subprocess.Process | None = None
-        self._drain_task: asyncio.Task[None] | None = None
-        self._lines: collections.deque[str] = collections.deque(maxlen=keep_lines)
         self._ps: psutil.Process | None = None
         self._profiler: asyncio.subprocess.Process | None = None
-        self.address = ""
-        self.exit_code: int | None = None
-
-    @property
-    def pid(self) -> int:
-        if self._process is None:
-            raise RuntimeError("broker process is not started")
-        return self._process.pid
 
     @property
     def log_tail(self) -> list[str]:
-        return list(self._lines)
+        return self.log_lines
 
     async def start(self) -> None:
-        """Spawn the broker and return once it logged its address; raises RuntimeError (with the
-        log tail) when it exits or stays silent for `START_TIMEOUT_S`."""
-        args = [*self._command, "--listen-port", "0", "--store-dir", str(self._store_dir)]
-        for key, value in self._settings.items():
-            args += ["--set", f"{key}={value}"]
-        self._process = await asyncio.create_subprocess_exec(
-            *args, cwd=REPO_ROOT, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, preexec_fn=self._pin if self._cpus else None)
-        assert self._process.stderr is not None
-        stderr = self._process.stderr
-        try:
-            async with asyncio.timeout(START_TIMEOUT_S):
-                while True:
-                    line = await stderr.readline()
-                    if not line:
-                        raise RuntimeError(f"broker exited before listening: {self._tail()}")
-                    self._lines.append(line.decode(errors="replace").rstrip())
-                    match = _LISTENING.search(line)
-                    if match:
-                        self.address = f"{match[1].decode()}:{int(match[2])}"
-                        break
-        except TimeoutError:
-            await self.stop()
-            raise RuntimeError(f"broker did not log 'listening on' within {START_TIMEOUT_S} s: "
-                               f"{self._tail()}") from None
-        except BaseException:
-            await self.stop()
-            raise
-        self._drain_task = asyncio.create_task(self._drain(stderr))
-        self._ps = psutil.Process(self._process.pid)
-        await self._start_profiler(self._process.pid)
+        await super().start()
+        self._ps = psutil.Process(self.pid)
+        await self._start_profiler(self.pid)
 
     async def _start_profiler(self, pid: int) -> None:
         directory = os.environ.get("RQ_BENCH_PYSPY")
@@ -151,16 +112,6 @@ class BrokerProcess:
         assert self._cpus is not None
         os.sched_setaffinity(0, self._cpus)
 
-    async def _drain(self, stderr: asyncio.StreamReader) -> None:
-        while line := await stderr.readline():
-            text = line.decode(errors="replace").rstrip()
-            self._lines.append(text)
-            if " ERROR " in text or "Traceback" in text:
-                log.warning("broker: %s", text)
-
-    def _tail(self, count: int = 15) -> str:
-        return " | ".join(list(self._lines)[-count:]) or "(no output)"
-
     def usage(self) -> Usage:
         """CPU seconds and RSS now; raises RuntimeError if the broker is not running."""
         if self._ps is None:
@@ -170,44 +121,13 @@ class BrokerProcess:
             rss = self._ps.memory_info().rss
         return Usage(times.user + times.system, rss, time.monotonic())
 
-    def alive(self) -> bool:
-        return self._process is not None and self._process.returncode is None
-
     async def stop(self) -> int | None:
-        """SIGTERM and wait (bounded), SIGKILL if it hangs; returns the exit code."""
-        process = self._process
-        if process is None:
-            return None
         await self._stop_profiler()
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(STOP_TIMEOUT_S):
-                    await process.wait()
-            except TimeoutError:
-                log.warning("broker pid %d ignored SIGTERM for %.0f s; killing it", process.pid,
-                            STOP_TIMEOUT_S)
-                process.kill()
-                await process.wait()
-        if self._drain_task is not None:
-            try:
-                async with asyncio.timeout(5):
-                    await self._drain_task
-            except TimeoutError:
-                self._drain_task.cancel()
-            self._drain_task = None
-        self.exit_code = process.returncode
-        if self.exit_code not in (0, None):
-            log.warning("broker exited with %s: %s", self.exit_code, self._tail())
-        return self.exit_code
+        return await super().stop()
 
     async def __aenter__(self) -> BrokerProcess:
         await self.start()
         return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.stop()
 
 
 def free_port() -> int:

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import re
 import signal
-import sys
 from pathlib import Path
 
 from broker.broker import Broker
+from broker.process import BrokerSubprocess
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
 from conf.broker import BrokerConfig
@@ -22,32 +19,14 @@ from tests.helpers import pull_header, send
 
 QUEUES = 4
 SENDERS = 8
-LISTENING = re.compile(r"listening on (\S+:\d+)")
-
-
-async def _start_subprocess(store: Path) -> tuple[asyncio.subprocess.Process, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "broker", "--listen-port", "0", "--store-dir", str(store),
-        "--set", "persist_interval_ms=100", "--set", "store.commit_log_segment_bytes=1048576",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.stderr is not None
-    async with asyncio.timeout(20):
-        while True:
-            line = (await proc.stderr.readline()).decode()
-            assert line, "broker exited before listening"
-            match = LISTENING.search(line)
-            if match:
-                stderr = proc.stderr
-                # keep reading the log so a full pipe never blocks the broker
-                drain = asyncio.create_task(stderr.read())
-                proc.__dict__["_drain"] = drain
-                return proc, match.group(1)
 
 
 async def test_kill_9_during_concurrent_sends_loses_no_acknowledged_message(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    proc, address = await _start_subprocess(store)
+    proc = BrokerSubprocess(store, settings={"persist_interval_ms": "100",
+                                             "store.commit_log_segment_bytes": "1048576"})
+    await proc.start()
+    address = proc.address
     acked: list[tuple[int, int, bytes]] = []
     remoting = RemotingClient()
     api = ClientAPI(remoting)
@@ -77,14 +56,13 @@ async def test_kill_9_during_concurrent_sends_loses_no_acknowledged_message(tmp_
 
         senders = [asyncio.create_task(sender(n)) for n in range(SENDERS)]
         await asyncio.wait_for(enough.wait(), timeout=60)
-        proc.send_signal(signal.SIGKILL)        # sends are still in flight
-        await asyncio.wait_for(proc.wait(), timeout=10)
+        proc.kill()                             # sends are still in flight
         await asyncio.wait_for(asyncio.gather(*senders), timeout=10)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        proc.kill()
+        exit_code = await proc.stop()
         await remoting.close()
-    assert proc.returncode == -signal.SIGKILL
+    assert exit_code == -signal.SIGKILL
     assert (store / "abort").exists(), "a crash leaves the abort marker"
 
     config = BrokerConfig(listen_port=0, store=StoreConfig(path=store, commit_log_segment_bytes=1048576))

@@ -1,0 +1,146 @@
+"""`BrokerSubprocess`: a broker started from the command line in a child process, for tools and
+tests that need a real separate broker (the benchmarks, the flights demo, the kill -9 test).
+
+It starts `rocketq broker start --listen-port 0 --store-dir DIR [--set k=v ...]`, learns the address
+from the `listening on HOST:PORT` line on stderr, keeps draining stderr for the whole run (the last
+lines are kept for error messages, ERROR lines are logged), and stops with SIGTERM, a bounded wait,
+then SIGKILL.
+
+    async with BrokerSubprocess(store_dir, settings={"store.flush_disk_type": "ASYNC_FLUSH"}) as broker:
+        ... broker.address ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import re
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+log = logging.getLogger(__name__)
+_LISTENING = re.compile(rb"listening on (\S+):(\d+)")
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 20.0
+
+
+def cli_command() -> list[str]:
+    """`rocketq broker start`: the console script next to this interpreter, else `python -m broker`."""
+    script = Path(sys.executable).parent / "rocketq"
+    if script.exists():
+        return [str(script), "broker", "start"]
+    return [sys.executable, "-m", "broker"]
+
+
+class BrokerSubprocess:
+    def __init__(self, store_dir: Path, *, settings: Mapping[str, str] | None = None,
+                 command: Sequence[str] | None = None, cwd: Path | None = None,
+                 preexec_fn: Callable[[], None] | None = None, keep_lines: int = 200) -> None:
+        self.store_dir = store_dir
+        self._settings = dict(settings or {})
+        self._command = list(command) if command is not None else cli_command()
+        self._cwd, self._preexec_fn = cwd, preexec_fn
+        self._process: asyncio.subprocess.Process | None = None
+        self._drain_task: asyncio.Task[None] | None = None
+        self._lines: collections.deque[str] = collections.deque(maxlen=keep_lines)
+        self.address = ""
+        self.exit_code: int | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError("broker process is not started")
+        return self._process.pid
+
+    @property
+    def log_lines(self) -> list[str]:
+        return list(self._lines)
+
+    def tail(self, count: int = 15) -> str:
+        """The last `count` lines the broker logged, joined by " | "."""
+        return " | ".join(list(self._lines)[-count:]) or "(no output)"
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.returncode is None
+
+    async def start(self) -> None:
+        """Spawn the broker and return once it logged its address; raises `RuntimeError` (with the
+        log tail) when it exits first or stays silent for `START_TIMEOUT_S`."""
+        args = [*self._command, "--listen-port", "0", "--store-dir", str(self.store_dir)]
+        for key, value in self._settings.items():
+            args += ["--set", f"{key}={value}"]
+        self._process = await asyncio.create_subprocess_exec(
+            *args, cwd=self._cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE, preexec_fn=self._preexec_fn)
+        assert self._process.stderr is not None
+        stderr = self._process.stderr
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                while True:
+                    line = await stderr.readline()
+                    if not line:
+                        raise RuntimeError(f"broker exited before listening: {self.tail()}")
+                    self._lines.append(line.decode(errors="replace").rstrip())
+                    match = _LISTENING.search(line)
+                    if match:
+                        self.address = f"{match[1].decode()}:{int(match[2])}"
+                        break
+        except TimeoutError:
+            await self.stop()
+            raise RuntimeError(f"broker did not log 'listening on' within {START_TIMEOUT_S:.0f} s: "
+                               f"{self.tail()}") from None
+        except BaseException:
+            await self.stop()
+            raise
+        self._drain_task = asyncio.create_task(self._drain(stderr))
+
+    async def _drain(self, stderr: asyncio.StreamReader) -> None:
+        while line := await stderr.readline():
+            text = line.decode(errors="replace").rstrip()
+            self._lines.append(text)
+            if " ERROR " in text or "Traceback" in text:
+                log.warning("broker: %s", text)
+
+    def kill(self) -> None:
+        """SIGKILL now (a crash, for tests); `stop()` then only collects the exit code."""
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
+
+    async def stop(self) -> int | None:
+        """SIGTERM and wait (bounded by `STOP_TIMEOUT_S`), SIGKILL if it hangs; returns the exit code."""
+        process = self._process
+        if process is None:
+            return None
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(STOP_TIMEOUT_S):
+                    await process.wait()
+            except TimeoutError:
+                log.warning("broker pid %d ignored SIGTERM for %.0f s; killing it", process.pid, STOP_TIMEOUT_S)
+                process.kill()
+                await process.wait()
+        drain, self._drain_task = self._drain_task, None
+        if drain is not None:
+            try:
+                async with asyncio.timeout(5):
+                    await drain
+            except TimeoutError:
+                drain.cancel()
+                await asyncio.gather(drain, return_exceptions=True)
+        self.exit_code = process.returncode
+        if self.exit_code not in (0, -signal.SIGKILL):
+            log.warning("broker pid %d exited with %s: %s", process.pid, self.exit_code, self.tail())
+        return self.exit_code
+
+    async def __aenter__(self) -> BrokerSubprocess:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.stop()

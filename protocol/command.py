@@ -56,23 +56,19 @@ class RemotingCommand:
     def response(self, code: int = ResponseCode.SUCCESS, header: Header | Mapping[str, Any] | None = None,
                  body: Body = b"", remark: str | None = None) -> RemotingCommand:
         """A response to this request: same opaque, RESPONSE flag set."""
-        if header is None:
-            fields: dict[str, Any] = {}
-        elif isinstance(header, Mapping):
-            fields = dict(header)
-        else:
-            fields = header.to_fields()
         return RemotingCommand(code=int(code), opaque=self.opaque, flag=FLAG_RESPONSE,
-                               remark=remark, fields=fields, body=body)
+                               remark=remark, fields=_fields_of(header), body=body)
 
 
 def request(code: int, header: Header | Mapping[str, Any] | None = None, body: Body = b"",
             *, oneway: bool = False) -> RemotingCommand:
     """A request; the channel assigns its opaque when it is sent."""
+    return RemotingCommand(code=int(code), flag=FLAG_ONEWAY if oneway else 0, fields=_fields_of(header), body=body)
+
+
+def _fields_of(header: Header | Mapping[str, Any] | None) -> dict[str, Any]:
     if header is None:
-        fields: dict[str, Any] = {}
-    elif isinstance(header, Mapping):
-        fields = dict(header)
-    else:
-        fields = header.to_fields()
-    return RemotingCommand(code=int(code), flag=FLAG_ONEWAY if oneway else 0, fields=fields, body=body)
+        return {}
+    if isinstance(header, Mapping):
+        return dict(header)
+    return header.to_fields()

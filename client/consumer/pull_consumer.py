@@ -42,13 +42,12 @@ from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
 from conf.client import ClientConfig
-from protocol.bodies import ConsumerData, SubscriptionData
+from protocol.bodies import ConsumerData
 from protocol.errors import MQError, QueryNotFound, TopicNotExist
 from protocol.message import MessageExt
 from protocol.model import ConsumeFromWhere, ConsumeType, ExpressionType, MessageModel, MessageQueue
 from protocol.service import Service
-from protocol.subscription import is_subscribe_all, parse_tags, tags_code
-from protocol.topics import check_group, check_topic
+from protocol.topics import check_group
 
 log = logging.getLogger(__name__)
 
@@ -133,13 +132,9 @@ class PullConsumer:
         `ValueError` for a bad topic or expression."""
         if self._mode is _Mode.ASSIGN:
             raise ClientStateError("subscribe() cannot be mixed with assign() on one consumer")
-        remark = check_topic(topic)
-        if remark is not None:
-            raise ValueError(remark)
-        tags = frozenset() if is_subscribe_all(expression) else parse_tags(expression)
+        subscription = TopicSubscription.by_tags(topic, expression)
         self._mode = _Mode.SUBSCRIBE
-        self._subscriptions[topic] = TopicSubscription(topic, expression or "*", ExpressionType.TAG, tags,
-                                                       time.time_ns() // 1_000_000)
+        self._subscriptions[topic] = subscription
         if self._run is not None:
             self._spawn(self._join_group(self._run), f"subscribe {topic}")
 
@@ -363,11 +358,7 @@ class PullConsumer:
         return ConsumerData(
             group_name=self.consumer_group, consume_type=ConsumeType.PULL.value,
             message_model=self.message_model.value, consume_from_where=self.consume_from_where.value,
-            subscription_data_set=[
-                SubscriptionData(topic=s.topic, sub_string=s.expression, expression_type=s.expression_type,
-                                 tags_set=sorted(s.tags_set), code_set=sorted(tags_code(t) for t in s.tags_set),
-                                 sub_version=s.sub_version)
-                for s in self._subscriptions.values()])
+            subscription_data_set=[s.subscription_data() for s in self._subscriptions.values()])
 
     def subscribed_topics(self) -> list[str]:
         return list(self._subscriptions)

@@ -16,11 +16,14 @@ from client.consumer.consume_concurrently import ConcurrentConsumeService
 from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue
 from conf.client import PushConsumerOptions
+from protocol.bodies import SubscriptionData
 from protocol.codes import PullSysFlag
 from protocol.errors import FlowControl, MQError
 from protocol.headers import PullMessageRequestHeader
 from protocol.message import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET, MessageExt
-from protocol.model import MessageModel, MessageQueue, PullStatus
+from protocol.model import ExpressionType, MessageModel, MessageQueue, PullStatus
+from protocol.subscription import is_subscribe_all, parse_tags, tags_code
+from protocol.topics import check_topic
 
 log = logging.getLogger(__name__)
 OFFSET_ILLEGAL_DELAY_MS = 10_000
@@ -34,6 +37,22 @@ class TopicSubscription:
     expression_type: str
     tags_set: frozenset[str]
     sub_version: int
+
+    @classmethod
+    def by_tags(cls, topic: str, expression: str) -> TopicSubscription:
+        """A TAG subscription made now; raises `ValueError` for a bad topic name or an expression
+        with no tag ("||")."""
+        remark = check_topic(topic)
+        if remark is not None:
+            raise ValueError(remark)
+        tags = frozenset() if is_subscribe_all(expression) else parse_tags(expression)
+        return cls(topic, expression or "*", ExpressionType.TAG, tags, time.time_ns() // 1_000_000)
+
+    def subscription_data(self) -> SubscriptionData:
+        """As a heartbeat carries it."""
+        return SubscriptionData(topic=self.topic, sub_string=self.expression, expression_type=self.expression_type,
+                                tags_set=sorted(self.tags_set), code_set=sorted(tags_code(t) for t in self.tags_set),
+                                sub_version=self.sub_version)
 
 
 def now_ms() -> int:

@@ -30,11 +30,10 @@ from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
 from conf.client import ClientConfig, PushConsumerOptions
-from protocol.bodies import ConsumerData, SubscriptionData
+from protocol.bodies import ConsumerData
 from protocol.errors import MQError
-from protocol.model import ConsumeFromWhere, ConsumeType, ExpressionType, MessageModel, MessageQueue
-from protocol.subscription import is_subscribe_all, parse_tags, tags_code
-from protocol.topics import check_group, check_topic
+from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, MessageQueue
+from protocol.topics import check_group
 
 log = logging.getLogger(__name__)
 DEFAULT_OFFSET_DIR = Path.home() / ".rocketq" / "offsets"
@@ -79,12 +78,8 @@ class PushConsumer:
     def subscribe(self, topic: str, expression: str = "*") -> None:
         """Subscribe to `topic` with a TAG expression ("*", "A", "A || B"); raises `ValueError`
         for a bad topic name or an expression with no tag ("||")."""
-        remark = check_topic(topic)
-        if remark is not None:
-            raise ValueError(remark)
-        tags = frozenset() if is_subscribe_all(expression) else parse_tags(expression)
-        self._subscriptions[topic] = TopicSubscription(topic, expression or "*", ExpressionType.TAG, tags,
-                                                       time.time_ns() // 1_000_000)
+        subscription = TopicSubscription.by_tags(topic, expression)
+        self._subscriptions[topic] = subscription
 
     def unsubscribe(self, topic: str) -> None:
         self._subscriptions.pop(topic, None)
@@ -107,11 +102,7 @@ class PushConsumer:
         return ConsumerData(
             group_name=self.consumer_group, consume_type=ConsumeType.PUSH.value,
             message_model=self.message_model.value, consume_from_where=self.consume_from_where.value,
-            subscription_data_set=[
-                SubscriptionData(topic=s.topic, sub_string=s.expression, expression_type=s.expression_type,
-                                 tags_set=sorted(s.tags_set), code_set=sorted(tags_code(t) for t in s.tags_set),
-                                 sub_version=s.sub_version)
-                for s in self._subscriptions.values()])
+            subscription_data_set=[s.subscription_data() for s in self._subscriptions.values()])
 
     def subscribed_topics(self) -> list[str]:
         return list(self._subscriptions)

@@ -105,7 +105,8 @@ class Broker:
             self.metrics.track(lambda: hold.held_count, lambda: store.reput_lag_bytes)
             if config.metrics_port > 0:
                 self.metrics_port = self.metrics.serve(config.listen_host, config.metrics_port)
-            self._dispatcher = Dispatcher(self._handlers(store, hold), self.metrics.observe_request)
+            self._dispatcher = Dispatcher(self._handlers(store, hold), self.metrics.observe_request,
+                                          config.max_in_flight_per_connection)
             await server.begin_serving()
         except BaseException:
             await self.stop()

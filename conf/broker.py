@@ -25,6 +25,7 @@ class BrokerConfig:
     cluster_name: str = "DefaultCluster"
     graceful_shutdown_timeout_ms: int = 5_000
     max_frame_bytes: int = 16 * 1024 * 1024
+    max_in_flight_per_connection: int = 4096      # past it the broker stops reading that connection
     event_loop: EventLoop = "auto"
     metrics_port: int = 0                         # 0: no metrics endpoint
     auto_create_topic: bool = True

@@ -28,10 +28,17 @@ Observer = Callable[[int, int, float], None]   # (request code, response code, s
 
 
 class Dispatcher:
-    def __init__(self, handlers: dict[int, Handler], observe: Observer | None = None) -> None:
+    """`max_in_flight_per_channel` bounds one connection's memory: past it the broker stops reading
+    that connection (TCP back-pressure) until half of its requests have been answered."""
+
+    def __init__(self, handlers: dict[int, Handler], observe: Observer | None = None,
+                 max_in_flight_per_channel: int = 4096) -> None:
         self._handlers = handlers
         self._observe = observe
         self._tasks: set[asyncio.Task[None]] = set()
+        self._max_in_flight = max_in_flight_per_channel
+        self._per_channel: dict[Channel, int] = {}
+        self._paused: set[Channel] = set()
 
     @property
     def in_flight(self) -> int:
@@ -41,8 +48,31 @@ class Dispatcher:
         task = asyncio.get_running_loop().create_task(self._handle(channel, request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        count = self._per_channel.get(channel, 0) + 1
+        self._per_channel[channel] = count
+        if count >= self._max_in_flight and channel not in self._paused and not channel.closed:
+            log.warning("%s has %d requests in flight; pausing reads from it", channel, count)
+            self._paused.add(channel)
+            channel.transport.pause_reading()
+
+    def _done(self, channel: Channel) -> None:
+        count = self._per_channel[channel] - 1
+        if count:
+            self._per_channel[channel] = count
+        else:
+            del self._per_channel[channel]
+        if channel in self._paused and count <= self._max_in_flight // 2:
+            self._paused.discard(channel)
+            if not channel.closed:
+                channel.transport.resume_reading()
 
     async def _handle(self, channel: Channel, request: RemotingCommand) -> None:
+        try:
+            await self._answer(channel, request)
+        finally:
+            self._done(channel)
+
+    async def _answer(self, channel: Channel, request: RemotingCommand) -> None:
         started = time.perf_counter()
         handler = self._handlers.get(request.code)
         response: RemotingCommand | None

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from pathlib import Path
 
 import msgpack
 import pytest
 
 from broker.broker import Broker
+from client import Message, MessageQueue, Producer
 from client.api import ClientAPI
+from client.remoting.remoting_client import RemotingClient
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
 from protocol.errors import MessageIllegal, SystemError_
 from protocol.frame import FrameDecoder, encode_frame_bytes
 from protocol.headers import SendMessageRequestHeader
 from protocol.model import PullStatus
-from tests.helpers import pull_header, send
+from tests.conftest import broker_config
+from tests.helpers import held_pulls, pull_header, send
 
 
 async def _raw(broker: Broker, payload: bytes) -> tuple[list[RemotingCommand], bool]:
@@ -92,3 +96,26 @@ async def test_oversized_body_bad_names_and_bad_batches(broker: Broker, client_a
         response = await client_api.remoting.invoke(broker.address, cmd, 3_000)
         assert response.code == ResponseCode.MESSAGE_ILLEGAL, body[:20]
     assert await client_api.get_max_offset(broker.address, "big", 0) == 0   # nothing was stored
+
+
+async def test_a_connection_with_too_many_requests_in_flight_is_paused(tmp_path: Path) -> None:
+    """Back-pressure: past `max_in_flight_per_connection` the broker stops reading that connection
+    (its memory stays bounded) and resumes once half of the requests are answered."""
+    async with Broker(broker_config(tmp_path, max_in_flight_per_connection=8)) as broker:
+        remoting = RemotingClient()
+        api = ClientAPI(remoting)
+        try:
+            await send(api, broker.address, "bp")
+            held = [asyncio.create_task(api.pull_message(
+                broker.address, pull_header(topic="bp", queue_offset=1, suspend_timeout_ms=20_000), 25_000))
+                for _ in range(8)]
+            await held_pulls(broker, topic="bp", count=8)
+            blocked = asyncio.create_task(api.get_max_offset(broker.address, "bp", 0, timeout_ms=10_000))
+            done, _ = await asyncio.wait({blocked}, timeout=0.3)
+            assert not done, "the ninth request was read although eight were in flight"
+            async with Producer("pg", broker.address) as other_connection:   # other connections go on
+                await other_connection.send(Message("bp", b"wake", tags="x"), queue=MessageQueue("bp", "", 0))
+            assert all(r.status is PullStatus.FOUND for r in await asyncio.wait_for(asyncio.gather(*held), 2))
+            assert await asyncio.wait_for(blocked, 2) == 2
+        finally:
+            await remoting.close()

@@ -18,9 +18,15 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import cast
 
-from client.consumer.listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, MessageListener
+from client.consumer.listener import (
+    ConsumeConcurrentlyContext,
+    ConsumeConcurrentlyStatus,
+    ListenerResult,
+    MessageListener,
+)
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.sync_workers import SyncWorkers
 from protocol.message import PROPERTY_CONSUME_START_TIME, MessageExt
@@ -28,6 +34,7 @@ from protocol.model import MessageModel, MessageQueue
 
 log = logging.getLogger(__name__)
 OffsetUpdate = Callable[[MessageQueue, int], None]
+SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 FAST_LISTENER_S = 50e-6
 Chunk = list[MessageExt]
 
@@ -111,15 +118,17 @@ class ConcurrentConsumeService:
         except Exception:
             log.exception("listener of %s failed on %d messages of %s", self._group, len(chunk), mq)
             return False
+        if status is SUCCESS:                # the common case first: this runs once per chunk
+            return True
         if inspect.isawaitable(status):
-            raise TypeError("a sync listener returned an awaitable")
-        return status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+            log.error("listener of %s returned an awaitable; declare it `async def`", self._group)
+            if inspect.iscoroutine(status):
+                status.close()
+        return False
 
     async def _call_async(self, mq: MessageQueue, chunk: Chunk) -> bool:
         try:
-            status = self._listener(chunk, ConsumeConcurrentlyContext(mq))
-            if inspect.isawaitable(status):
-                status = await status
+            status = await cast(Awaitable[ListenerResult], self._listener(chunk, ConsumeConcurrentlyContext(mq)))
         except Exception:
             log.exception("listener of %s failed on %d messages of %s", self._group, len(chunk), mq)
             return False

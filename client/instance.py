@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from client.api import ClientAPI
@@ -25,7 +25,7 @@ from protocol.channel import Channel
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.errors import MQError, TopicNotExist
-from protocol.service import Service
+from protocol.service import PeriodicService
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +71,6 @@ def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
     return result
 
 
-class _Periodic(Service):
-    def __init__(self, name: str, interval_ms: int, work: Callable[[], Awaitable[None]]) -> None:
-        super().__init__()
-        self.name, self._interval_ms, self._work = name, interval_ms, work
-
-    async def run(self) -> None:
-        while await self.wait(self._interval_ms):
-            try:
-                await self._work()
-            except Exception:
-                log.exception("%s failed; will try again", self.name)
-
-
 _INSTANCES: dict[tuple[int, str], ClientInstance] = {}
 
 
@@ -113,11 +100,11 @@ class ClientInstance:
         self._started = False
         self._users = 0
         self._services = [
-            _Periodic("heartbeat", config.heartbeat_interval_ms, self.send_heartbeat_to_all_brokers),
-            _Periodic("route-refresh", config.poll_route_interval_ms, self.refresh_routes),
-            _Periodic("persist-offsets", config.persist_offset_interval_ms, self.persist_all_offsets),
+            PeriodicService("heartbeat", config.heartbeat_interval_ms, self.send_heartbeat_to_all_brokers),
+            PeriodicService("route-refresh", config.poll_route_interval_ms, self.refresh_routes),
+            PeriodicService("persist-offsets", config.persist_offset_interval_ms, self.persist_all_offsets),
         ]
-        self._rebalance = _Periodic("rebalance", config.rebalance_interval_ms, self.do_rebalance)
+        self._rebalance = PeriodicService("rebalance", config.rebalance_interval_ms, self.do_rebalance)
         self.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         self.remoting.on_reconnect = self._on_reconnect
         self._side_tasks: set[asyncio.Task[None]] = set()

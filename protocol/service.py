@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
@@ -69,3 +70,20 @@ class Service:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class PeriodicService(Service):
+    """Runs `action` every `interval_ms` (or at once on `wakeup()`). An exception of the types in
+    `errors` is logged and the next round goes on; anything else ends the service (and is logged)."""
+
+    def __init__(self, name: str, interval_ms: int, action: Callable[[], Awaitable[None]],
+                 errors: tuple[type[BaseException], ...] = (Exception,)) -> None:
+        super().__init__()
+        self.name, self._interval_ms, self._action, self._errors = name, interval_ms, action, errors
+
+    async def run(self) -> None:
+        while await self.wait(self._interval_ms):
+            try:
+                await self._action()
+            except self._errors:
+                log.exception("%s failed; trying again in %d ms", self.name, self._interval_ms)

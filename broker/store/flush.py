@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from broker.store.checkpoint import Checkpoint, write_checkpoint
@@ -103,21 +102,6 @@ class CommitLogFlushService(Service):
         for _, waiter in waiters:
             if not waiter.done():
                 waiter.set_exception(error)
-
-
-class PeriodicService(Service):
-    """Runs `action` every `interval_ms` (the consume-queue flush + checkpoint)."""
-
-    def __init__(self, name: str, interval_ms: int, action: Callable[[], Awaitable[None]]) -> None:
-        super().__init__()
-        self.name, self._interval_ms, self._action = name, interval_ms, action
-
-    async def run(self) -> None:
-        while await self.wait(self._interval_ms):
-            try:
-                await self._action()
-            except OSError:
-                log.exception("%s failed; retrying in %d ms", self.name, self._interval_ms)
 
 
 async def flush_consume_queues(consume_queues: ConsumeQueueTable, *, reput_offset: int,

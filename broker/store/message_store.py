@@ -22,7 +22,7 @@ import msgpack
 from broker.store.checkpoint import read_checkpoint
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable, is_valid_topic_name
-from broker.store.flush import CommitLogFlushService, PeriodicService, flush_consume_queues
+from broker.store.flush import CommitLogFlushService, flush_consume_queues
 from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields
 from broker.store.recovery import recover_store
 from broker.store.reput import ArrivalListener, DispatchEntry, ReputService
@@ -44,6 +44,7 @@ from protocol.message import (
     F_STORE_TIMESTAMP,
     PROPERTY_TAGS,
 )
+from protocol.service import PeriodicService
 from protocol.subscription import tags_code
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -46,7 +46,7 @@ from protocol.bodies import ConsumerData
 from protocol.errors import MQError, QueryNotFound, TopicNotExist
 from protocol.message import MessageExt
 from protocol.model import ConsumeFromWhere, ConsumeType, ExpressionType, MessageModel, MessageQueue
-from protocol.service import Service
+from protocol.service import PeriodicService
 from protocol.topics import check_group
 
 log = logging.getLogger(__name__)
@@ -56,28 +56,13 @@ class _Mode(Enum):
     ASSIGN = "assign"
 
 
-class _AutoCommitService(Service):
-    name = "auto-commit"
-
-    def __init__(self, interval_ms: int, commit: Callable[[], Awaitable[None]]) -> None:
-        super().__init__()
-        self._interval_ms, self._commit = interval_ms, commit
-
-    async def run(self) -> None:
-        while await self.wait(self._interval_ms):
-            try:
-                await self._commit()
-            except MQError as exc:
-                log.info("auto-commit failed: %s; will try again", exc)
-
-
 @dataclass(slots=True, eq=False)
 class _Running:
     instance: ClientInstance
     offsets: OffsetStore
     pulls: LitePullService
     rebalancer: Rebalancer
-    auto_commit: _AutoCommitService | None = None
+    auto_commit: PeriodicService | None = None
     registered: bool = False
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -210,7 +195,8 @@ class PullConsumer:
         elif self._mode is _Mode.ASSIGN:
             self._apply_assignment(run)
         if self.auto_commit:
-            run.auto_commit = _AutoCommitService(self.auto_commit_interval_ms, self._auto_commit)
+            run.auto_commit = PeriodicService("auto-commit", self.auto_commit_interval_ms, self._auto_commit,
+                                              (MQError,))
             await run.auto_commit.start()
 
     async def shutdown(self) -> None:

@@ -17,6 +17,7 @@ from protocol.errors import MQError, ResponseError
 from protocol.model import MessageQueue
 
 log = logging.getLogger(__name__)
+DEFAULT_OFFSET_DIR = Path.home() / ".rocketq" / "offsets"   # broadcasting offsets, per client id and group
 NOT_FOUND = -1        # the store has no offset for the queue
 READ_FAILED = -2      # the store could not be asked (the queue is skipped this rebalance)
 

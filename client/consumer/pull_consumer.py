@@ -34,10 +34,15 @@ from client.consumer.lite_pull_service import (
     LitePullService,
     StartFrom,
 )
-from client.consumer.offset_store import LocalFileOffsetStore, OffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
+from client.consumer.offset_store import (
+    DEFAULT_OFFSET_DIR,
+    LocalFileOffsetStore,
+    OffsetStore,
+    ReadOffsetType,
+    RemoteBrokerOffsetStore,
+)
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.pull_service import TopicSubscription, now_ms
-from client.consumer.push_consumer import DEFAULT_OFFSET_DIR
 from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints

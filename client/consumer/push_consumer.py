@@ -16,14 +16,13 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import fields
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from client.consumer.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
 from client.consumer.consume_concurrently import ConcurrentConsumeService
 from client.consumer.listener import MessageListener
-from client.consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
+from client.consumer.offset_store import DEFAULT_OFFSET_DIR, LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.pull_service import PullService, TopicSubscription
 from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
@@ -36,7 +35,6 @@ from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, MessageQ
 from protocol.topics import check_group
 
 log = logging.getLogger(__name__)
-DEFAULT_OFFSET_DIR = Path.home() / ".rocketq" / "offsets"
 
 
 class PushConsumer:

@@ -76,15 +76,16 @@ class Channel:
         """Send a request and await its response; raises `RequestTimeout` or `ConnectionClosed`."""
         cmd.opaque = self._opaque()
         cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
-        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[RemotingCommand] = loop.create_future()
         self.pending[cmd.opaque] = future
+        # A timer handle, not `asyncio.timeout`: this runs for every request (every pull).
+        expiry = loop.call_later(timeout_ms / 1000, _expire, future, self.remote_address, cmd.code, timeout_ms)
         try:
             self.send(cmd)
-            async with asyncio.timeout(timeout_ms / 1000):
-                return await future
-        except TimeoutError:
-            raise RequestTimeout(self.remote_address, cmd.code, timeout_ms) from None
+            return await future
         finally:
+            expiry.cancel()
             self.pending.pop(cmd.opaque, None)
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
@@ -144,6 +145,11 @@ class Channel:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+
+def _expire(future: asyncio.Future[RemotingCommand], address: str, code: int, timeout_ms: int) -> None:
+    if not future.done():
+        future.set_exception(RequestTimeout(address, code, timeout_ms))
 
 
 class ChannelProtocol(asyncio.Protocol):

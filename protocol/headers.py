@@ -21,13 +21,18 @@ class Header:
         return from_value(cls, ext)
 
     def to_fields(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        return {name: getattr(self, name) for name in _FIELD_NAMES[type(self)]}
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}   # per header class, filled once by `header`
 
 
 @dataclass_transform(frozen_default=True, kw_only_default=True)
 def header(cls: type[_H]) -> type[_H]:
     """`@dataclass(frozen=True, slots=True, kw_only=True)`, spelled so type checkers see a dataclass."""
-    return dataclass(frozen=True, slots=True, kw_only=True)(cls)
+    made = dataclass(frozen=True, slots=True, kw_only=True)(cls)
+    _FIELD_NAMES[made] = tuple(f.name for f in fields(made))  # type: ignore[arg-type]
+    return made
 
 
 @header

@@ -120,7 +120,7 @@ def encode_stored_message(
 def message_from_fields(values: Any, prefixes: dict[str, str] | None = None) -> MessageExt:
     """A `MessageExt` from one decoded stored array; raises `ProtocolError` on a wrong shape.
     `prefixes` caches `msg_id_prefix` per store host across the messages of one body."""
-    if not isinstance(values, list | tuple) or len(values) != STORED_FIELD_COUNT:
+    if type(values) is not list or len(values) != STORED_FIELD_COUNT:
         raise ProtocolError("a stored message is an array of 13 fields")
     (topic, queue_id, queue_offset, commit_log_offset, flag, sys_flag, born_ts, born_host, store_ts,
      store_host, reconsume_times, properties, body) = values

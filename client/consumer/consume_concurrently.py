@@ -65,7 +65,8 @@ class ConcurrentConsumeService:
         if self._closed or not messages:
             return
         size = self._batch_max_size
-        chunks = [messages[i:i + size] for i in range(0, len(messages), size)]
+        chunks = [[m] for m in messages] if size == 1 else [messages[i:i + size]
+                                                             for i in range(0, len(messages), size)]
         if not self._is_async:
             self._gathered.append((pq, mq, chunks))
             if len(self._gathered) == 1:

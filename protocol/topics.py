@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
@@ -39,9 +40,19 @@ def check_name(kind: str, name: object, max_length: int) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _check_str(kind: str, name: str, max_length: int) -> str | None:
+    return check_name(kind, name, max_length)
+
+
 def check_topic(topic: object) -> str | None:
+    """`check_name` for a topic; answers for strings are memoised (every request checks names)."""
+    if isinstance(topic, str):
+        return _check_str("topic", topic, MAX_TOPIC_LENGTH)
     return check_name("topic", topic, MAX_TOPIC_LENGTH)
 
 
 def check_group(group: object) -> str | None:
+    if isinstance(group, str):
+        return _check_str("group", group, MAX_GROUP_LENGTH)
     return check_name("group", group, MAX_GROUP_LENGTH)

@@ -52,15 +52,17 @@ class CommitLogFlushService(Service):
         ASYNC_FLUSH). Raises `FlushDiskTimeoutError` after `sync_flush_timeout_ms`."""
         if not self.sync_flush or end_offset <= self.flushed_offset:
             return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
         self._waiters.append((end_offset, waiter))
         self.wakeup()
+        # A timer handle rather than `asyncio.timeout`: this runs for every acknowledged send.
+        expiry = loop.call_later(self._sync_flush_timeout_ms / 1000, _expire, waiter, end_offset,
+                                 self._sync_flush_timeout_ms)
         try:
-            async with asyncio.timeout(self._sync_flush_timeout_ms / 1000):
-                await waiter
-        except TimeoutError:
-            raise FlushDiskTimeoutError(
-                end_offset, f"not flushed within {self._sync_flush_timeout_ms} ms") from None
+            await waiter
+        finally:
+            expiry.cancel()
 
     async def run(self) -> None:
         while await self.wait(self._flush_interval_ms):
@@ -102,6 +104,11 @@ class CommitLogFlushService(Service):
         for _, waiter in waiters:
             if not waiter.done():
                 waiter.set_exception(error)
+
+
+def _expire(waiter: asyncio.Future[None], end_offset: int, timeout_ms: int) -> None:
+    if not waiter.done():
+        waiter.set_exception(FlushDiskTimeoutError(end_offset, f"not flushed within {timeout_ms} ms"))
 
 
 async def flush_consume_queues(consume_queues: ConsumeQueueTable, *, reput_offset: int,

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 RequestHandler = Callable[["Channel", RemotingCommand], None]
 CloseHandler = Callable[["Channel"], None]
 _OPAQUE_MASK = 0xFFFFFFFF
+_JOIN_BELOW_BYTES = 256 * 1024
 
 
 class Channel:
@@ -62,7 +63,13 @@ class Channel:
         """Write one command; raises `ConnectionClosed` if the channel is closed."""
         if self._closed:
             raise ConnectionClosed(self.remote_address)
-        self.transport.writelines(encode_frame(cmd))
+        parts = encode_frame(cmd)
+        if len(parts) > 2 and cmd.body_length() <= _JOIN_BELOW_BYTES:
+            # Many small buffers (a pull response is one per message): one copy into one write is
+            # cheaper than handing the transport dozens of buffers; large bodies stay uncopied.
+            self.transport.write(b"".join(parts))
+        else:
+            self.transport.writelines(parts)
 
     async def drain(self) -> None:
         """Wait while the transport's write buffer is above its high-water mark."""

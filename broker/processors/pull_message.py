@@ -36,6 +36,9 @@ from protocol.model import ExpressionType, MessageModel
 from protocol.subscription import is_subscribe_all, parse_tags, tags_code
 
 MAX_MSG_NUMS = 1024
+# Plain ints: IntFlag arithmetic costs microseconds and every pull tests these bits.
+_COMMIT_OFFSET, _SUSPEND, _SUBSCRIPTION = int(PullSysFlag.COMMIT_OFFSET), int(PullSysFlag.SUSPEND), \
+    int(PullSysFlag.SUBSCRIPTION)
 MessagesOut = Callable[[str, str, int, int], None]   # (group, topic, message count, bytes)
 
 
@@ -73,11 +76,11 @@ class PullMessageProcessor:
 
         result = self._read(header, max_messages, message_filter)
         code = to_response_code(result.status, header.queue_offset)
-        if header.sys_flag & PullSysFlag.COMMIT_OFFSET:
+        if header.sys_flag & _COMMIT_OFFSET:
             require_non_negative("commit_offset", header.commit_offset)
             self._offsets.commit(ctx.client_addr, header.consumer_group, header.topic, header.queue_id,
                                  header.commit_offset)
-        if (code == ResponseCode.PULL_NOT_FOUND and header.sys_flag & PullSysFlag.SUSPEND
+        if (code == ResponseCode.PULL_NOT_FOUND and header.sys_flag & _SUSPEND
                 and header.suspend_timeout_ms > 0):
             if self._long_polling.enable:
                 await self._hold.wait(header.topic, header.queue_id, header.queue_offset, message_filter,
@@ -104,7 +107,7 @@ class PullMessageProcessor:
     def _message_filter(self, header: PullMessageRequestHeader, broadcast_enable: bool) -> MessageFilter | None:
         """The subscription of this pull: from the request with the SUBSCRIPTION flag, else the one
         the group registered by heartbeat (REFERENCE.md §1 step 6)."""
-        if header.sys_flag & PullSysFlag.SUBSCRIPTION:
+        if header.sys_flag & _SUBSCRIPTION:
             expression_type = header.expression_type or ExpressionType.TAG
             expression = header.subscription
         else:

@@ -64,9 +64,11 @@ class Channel:
         if self._closed:
             raise ConnectionClosed(self.remote_address)
         parts = encode_frame(cmd)
-        if len(parts) > 2 and cmd.body_length() <= _JOIN_BELOW_BYTES:
-            # Many small buffers (a pull response is one per message): one copy into one write is
-            # cheaper than handing the transport dozens of buffers; large bodies stay uncopied.
+        if len(parts) == 1:
+            self.transport.write(parts[0])
+        elif cmd.body_length() <= _JOIN_BELOW_BYTES:
+            # One copy into one write is much cheaper than handing uvloop several buffers (a pull
+            # response has one per message); large bodies are written without the copy.
             self.transport.write(b"".join(parts))
         else:
             self.transport.writelines(parts)

@@ -201,7 +201,7 @@ async def _send_and_pull(address: str) -> bytes:
 def test_start_serves_until_sigterm_then_exits_0(tmp_path: Path, event_loop: str) -> None:
     store = tmp_path / "s"
     proc, address = _start_broker("--listen-port", "0", "--store-dir", str(store), "--set",
-                                  f"event_loop={event_loop}")
+                                  f"event_loop={event_loop}", "--set", "store.commit_log_segment_bytes=1048576")
     try:
         assert asyncio.run(_send_and_pull(address)) == b"through the cli"
         proc.send_signal(signal.SIGTERM)

@@ -212,7 +212,8 @@ async def test_consume_from_first_last_and_timestamp(tmp_path: Path) -> None:
     default) answers 0 whatever it says."""
     from conf.store import StoreConfig
     from tests.conftest import broker_config
-    store = StoreConfig(path=tmp_path / "store", access_message_in_memory_max_ratio=0)
+    store = StoreConfig(path=tmp_path / "store", access_message_in_memory_max_ratio=0,
+                        commit_log_segment_bytes=1024 * 1024)
     async with Broker(broker_config(tmp_path, store=store)) as broker:
         old = await produce(broker.address, "cf", 40)        # q0 gets old[:32], q1 gets old[32:]
         boundary_ms = (int(time.time()) + 1) * 1000            # consume_timestamp has 1 s resolution

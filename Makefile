@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test check lint typecheck bench replay demo clean
+.PHONY: install run test check lint typecheck bench bench-peers replay demo clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,13 @@ check: lint typecheck test
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# rocketq against Redis Streams (redis-py asyncio + hiredis); installs redis-server (Debian) if missing
+bench-peers: $(STAMP)
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq redis-server; fi; }
+	$(BIN)/python -m bench.peers
 
 replay: $(STAMP)
 	$(BIN)/python -m bench.replay

@@ -31,11 +31,13 @@ class RouteTable:
     def __init__(self) -> None:
         self._routes: dict[str, TopicRouteData] = {}
         self._brokers: dict[str, dict[int, str]] = {}
+        self._publish: dict[str, list[MessageQueue]] = {}   # per topic, rebuilt when its route changes
 
     def update(self, topic: str, route: TopicRouteData) -> bool:
         """Store a topic's route; True when it differs from the one known."""
         changed = self._routes.get(topic) != route
         self._routes[topic] = route
+        self._publish.pop(topic, None)
         for broker in route.broker_datas:
             self._brokers[broker.broker_name] = dict(broker.broker_addrs)
         return changed
@@ -55,12 +57,16 @@ class RouteTable:
                 for i in range(q.read_queue_nums)]
 
     def publish_queues(self, topic: str) -> list[MessageQueue]:
-        """Queues producers write: queue ids 0..write_queue_nums-1 of every writable broker."""
-        route = self._routes.get(topic)
-        if route is None:
-            return []
-        return [MessageQueue(topic, q.broker_name, i) for q in route.queue_datas if q.perm & Perm.WRITE
-                for i in range(q.write_queue_nums)]
+        """Queues producers write: queue ids 0..write_queue_nums-1 of every writable broker (the
+        list is shared: callers must not change it)."""
+        queues = self._publish.get(topic)
+        if queues is None:
+            route = self._routes.get(topic)
+            if route is None:
+                return []
+            queues = self._publish[topic] = [MessageQueue(topic, q.broker_name, i) for q in route.queue_datas
+                                             if q.perm & Perm.WRITE for i in range(q.write_queue_nums)]
+        return queues
 
     def master_address(self, broker_name: str) -> str | None:
         return self._brokers.get(broker_name, {}).get(MASTER_ID)

@@ -45,6 +45,23 @@ def read_json(path: Path) -> Any | None:
         raise ValueError(f"state file {path} is not valid JSON: {exc}") from exc
 
 
+class DirtyState:
+    """Base of the managers persisted by `ConfigPersistService`: `dirty` says the file is stale."""
+
+    def __init__(self) -> None:
+        self._dirty = False
+
+    def touch(self) -> None:
+        self._dirty = True
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def mark_clean(self) -> None:
+        self._dirty = False
+
+
 class Persistent(Protocol):
     """A manager whose state is one JSON file."""
 

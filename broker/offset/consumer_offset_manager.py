@@ -9,16 +9,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from broker.persist import DirtyState
+
 log = logging.getLogger(__name__)
 TOPIC_GROUP_SEPARATOR = "@"
 
 
-class ConsumerOffsetManager:
+class ConsumerOffsetManager(DirtyState):
     file_name = "consumer_offsets.json"
 
     def __init__(self) -> None:
         self._table: dict[str, dict[int, int]] = {}
-        self._dirty = False
+        super().__init__()
 
     def commit(self, client: str, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
         key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
@@ -29,7 +31,7 @@ class ConsumerOffsetManager:
                      group, topic, queue_id, previous, queue_offset, client)
         if previous != queue_offset:
             queues[queue_id] = queue_offset
-            self._dirty = True
+            self.touch()
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         queues = self._table.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}")
@@ -47,13 +49,6 @@ class ConsumerOffsetManager:
     def groups_of_topic(self, topic: str) -> set[str]:
         prefix = topic + TOPIC_GROUP_SEPARATOR
         return {key[len(prefix):] for key in self._table if key.startswith(prefix)}
-
-    @property
-    def dirty(self) -> bool:
-        return self._dirty
-
-    def mark_clean(self) -> None:
-        self._dirty = False
 
     def to_json(self) -> Any:
         return {"offset_table": {key: {str(q): o for q, o in sorted(queues.items())}

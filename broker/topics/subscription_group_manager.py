@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from broker.persist import DirtyState
 from protocol.errors import SubscriptionGroupNotExist, SystemError_
 from protocol.topics import check_group
 
@@ -19,7 +20,7 @@ class SubscriptionGroupConfig:
     notify_consumer_ids_changed_enable: bool = True
 
 
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(DirtyState):
     """group → `SubscriptionGroupConfig`, persisted as `config/subscription_groups.json`."""
 
     file_name = "subscription_groups.json"
@@ -27,7 +28,7 @@ class SubscriptionGroupManager:
     def __init__(self, *, auto_create: bool) -> None:
         self._groups: dict[str, SubscriptionGroupConfig] = {}
         self._auto_create = auto_create
-        self._dirty = False
+        super().__init__()
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         return self._groups.get(group)
@@ -49,15 +50,8 @@ class SubscriptionGroupManager:
         if not 0 <= config.retry_queue_nums <= 1024 or config.retry_max_times < 0:
             raise SystemError_("retry_queue_nums must be within 0..1024 and retry_max_times ≥ 0")
         self._groups[config.group_name] = config
-        self._dirty = True
+        self.touch()
         return config
-
-    @property
-    def dirty(self) -> bool:
-        return self._dirty
-
-    def mark_clean(self) -> None:
-        self._dirty = False
 
     def to_json(self) -> Any:
         return {"subscription_group_table": {g: asdict(c) for g, c in sorted(self._groups.items())}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from broker.persist import DirtyState
 from protocol.codes import Perm
 from protocol.errors import NoPermission, SystemError_, TopicNotExist
 from protocol.topics import check_topic
@@ -26,7 +27,7 @@ class TopicConfig:
         return bool(self.perm & Perm.WRITE)
 
 
-class TopicConfigManager:
+class TopicConfigManager(DirtyState):
     """topic → `TopicConfig`, persisted as `config/topics.json`."""
 
     file_name = "topics.json"
@@ -35,7 +36,7 @@ class TopicConfigManager:
         self._topics: dict[str, TopicConfig] = {}
         self._auto_create = auto_create_topic
         self._default_queue_nums = default_queue_nums
-        self._dirty = False
+        super().__init__()
 
     def get(self, topic: str) -> TopicConfig | None:
         return self._topics.get(topic)
@@ -92,15 +93,8 @@ class TopicConfigManager:
         if not (1 <= config.read_queue_nums <= 1024 and 1 <= config.write_queue_nums <= 1024):
             raise SystemError_("read_queue_nums and write_queue_nums must be within 1..1024")
         self._topics[config.topic] = config
-        self._dirty = True
+        self.touch()
         return config
-
-    @property
-    def dirty(self) -> bool:
-        return self._dirty
-
-    def mark_clean(self) -> None:
-        self._dirty = False
 
     def to_json(self) -> Any:
         return {"topic_config_table": {t: asdict(c) for t, c in sorted(self._topics.items())}}

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from broker.atomic import write_bytes_atomic
 from protocol.service import Service
 
 log = logging.getLogger(__name__)
@@ -17,19 +17,7 @@ log = logging.getLogger(__name__)
 
 def write_json_atomic(path: Path, value: Any) -> None:
     """Write `value` as JSON to `path` so that a reader sees the old or the new file, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    data = json.dumps(value, indent=1, sort_keys=True, allow_nan=False).encode()
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_bytes_atomic(path, json.dumps(value, indent=1, sort_keys=True, allow_nan=False).encode())
 
 
 def read_json(path: Path) -> Any | None:

@@ -12,14 +12,14 @@ checkpoint, never a torn one. Blocking: callers use `asyncio.to_thread`.
 from __future__ import annotations
 
 import logging
-import os
 import struct
-import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgpack
+
+from broker.atomic import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
@@ -42,19 +42,7 @@ def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
         [[topic, queue_id, max_offset] for (topic, queue_id), max_offset
          in checkpoint.queue_max_offsets.items()],
     ], use_bin_type=True)
-    temporary = path.with_name(f"{path.name}.{threading.get_ident()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, _HEADER.pack(_MAGIC, zlib.crc32(body)) + body)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    directory_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory_fd)
-    finally:
-        os.close(directory_fd)
+    write_bytes_atomic(path, _HEADER.pack(_MAGIC, zlib.crc32(body)) + body)
 
 
 def read_checkpoint(path: Path) -> Checkpoint | None:

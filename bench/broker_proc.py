@@ -97,15 +97,8 @@ class BrokerProcess(BrokerSubprocess):
 
     async def _stop_profiler(self) -> None:
         profiler, self._profiler = self._profiler, None
-        if profiler is None or profiler.returncode is not None:
-            return
-        profiler.send_signal(signal.SIGINT)
-        try:
-            async with asyncio.timeout(10):
-                await profiler.wait()
-        except TimeoutError:
-            profiler.kill()
-            await profiler.wait()
+        if profiler is not None and profiler.returncode is None:
+            await stop_profiler(profiler)
 
     def _pin(self) -> None:
         """In the child before exec: every thread the broker starts inherits this CPU set."""
@@ -128,6 +121,17 @@ class BrokerProcess(BrokerSubprocess):
     async def __aenter__(self) -> BrokerProcess:
         await self.start()
         return self
+
+
+async def stop_profiler(profiler: asyncio.subprocess.Process) -> None:
+    """SIGINT a `py-spy record` so it writes its output; kill it if it takes over 10 s."""
+    profiler.send_signal(signal.SIGINT)
+    try:
+        async with asyncio.timeout(10):
+            await profiler.wait()
+    except TimeoutError:
+        profiler.kill()
+        await profiler.wait()
 
 
 def free_port() -> int:

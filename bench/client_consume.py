@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -31,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.broker_proc import BrokerProcess
+from bench.broker_proc import BrokerProcess, stop_profiler
 from bench.client_produce import batch_sender, create_topic, max_offsets, stats_json
 from bench.common import BATCH_SIZE, PRODUCER_GROUP, CpuMeter, Options, drive, note_neighbours, running_broker
 from bench.report import BenchResult, percentile
@@ -180,13 +179,7 @@ async def client_profile(label: str) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        profiler.send_signal(signal.SIGINT)
-        try:
-            async with asyncio.timeout(10):
-                await profiler.wait()
-        except TimeoutError:
-            profiler.kill()
-            await profiler.wait()
+        await stop_profiler(profiler)
 
 
 def _fail(result: BenchResult, message: str) -> None:

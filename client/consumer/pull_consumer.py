@@ -42,7 +42,7 @@ from client.consumer.offset_store import (
     RemoteBrokerOffsetStore,
 )
 from client.consumer.process_queue import ProcessQueue
-from client.consumer.pull_service import TopicSubscription, now_ms
+from client.consumer.pull_service import TopicSubscription, consumer_data, now_ms
 from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
@@ -346,10 +346,8 @@ class PullConsumer:
     # -- what the client instance asks (MemberConsumer) ------------------------------------------
 
     def consumer_data(self) -> ConsumerData:
-        return ConsumerData(
-            group_name=self.consumer_group, consume_type=ConsumeType.PULL.value,
-            message_model=self.message_model.value, consume_from_where=self.consume_from_where.value,
-            subscription_data_set=[s.subscription_data() for s in self._subscriptions.values()])
+        return consumer_data(self.consumer_group, ConsumeType.PULL, self.message_model, self.consume_from_where,
+                             self._subscriptions.values())
 
     def subscribed_topics(self) -> list[str]:
         return list(self._subscriptions)

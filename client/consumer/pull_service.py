@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from client.api import ClientAPI, PullResult
@@ -16,12 +16,19 @@ from client.consumer.consume_concurrently import ConcurrentConsumeService
 from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue
 from conf.client import PushConsumerOptions
-from protocol.bodies import SubscriptionData
+from protocol.bodies import ConsumerData, SubscriptionData
 from protocol.codes import PullSysFlag
 from protocol.errors import FlowControl, MQError
 from protocol.headers import PullMessageRequestHeader
 from protocol.message import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET, MessageExt
-from protocol.model import ExpressionType, MessageModel, MessageQueue, PullStatus
+from protocol.model import (
+    ConsumeFromWhere,
+    ConsumeType,
+    ExpressionType,
+    MessageModel,
+    MessageQueue,
+    PullStatus,
+)
 from protocol.subscription import is_subscribe_all, parse_tags, tags_code
 from protocol.topics import check_topic
 
@@ -53,6 +60,14 @@ class TopicSubscription:
         return SubscriptionData(topic=self.topic, sub_string=self.expression, expression_type=self.expression_type,
                                 tags_set=sorted(self.tags_set), code_set=sorted(tags_code(t) for t in self.tags_set),
                                 sub_version=self.sub_version)
+
+
+def consumer_data(group: str, consume_type: ConsumeType, message_model: MessageModel,
+                  consume_from_where: ConsumeFromWhere, subscriptions: Iterable[TopicSubscription]) -> ConsumerData:
+    """A consumer's entry in a heartbeat."""
+    return ConsumerData(group_name=group, consume_type=consume_type.value, message_model=message_model.value,
+                        consume_from_where=consume_from_where.value,
+                        subscription_data_set=[s.subscription_data() for s in subscriptions])
 
 
 def now_ms() -> int:

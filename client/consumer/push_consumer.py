@@ -24,7 +24,7 @@ from client.consumer.consume_concurrently import ConcurrentConsumeService
 from client.consumer.listener import MessageListener
 from client.consumer.offset_store import DEFAULT_OFFSET_DIR, LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from client.consumer.process_queue import ProcessQueue
-from client.consumer.pull_service import PullService, TopicSubscription
+from client.consumer.pull_service import PullService, TopicSubscription, consumer_data
 from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
@@ -97,10 +97,8 @@ class PushConsumer:
     # -- what the instance asks ---------------------------------------------------------------------
 
     def consumer_data(self) -> ConsumerData:
-        return ConsumerData(
-            group_name=self.consumer_group, consume_type=ConsumeType.PUSH.value,
-            message_model=self.message_model.value, consume_from_where=self.consume_from_where.value,
-            subscription_data_set=[s.subscription_data() for s in self._subscriptions.values()])
+        return consumer_data(self.consumer_group, ConsumeType.PUSH, self.message_model, self.consume_from_where,
+                             self._subscriptions.values())
 
     def subscribed_topics(self) -> list[str]:
         return list(self._subscriptions)

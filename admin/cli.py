@@ -1,0 +1,42 @@
+"""`rocketq admin`: the click group every admin command family registers with.
+
+One module per command family (`admin/topic.py`, `admin/dlq.py`, ...), each defining its click
+commands or sub-groups and adding them to `admin_group` in `register_commands()` below. Command
+names are kebab-case; RocketMQ's camelCase mqadmin names are accepted as aliases through
+`AliasedGroup.aliases` (e.g. `consumerProgress` -> `consumer progress`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class AliasedGroup(click.Group):
+    """A click group that also resolves aliases: `aliases` maps an alias (e.g. RocketMQ's camelCase
+    `consumerProgress`) to the argument list it stands for (`["consumer", "progress"]`)."""
+
+    aliases: dict[str, list[str]] = {}
+
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] in self.aliases:
+            args = [*self.aliases[args[0]], *args[1:]]
+        return super().resolve_command(ctx, args)
+
+
+@click.group("admin", cls=AliasedGroup, context_settings=CONTEXT_SETTINGS)
+def admin_group() -> None:
+    """Administer brokers over the wire protocol: topics, groups, offsets, messages, dead letters."""
+
+
+def register_commands() -> None:
+    """Import each command family so that it adds itself to `admin_group`. Called once by `main`."""
+
+
+def main() -> None:
+    """`mqadmin ...`: the same as `rocketq admin ...`."""
+    register_commands()
+    admin_group(prog_name="mqadmin")

@@ -1,0 +1,13 @@
+"""`rocketq`: one click group over every command family. `broker.cli.main` holds `broker ...`; this
+adds `admin ...` (and, later, `namesrv ...`) without making `broker` import `client`."""
+
+from __future__ import annotations
+
+import click
+
+from admin.cli import admin_group, register_commands
+from broker.cli import main as broker_main
+
+main: click.Group = broker_main
+register_commands()
+main.add_command(admin_group)

@@ -1,0 +1,35 @@
+"""`FilterSyntaxError`: an SQL92 expression that does not compile, with where and what was expected."""
+
+from __future__ import annotations
+
+from protocol.errors import SubscriptionParseFailed
+
+
+class FilterSyntaxError(SubscriptionParseFailed):
+    """The expression cannot be compiled (SUBSCRIPTION_PARSE_FAILED on the wire).
+
+    `line` and `column` are 1-based and point at the offending character of `expression`;
+    `expected` names what would have been accepted there (e.g. ("AND", "OR", "end of expression"),
+    or ("a number",) for a type error); `reason` is the message without position. The remark
+    carries all of it plus the source line with a caret under the column, so a client that only
+    sees the remark can still show the position."""
+
+    def __init__(self, expression: str, reason: str, line: int, column: int,
+                 expected: tuple[str, ...] = ()) -> None:
+        self.expression, self.reason = expression, reason
+        self.line, self.column, self.expected = line, column, expected
+        wanted = f"; expected {_one_of(expected)}" if expected else ""
+        super().__init__(f"SQL92 expression error at line {line}, column {column}: {reason}{wanted}\n"
+                         f"{self.caret()}")
+
+    def caret(self) -> str:
+        """The source line of the error and a caret under its column, two lines of text."""
+        lines = self.expression.split("\n")
+        source = lines[self.line - 1] if 0 < self.line <= len(lines) else ""
+        return f"  {source}\n  {' ' * max(self.column - 1, 0)}^"
+
+
+def _one_of(expected: tuple[str, ...]) -> str:
+    if len(expected) == 1:
+        return expected[0]
+    return "one of " + ", ".join(expected)

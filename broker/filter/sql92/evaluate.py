@@ -1,0 +1,234 @@
+"""Run-time pieces of SQL92 evaluation: value conversion and three-valued logic. Pure.
+
+Every message property is a string; a missing property is None, which makes the predicate that
+reads it unknown (None). Only True matches. Conversions (PROTOCOL.md deliberate difference 4):
+
+- a property compared with a number (`>`, `>=`, `<`, `<=`, `BETWEEN`, `=` / `<>` against a numeric
+  literal, unary minus) is read as a number: an integer text (`int()`, so "+7", " 7 " and "007"
+  are 7) or else a float text ("3.5", "1e3", "inf"); anything else, NaN and texts with "_" give
+  None (unknown), never an error, so `a > 3` with a = "3.5" is True and with a = "x" is unknown.
+  (RocketMQ converts with the literal's Java type, so a = "3.5" makes `a > 3` throw.)
+- a property compared with TRUE / FALSE, or used where a condition is expected (`a AND b`, a bare
+  `a`), is "true" / "false" (any case) or else unknown. (RocketMQ: a bare string property is FALSE.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+Properties = Mapping[str, str]
+Number = int | float
+Predicate = Callable[[Properties], "bool | None"]
+NumberOf = Callable[[Properties], "Number | None"]
+
+
+def to_number(text: str) -> Number | None:
+    """The number a property text denotes, or None (see the module docstring)."""
+    try:
+        value: Number = int(text)
+    except ValueError:
+        try:
+            value = float(text)
+        except ValueError:
+            return None
+        if value != value:                  # NaN compares with nothing
+            return None
+    if "_" in text:                         # Python reads "1_000"; SQL does not
+        return None
+    return value
+
+
+def to_bool(text: str) -> bool | None:
+    """True for "true", False for "false" (any case), else None."""
+    lowered = text.lower()
+    if lowered == "true":
+        return True
+    if lowered == "false":
+        return False
+    return None
+
+
+def and_(left: Predicate, right: Predicate) -> Predicate:
+    """Kleene AND with short-circuit: False if either side is False, else None if either is None."""
+    def evaluate(properties: Properties) -> bool | None:
+        a = left(properties)
+        if a is False:
+            return False
+        b = right(properties)
+        if b is False:
+            return False
+        if a is None or b is None:
+            return None
+        return True
+    return evaluate
+
+
+def or_(left: Predicate, right: Predicate) -> Predicate:
+    """Kleene OR with short-circuit: True if either side is True, else None if either is None."""
+    def evaluate(properties: Properties) -> bool | None:
+        a = left(properties)
+        if a is True:
+            return True
+        b = right(properties)
+        if b is True:
+            return True
+        if a is None or b is None:
+            return None
+        return False
+    return evaluate
+
+
+def not_(operand: Predicate) -> Predicate:
+    """NOT: unknown stays unknown."""
+    def evaluate(properties: Properties) -> bool | None:
+        value = operand(properties)
+        return None if value is None else not value
+    return evaluate
+
+
+def constant(value: bool | None) -> Predicate:
+    def evaluate(properties: Properties) -> bool | None:
+        return value
+    return evaluate
+
+
+def property_as_bool(name: str) -> Predicate:
+    """A property used as a condition (see the module docstring)."""
+    def evaluate(properties: Properties) -> bool | None:
+        text = properties.get(name)
+        return None if text is None else to_bool(text)
+    return evaluate
+
+
+def property_number(name: str, negate: bool) -> NumberOf:
+    """The property read as a number (negated for unary minus), None when missing or not one."""
+    def number(properties: Properties) -> Number | None:
+        text = properties.get(name)
+        if text is None:
+            return None
+        value = to_number(text)
+        if value is None or not negate:
+            return value
+        return -value
+    return number
+
+
+def compare_property(name: str, compare: Callable[[Number, Number], bool], literal: Number,
+                     ) -> Predicate:
+    """`name <op> literal` for `>`, `>=`, `<`, `<=` (and numeric `=` / `<>`): the fast, common
+    case, one dict lookup and one conversion."""
+    def evaluate(properties: Properties) -> bool | None:
+        text = properties.get(name)
+        if text is None:
+            return None
+        value = to_number(text)
+        if value is None:
+            return None
+        return compare(value, literal)
+    return evaluate
+
+
+def compare_numbers(left: NumberOf, compare: Callable[[Number, Number], bool], right: NumberOf,
+                    ) -> Predicate:
+    """`left <op> right` over two number-valued operands; None if either is unknown."""
+    def evaluate(properties: Properties) -> bool | None:
+        a = left(properties)
+        if a is None:
+            return None
+        b = right(properties)
+        if b is None:
+            return None
+        return compare(a, b)
+    return evaluate
+
+
+def between(value: NumberOf, low: NumberOf, high: NumberOf, negated: bool) -> Predicate:
+    """`value [NOT] BETWEEN low AND high` (inclusive); unknown when any operand is unknown."""
+    def evaluate(properties: Properties) -> bool | None:
+        v = value(properties)
+        if v is None:
+            return None
+        lo = low(properties)
+        hi = high(properties)
+        if lo is None or hi is None:
+            return None
+        return (lo <= v <= hi) is not negated
+    return evaluate
+
+
+def string_equals(name: str, literal: str, negated: bool) -> Predicate:
+    def evaluate(properties: Properties) -> bool | None:
+        text = properties.get(name)
+        if text is None:
+            return None
+        return (text == literal) is not negated
+    return evaluate
+
+
+def bool_property_equals(name: str, literal: bool, negated: bool) -> Predicate:
+    def evaluate(properties: Properties) -> bool | None:
+        text = properties.get(name)
+        if text is None:
+            return None
+        value = to_bool(text)
+        if value is None:
+            return None
+        return (value is literal) is not negated
+    return evaluate
+
+
+def properties_equal(left: str, right: str, negated: bool) -> Predicate:
+    """Two properties compared as strings."""
+    def evaluate(properties: Properties) -> bool | None:
+        a = properties.get(left)
+        if a is None:
+            return None
+        b = properties.get(right)
+        if b is None:
+            return None
+        return (a == b) is not negated
+    return evaluate
+
+
+def predicates_equal(left: Predicate, right: Predicate, negated: bool) -> Predicate:
+    """Two conditions compared (`(a > 1) = (b > 2)`, `(a > 1) = TRUE`)."""
+    def evaluate(properties: Properties) -> bool | None:
+        a = left(properties)
+        if a is None:
+            return None
+        b = right(properties)
+        if b is None:
+            return None
+        return (a is b) is not negated
+    return evaluate
+
+
+def is_null(value: Callable[[Properties], object], negated: bool) -> Predicate:
+    """`x IS [NOT] NULL`: never unknown."""
+    def evaluate(properties: Properties) -> bool | None:
+        return (value(properties) is None) is not negated
+    return evaluate
+
+
+def member_of(name: str, members: frozenset[str], negated: bool) -> Predicate:
+    """`name [NOT] IN ('a', 'b')`: unknown when the property is missing."""
+    def evaluate(properties: Properties) -> bool | None:
+        text = properties.get(name)
+        if text is None:
+            return None
+        return (text in members) is not negated
+    return evaluate
+
+
+def string_test(name: str, test: Callable[[str, str], bool], literal: str, negated: bool) -> Predicate:
+    """`name [NOT] CONTAINS|STARTSWITH|ENDSWITH 'literal'` (RocketMQ 5.x): False for an empty
+    literal in both forms, as RocketMQ; unknown when the property is missing."""
+    if not literal:
+        return constant(False)
+
+    def evaluate(properties: Properties) -> bool | None:
+        text = properties.get(name)
+        if text is None:
+            return None
+        return test(text, literal) is not negated
+    return evaluate

@@ -11,6 +11,7 @@ import logging
 import socket
 from types import TracebackType
 
+from broker.lag_collector import BrokerStateCollector, LagCollector
 from broker.longpoll.hold_service import HoldService
 from broker.metrics import BrokerMetrics
 from broker.offset.consumer_offset_manager import ConsumerOffsetManager
@@ -63,7 +64,12 @@ class Broker:
         self.offsets = ConsumerOffsetManager()
         self.consumers = ConsumerManager(notify_consumer_ids_changed)
         self.producers = ProducerManager()
-        self.metrics = BrokerMetrics(config.cluster_name, config.broker_name)
+        self.metrics = BrokerMetrics(config.cluster_name, config.broker_name, config.store.path)
+        self.metrics.add_collector(LagCollector(self.metrics.labels, lambda: self.store, self.offsets,
+                                                self.clock.now_ms))
+        self.metrics.add_collector(BrokerStateCollector(
+            self.metrics.labels, topics=self.topics, groups=self.groups, consumers=self.consumers,
+            producers=self.producers, connections=self._connection_count, store=lambda: self.store))
         self.store: MessageStore | None = None
         self.hold_service: HoldService | None = None
         self._server: RemotingServer | None = None
@@ -103,15 +109,17 @@ class Broker:
             await self._housekeeping.start()
             await self._persist.start()
             self.metrics.track(lambda: hold.held_count, lambda: store.reput_lag_bytes)
+            store.set_fsync_observer(self.metrics.observe_fsync)
             if config.metrics_port > 0:
-                self.metrics_port = self.metrics.serve(config.listen_host, config.metrics_port)
+                self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port)
             self._dispatcher = Dispatcher(self._handlers(store, hold), self.metrics.observe_request,
                                           config.max_in_flight_per_connection)
             await server.begin_serving()
         except BaseException:
             await self.stop()
             raise
-        log.info("broker %s ready on %s", config.broker_name, self._address)
+        log.info("broker %s ready on %s%s", config.broker_name, self._address,
+                 f"; metrics on http://{config.listen_host}:{self.metrics_port}/metrics" if self.metrics_port else "")
 
     async def stop(self) -> None:
         """Stop accepting, answer held pulls, let in-flight requests finish (bounded), close
@@ -134,7 +142,7 @@ class Broker:
         if self.store is not None:
             await self.store.stop()
             self.store = None
-        self.metrics.close()
+        await self.metrics.close()
         self._dispatcher = None
 
     async def __aenter__(self) -> Broker:
@@ -155,6 +163,9 @@ class Broker:
     @property
     def port(self) -> int:
         return int(self.address.rpartition(":")[2])
+
+    def _connection_count(self) -> int:
+        return len(self._server.channels) if self._server is not None else 0
 
     # -- wiring -----------------------------------------------------------------------------------
 

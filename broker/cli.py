@@ -127,6 +127,8 @@ def _force_exit(code: int) -> None:
 
 def describe_start_failure(config: BrokerConfig, err: OSError) -> str:
     """One line for an `OSError` from `Broker.start()`."""
+    if err.filename == "metrics_port":
+        return str(err.strerror)
     where = f"{config.listen_host}:{config.listen_port}"
     if err.errno == errno.EADDRINUSE:
         return (f"cannot listen on {where}: address already in use "

@@ -1,15 +1,26 @@
 """`BrokerMetrics`: Prometheus metrics with RocketMQ 5's names (PROTOCOL.md "Metrics"), in a
-registry owned by the broker (never the global one), served on `metrics_port` when it is > 0."""
+registry owned by the broker (never the global one), served on `metrics_port` (default 5557, bound
+to `listen_host`; 0: no endpoint) by `MetricsHttpServer` on the event loop.
+
+Counters and the latency histograms are updated as requests run; everything that is a state (lag,
+in flight, ready, counts, sizes, disk use) is computed at scrape time by the collectors of
+`lag_collector.py`, registered with `add_collector`."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.registry import Collector
+
+from broker.lag_collector import BrokerStateCollector, sample_disk
+from broker.metrics_http import MetricsHttpServer
 
 
 class BrokerMetrics:
-    def __init__(self, cluster: str, node_id: str) -> None:
+    def __init__(self, cluster: str, node_id: str, store_path: Path | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._labels = {"cluster": cluster, "node_id": node_id}
         common = ["cluster", "node_id"]
@@ -31,6 +42,28 @@ class BrokerMetrics:
         self._latency_children: dict[tuple[int, int], Histogram] = {}
         self.reput_lag_bytes = Gauge("rocketq_reput_lag_bytes", "Commit-log bytes not yet dispatched.",
                                      common, registry=self.registry)
+        self.fsync_latency = Histogram("rocketq_fsync_latency_seconds", "Commit-log fsync round time.",
+                                       common, registry=self.registry,
+                                       buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5))
+        self._fsync_child = self.fsync_latency.labels(**self._labels)
+        self._state: BrokerStateCollector | None = None
+        self._store_path = store_path
+        self._http: MetricsHttpServer | None = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The node labels every broker metric carries (`cluster`, `node_id`)."""
+        return dict(self._labels)
+
+    def add_collector(self, collector: Collector) -> None:
+        """Register a scrape-time collector; a `BrokerStateCollector` also gets the disk sample
+        (taken in a thread before each scrape) of `store_path`."""
+        self.registry.register(collector)
+        if isinstance(collector, BrokerStateCollector):
+            self._state = collector
+
+    def observe_fsync(self, seconds: float) -> None:
+        self._fsync_child.observe(seconds)
 
     # Labelled children are looked up once per label set and kept: `.labels()` costs microseconds
     # and these run for every request.
@@ -65,13 +98,25 @@ class BrokerMetrics:
         self.held_pulls.labels(**self._labels).set_function(held_pulls)
         self.reput_lag_bytes.labels(**self._labels).set_function(reput_lag_bytes)
 
-    def serve(self, host: str, port: int) -> int:
-        """Serve /metrics on host:port (0: any free port) in a thread; returns the port."""
-        self._http_server, _ = start_http_server(port, addr=host, registry=self.registry)
-        return int(self._http_server.server_address[1])
+    async def render(self) -> bytes:
+        """The text exposition: disk numbers sampled in a thread, then every collector on the loop."""
+        if self._state is not None and self._store_path is not None:
+            self._state.disk = await asyncio.to_thread(sample_disk, self._store_path)
+        return generate_latest(self.registry)
 
-    def close(self) -> None:
-        server = getattr(self, "_http_server", None)
-        if server is not None:
-            server.shutdown()
-            server.server_close()
+    async def serve(self, host: str, port: int) -> int:
+        """Serve /metrics on host:port (0: any free port); returns the port. Raises `OSError`
+        naming the metrics endpoint when the port is taken."""
+        http = MetricsHttpServer(self.render)
+        try:
+            bound = await http.start(host, port)
+        except OSError as err:
+            raise OSError(err.errno, f"cannot serve metrics on {host}:{port}: {err.strerror}; set "
+                          f"metrics_port to a free port, or 0 to turn the endpoint off", "metrics_port") from err
+        self._http = http
+        return bound
+
+    async def close(self) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()

@@ -1,7 +1,8 @@
 """`BrokerSubprocess`: a broker started from the command line in a child process, for tools and
 tests that need a real separate broker (the benchmarks, the flights demo, the kill -9 test).
 
-It starts `rocketq broker start --listen-port 0 --store-dir DIR [--set k=v ...]`, learns the address
+It starts `rocketq broker start --listen-port 0 --store-dir DIR [--set k=v ...]` (with
+`metrics_port=0` unless `settings` name one, so several brokers never fight over 5557), learns the address
 from the `listening on HOST:PORT` line on stderr, keeps draining stderr for the whole run (the last
 lines are kept for error messages, ERROR lines are logged), and stops with SIGTERM, a bounded wait,
 then SIGKILL.
@@ -71,7 +72,7 @@ class BrokerSubprocess:
         """Spawn the broker and return once it logged its address; raises `RuntimeError` (with the
         log tail) when it exits first or stays silent for `START_TIMEOUT_S`."""
         args = [*self._command, "--listen-port", "0", "--store-dir", str(self.store_dir)]
-        for key, value in self._settings.items():
+        for key, value in {"metrics_port": "0", **self._settings}.items():
             args += ["--set", f"{key}={value}"]
         self._process = await asyncio.create_subprocess_exec(
             *args, cwd=self._cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,

@@ -27,7 +27,7 @@ class BrokerConfig:
     max_frame_bytes: int = 16 * 1024 * 1024
     max_in_flight_per_connection: int = 4096      # past it the broker stops reading that connection
     event_loop: EventLoop = "auto"
-    metrics_port: int = 0                         # 0: no metrics endpoint
+    metrics_port: int = 5557                      # Prometheus /metrics on listen_host (RocketMQ 5's); 0: off
     auto_create_topic: bool = True
     auto_create_subscription_group: bool = True
     default_queue_nums: int = 4

@@ -18,7 +18,7 @@ from broker.processors.validate import require_group_name, require_non_negative,
 from broker.registry.consumer_manager import ConsumerManager
 from broker.remoting.context import RequestContext
 from broker.store.message_store import MessageStore
-from broker.store.results import GetMessageResult
+from broker.store.results import GetMessageResult, GetMessageStatus
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfigManager
 from conf.broker import LongPollingConfig
@@ -91,6 +91,9 @@ class PullMessageProcessor:
                                       wake_on_arrival=False)
             result = self._read(header, max_messages, message_filter)
             code = to_response_code(result.status, header.queue_offset)
+        if result.status is not GetMessageStatus.NO_MESSAGE_IN_QUEUE:
+            self._offsets.record_pull(header.consumer_group, header.topic, header.queue_id,
+                                      result.next_begin_offset)
         if result.messages:
             self._on_pulled(header.consumer_group, header.topic, len(result.messages), result.total_bytes)
         return request.response(

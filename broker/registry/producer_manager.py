@@ -27,5 +27,9 @@ class ProducerManager:
         return [ch for chans in self._groups.values() for ch, (_, at) in chans.items()
                 if now_ms - at > timeout_ms]
 
+    def connection_counts(self) -> dict[str, int]:
+        """producer group → open connections."""
+        return {group: len(channels) for group, channels in self._groups.items()}
+
     def group_count(self) -> int:
         return len(self._groups)

@@ -385,6 +385,24 @@ class MessageStore:
         """Commit-log fsync rounds so far (group commit shares one among concurrent sends)."""
         return self._commit_log_flush.flush_count
 
+    @property
+    def commit_log_flushed_offset(self) -> int:
+        """Every commit-log byte before this offset is fsynced."""
+        return self._commit_log_flush.flushed_offset
+
+    def set_fsync_observer(self, observer: Callable[[float], None] | None) -> None:
+        """`observer(seconds)` after each commit-log fsync round (the fsync latency metric)."""
+        self._commit_log_flush.on_fsync = observer
+
+    def get_store_time(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        """store_timestamp (epoch ms) of the message at `queue_offset`; None when there is none."""
+        queue = self._consume_queues.get(topic, queue_id)
+        return None if queue is None else self._store_time_at(queue, queue_offset)
+
+    def queue_keys(self) -> list[tuple[str, int]]:
+        """(topic, queue_id) of every consume queue that exists."""
+        return list(self._consume_queues.queues)
+
     def set_arrival_listener(self, listener: ArrivalListener | None) -> None:
         """`listener(topic, queue_id, max_offset, tags_code, properties)`, called by reput after each
         message is in its consume queue (the long-polling hold service's notify)."""

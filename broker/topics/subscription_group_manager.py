@@ -33,6 +33,16 @@ class SubscriptionGroupManager(DirtyState):
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         return self._groups.get(group)
 
+    def groups(self) -> list[SubscriptionGroupConfig]:
+        return [self._groups[g] for g in sorted(self._groups)]
+
+    def delete(self, group: str) -> bool:
+        """Remove a group's config; False when there was none."""
+        if self._groups.pop(group, None) is None:
+            return False
+        self.touch()
+        return True
+
     def find_or_create(self, group: str) -> SubscriptionGroupConfig:
         """The group's config; created with defaults when auto-creation is on (RocketMQ's
         `autoCreateSubscriptionGroup`, default true), else `SubscriptionGroupNotExist`."""

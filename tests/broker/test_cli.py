@@ -175,8 +175,8 @@ def test_second_sigint_forces_exit_and_sigterm_only_once() -> None:
 
 def _start_broker(*args: str) -> tuple[subprocess.Popen[str], str]:
     """`python -m broker ARGS` in a subprocess; returns it with the address it logged."""
-    proc = subprocess.Popen([sys.executable, "-m", "broker", *args], cwd=REPO, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "broker", "--set", "metrics_port=0", *args], cwd=REPO,
+                            text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
     for _ in range(200):
         line = proc.stderr.readline()
@@ -220,8 +220,9 @@ def test_port_in_use_is_one_line_and_exit_code_1(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "broker", "--listen-port", str(port), "--store-dir",
-                                 str(tmp_path / "s")], cwd=REPO, capture_output=True, text=True, timeout=30)
+        result = subprocess.run([sys.executable, "-m", "broker", "--set", "metrics_port=0", "--listen-port",
+                                 str(port), "--store-dir", str(tmp_path / "s")],
+                                cwd=REPO, capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
     assert (f"rocketq: cannot listen on 127.0.0.1:{port}: address already in use "
             "(another broker running? pick another --listen-port)") in result.stderr

@@ -65,7 +65,8 @@ async def test_kill_9_during_concurrent_sends_loses_no_acknowledged_message(tmp_
     assert exit_code == -signal.SIGKILL
     assert (store / "abort").exists(), "a crash leaves the abort marker"
 
-    config = BrokerConfig(listen_port=0, store=StoreConfig(path=store, commit_log_segment_bytes=1048576))
+    config = BrokerConfig(listen_port=0, metrics_port=0,
+                          store=StoreConfig(path=store, commit_log_segment_bytes=1048576))
     remoting = RemotingClient()
     api = ClientAPI(remoting)
     try:

@@ -1,0 +1,79 @@
+"""`MetricsHttpServer`: the Prometheus endpoint (`GET /metrics`) served on the broker's event loop.
+
+prometheus_client's own server runs collectors in a thread; ours read the store, the offset table
+and the registries, which only the loop may touch (the store is synchronous and unlocked). So the
+endpoint is a small asyncio HTTP/1.1 server: one request per connection (`Connection: close`),
+request head bounded to 16 KiB and 10 s, any path answered with the exposition (Prometheus asks
+`/metrics`), any method other than GET/HEAD answered 405."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+log = logging.getLogger(__name__)
+
+Render = Callable[[], Awaitable[bytes]]
+MAX_HEAD_BYTES = 16 * 1024
+READ_TIMEOUT_S = 10.0
+
+
+class MetricsHttpServer:
+    def __init__(self, render: Render) -> None:
+        self._render = render
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        if self._server is None or not self._server.sockets:
+            raise RuntimeError("metrics server is not listening")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on host:port (0: a free port); returns the port. Raises `OSError` when taken."""
+        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True,
+                                                  limit=MAX_HEAD_BYTES)
+        return self.port
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+        try:
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+            method = head.split(b" ", 1)[0].upper()
+            if method not in (b"GET", b"HEAD"):
+                writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, HEAD\r\n"
+                             b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+            else:
+                body = await self._render()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: " + CONTENT_TYPE_LATEST.encode()
+                             + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n")
+                if method == b"GET":
+                    writer.write(body)
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
+        except Exception:
+            log.exception("metrics request failed")
+        finally:
+            writer.close()
+            if task is not None:
+                self._handlers.discard(task)
+
+    async def close(self) -> None:
+        """Stop listening and cancel scrapes still running."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        for task in list(self._handlers):
+            task.cancel()
+        if self._handlers:
+            await asyncio.gather(*self._handlers, return_exceptions=True)
+        await server.wait_closed()

@@ -12,6 +12,7 @@ import socket
 from types import TracebackType
 
 from broker.lag_collector import BrokerStateCollector, LagCollector
+from broker.locks.lock_manager import LockManager
 from broker.longpoll.hold_service import HoldService
 from broker.metrics import BrokerMetrics
 from broker.offset.consumer_offset_manager import ConsumerOffsetManager
@@ -20,6 +21,7 @@ from broker.processors.admin import AdminProcessor
 from broker.processors.client_manage import ClientManageProcessor
 from broker.processors.consumer_manage import ConsumerManageProcessor
 from broker.processors.pull_message import PullMessageProcessor
+from broker.processors.queue_lock import QueueLockProcessor
 from broker.processors.send_message import SendMessageProcessor
 from broker.registry.consumer_manager import ConsumerManager
 from broker.registry.housekeeping import HousekeepingService
@@ -64,6 +66,7 @@ class Broker:
         self.offsets = ConsumerOffsetManager()
         self.consumers = ConsumerManager(notify_consumer_ids_changed)
         self.producers = ProducerManager()
+        self.locks = LockManager(self.clock, config.lock_max_live_ms)
         self.metrics = BrokerMetrics(config.cluster_name, config.broker_name, config.store.path)
         self.metrics.add_collector(LagCollector(self.metrics.labels, lambda: self.store, self.offsets,
                                                 self.clock.now_ms))
@@ -180,6 +183,7 @@ class Broker:
         consumer = ConsumerManageProcessor(self.consumers, self.offsets, self.topics, store)
         admin = AdminProcessor(store, self.topics, self.groups, config.broker_name, config.cluster_name,
                                self.address)
+        locks = QueueLockProcessor(self.locks)
         return {
             RequestCode.SEND_MESSAGE: send.process,
             RequestCode.SEND_BATCH_MESSAGE: send.process_batch,
@@ -197,6 +201,8 @@ class Broker:
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
             RequestCode.GET_ROUTEINFO_BY_TOPIC: admin.get_route_info,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
+            RequestCode.LOCK_BATCH_MQ: locks.lock_batch_mq,
+            RequestCode.UNLOCK_BATCH_MQ: locks.unlock_batch_mq,
         }
 
     def _on_request(self, channel: Channel, command: RemotingCommand) -> None:

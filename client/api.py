@@ -6,11 +6,20 @@ Each method sends one request to a broker address and returns typed values, or r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
 from client.remoting.remoting_client import RemotingClient
-from protocol.bodies import ConsumerListBody, HeartbeatData, TopicRouteData, decode_body, encode_body
+from protocol.bodies import (
+    ConsumerListBody,
+    HeartbeatData,
+    LockBatchBody,
+    LockBatchResponseBody,
+    TopicRouteData,
+    decode_body,
+    encode_body,
+)
 from protocol.codes import Perm, RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
 from protocol.errors import error_for
@@ -35,7 +44,7 @@ from protocol.headers import (
     ViewMessageByIdRequestHeader,
 )
 from protocol.message import MessageExt, decode_message_batch
-from protocol.model import PullStatus
+from protocol.model import MessageQueue, PullStatus
 
 DEFAULT_TIMEOUT_MS = 3_000
 
@@ -155,6 +164,29 @@ class ClientAPI:
         header = UpdateConsumerOffsetRequestHeader(consumer_group=consumer_group, topic=topic, queue_id=queue_id,
                                                    commit_offset=commit_offset)
         cmd = request(RequestCode.UPDATE_CONSUMER_OFFSET, header)
+        if oneway:
+            await self.remoting.invoke_oneway(address, cmd)
+        else:
+            await self._call(address, cmd, timeout_ms)
+
+    async def lock_batch_mq(self, address: str, consumer_group: str, client_id: str,
+                            queues: Iterable[MessageQueue], timeout_ms: int = DEFAULT_TIMEOUT_MS) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ: the subset of `queues` the broker now locks for `client_id` (granted or
+        refreshed); the rest are held by another live client."""
+        body = LockBatchBody(consumer_group=consumer_group, client_id=client_id,
+                             mq_set=[(mq.topic, mq.broker_name, mq.queue_id) for mq in queues])
+        response = await self._call(address, request(RequestCode.LOCK_BATCH_MQ, body=encode_body(body)), timeout_ms)
+        granted = decode_body(LockBatchResponseBody, response.body_bytes()).lock_ok_mq_set
+        return {MessageQueue(*mq) for mq in granted}
+
+    async def unlock_batch_mq(self, address: str, consumer_group: str, client_id: str,
+                              queues: Iterable[MessageQueue], *, oneway: bool = False,
+                              timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        """UNLOCK_BATCH_MQ: release those of `queues` that `client_id` holds (RocketMQ sends it
+        oneway when a queue is dropped)."""
+        body = LockBatchBody(consumer_group=consumer_group, client_id=client_id,
+                             mq_set=[(mq.topic, mq.broker_name, mq.queue_id) for mq in queues])
+        cmd = request(RequestCode.UNLOCK_BATCH_MQ, body=encode_body(body), oneway=oneway)
         if oneway:
             await self.remoting.invoke_oneway(address, cmd)
         else:

@@ -11,6 +11,7 @@ import logging
 import socket
 from types import TracebackType
 
+from broker.filter.filter_manager import FilterManager
 from broker.lag_collector import BrokerStateCollector, LagCollector
 from broker.locks.lock_manager import LockManager
 from broker.longpoll.hold_service import HoldService
@@ -66,6 +67,7 @@ class Broker:
         self.offsets = ConsumerOffsetManager()
         self.consumers = ConsumerManager(notify_consumer_ids_changed)
         self.producers = ProducerManager()
+        self.filters = FilterManager(sql92_enabled=config.filter_support_sql92)
         self.locks = LockManager(self.clock, config.lock_max_live_ms)
         self.metrics = BrokerMetrics(config.cluster_name, config.broker_name, config.store.path)
         self.metrics.add_collector(LagCollector(self.metrics.labels, lambda: self.store, self.offsets,
@@ -177,9 +179,10 @@ class Broker:
         send = SendMessageProcessor(store, self.topics, self.address, config.store.max_message_bytes,
                                     self.metrics.on_stored)
         pull = PullMessageProcessor(store, self.topics, self.groups, self.consumers, self.offsets, hold,
-                                    config.long_polling, self.metrics.on_pulled)
+                                    config.long_polling, self.metrics.on_pulled, filters=self.filters,
+                                    filter_support_retry=config.filter_support_retry)
         client = ClientManageProcessor(self.consumers, self.producers, self.groups, self.topics, self.clock,
-                                       self._notify_enabled)
+                                       self._notify_enabled, self.filters)
         consumer = ConsumerManageProcessor(self.consumers, self.offsets, self.topics, store)
         admin = AdminProcessor(store, self.topics, self.groups, config.broker_name, config.cluster_name,
                                self.address)
@@ -190,6 +193,7 @@ class Broker:
             RequestCode.PULL_MESSAGE: pull.process,
             RequestCode.HEART_BEAT: client.heart_beat,
             RequestCode.UNREGISTER_CLIENT: client.unregister_client,
+            RequestCode.CHECK_CLIENT_CONFIG: client.check_client_config,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.get_consumer_list,
             RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: consumer.update_consumer_offset,

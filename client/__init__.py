@@ -10,6 +10,7 @@ from client.consumer.allocate import (
     AllocateMessageQueueConsistentHash,
 )
 from client.consumer.listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus
+from client.consumer.message_selector import MessageSelector
 from client.consumer.pull_consumer import PullConsumer
 from client.consumer.push_consumer import PushConsumer
 from client.producer.producer import Producer
@@ -21,6 +22,6 @@ __all__ = [
     "AllocateMachineRoomNearby", "AllocateMessageQueueAveragely", "AllocateMessageQueueAveragelyByCircle",
     "AllocateMessageQueueByConfig", "AllocateMessageQueueByMachineRoom", "AllocateMessageQueueConsistentHash",
     "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus", "ConsumeFromWhere", "Message", "MessageExt",
-    "MessageModel", "MessageQueue", "Producer", "PullConsumer", "PullResult", "PushConsumer",
+    "MessageModel", "MessageQueue", "MessageSelector", "Producer", "PullConsumer", "PullResult", "PushConsumer",
     "SelectMessageQueueByHash", "SelectMessageQueueByRandom", "SendResult", "SendStatus",
 ]

@@ -12,6 +12,7 @@ from enum import Enum
 
 from client.remoting.remoting_client import RemotingClient
 from protocol.bodies import (
+    CheckClientRequestBody,
     ConsumerListBody,
     HeartbeatData,
     LockBatchBody,
@@ -137,6 +138,13 @@ class ClientAPI:
 
     async def send_heartbeat(self, address: str, data: HeartbeatData, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         await self._call(address, request(RequestCode.HEART_BEAT, body=encode_body(data)), timeout_ms)
+
+    async def check_client_config(self, address: str, body: CheckClientRequestBody,
+                                  timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        """CHECK_CLIENT_CONFIG: returns when the broker can serve the subscription; raises
+        `SubscriptionParseFailed` when its expression does not compile, `SystemError_` when SQL92
+        is disabled there."""
+        await self._call(address, request(RequestCode.CHECK_CLIENT_CONFIG, body=encode_body(body)), timeout_ms)
 
     async def unregister_client(self, address: str, client_id: str, *, producer_group: str | None = None,
                                 consumer_group: str | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:

@@ -13,18 +13,26 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
 from client.route import RouteTable, merge_routes
 from conf.client import ClientConfig
-from protocol.bodies import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
+from protocol.bodies import (
+    CheckClientRequestBody,
+    ConsumerData,
+    HeartbeatData,
+    ProducerData,
+    SubscriptionData,
+    TopicRouteData,
+)
 from protocol.channel import Channel
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.errors import MQError, TopicNotExist
+from protocol.model import ExpressionType
 from protocol.service import PeriodicService
 
 log = logging.getLogger(__name__)
@@ -201,6 +209,18 @@ class ClientInstance:
                 await self.api.send_heartbeat(address, data, self.config.request_timeout_ms)
             except MQError as exc:
                 log.info("heartbeat to %s failed: %s", address, exc)
+
+    async def check_client_in_broker(self, consumer_group: str, subscriptions: Iterable[SubscriptionData]) -> None:
+        """CHECK_CLIENT_CONFIG of every SQL92 subscription with every known broker, before the first
+        heartbeat (RocketMQ `MQClientInstance#checkClientInBroker`); TAG subscriptions need none.
+        Raises the broker's `SubscriptionParseFailed` (remark: line, column, caret) or `SystemError_`
+        (SQL92 disabled), or the connection error."""
+        for sub in subscriptions:
+            if sub.expression_type == ExpressionType.TAG:
+                continue
+            body = CheckClientRequestBody(client_id=self.client_id, group=consumer_group, subscription_data=sub)
+            for address in sorted(set(self.endpoints) | self.routes.broker_addresses()):
+                await self.api.check_client_config(address, body, self.config.request_timeout_ms)
 
     async def persist_all_offsets(self) -> None:
         for consumer in list(self.consumers.values()):

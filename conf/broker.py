@@ -36,5 +36,7 @@ class BrokerConfig:
     lock_max_live_ms: int = 60_000
     persist_interval_ms: int = 5_000              # topics, groups, offsets → <store>/config/
     notify_consumer_ids_changed_enable: bool = True
+    filter_support_sql92: bool = True             # SQL92 subscriptions (RocketMQ enablePropertyFilter, off there)
+    filter_support_retry: bool = False            # filter retried messages by the group's SQL92 expression
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
     store: StoreConfig = field(default_factory=StoreConfig)

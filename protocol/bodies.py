@@ -40,6 +40,15 @@ class ConsumerData:
 
 
 @body
+class CheckClientRequestBody:
+    """CHECK_CLIENT_CONFIG: can the broker use this subscription (does its expression compile)?"""
+
+    client_id: str
+    group: str
+    subscription_data: SubscriptionData
+
+
+@body
 class ProducerData:
     group_name: str
 

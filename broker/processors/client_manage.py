@@ -1,27 +1,31 @@
-"""HEART_BEAT and UNREGISTER_CLIENT → the consumer and producer registries (REFERENCE.md §7)."""
+"""HEART_BEAT and UNREGISTER_CLIENT → the consumer and producer registries (REFERENCE.md §7);
+CHECK_CLIENT_CONFIG → the filter manager (§6 "Enabling")."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from enum import StrEnum
 from typing import TypeVar
 
+from broker.filter.filter_manager import FilterManager
 from broker.processors.validate import require_group_name, require_topic_name
 from broker.registry.consumer_manager import ClientChannelInfo, ConsumerManager, Subscription
 from broker.registry.producer_manager import ProducerManager
 from broker.remoting.context import RequestContext
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfigManager
-from protocol.bodies import HeartbeatData, SubscriptionData, decode_body
+from protocol.bodies import CheckClientRequestBody, HeartbeatData, SubscriptionData, decode_body
 from protocol.clock import Clock
 from protocol.command import RemotingCommand
-from protocol.errors import SubscriptionParseFailed, SystemError_
+from protocol.errors import ResponseError, SubscriptionParseFailed, SystemError_
 from protocol.headers import UnregisterClientRequestHeader
 from protocol.model import ConsumeFromWhere, ConsumeType, ExpressionType, MessageModel
 from protocol.subscription import is_subscribe_all, parse_tags, tags_code
 from protocol.topics import check_group, retry_topic
 
 E = TypeVar("E", bound=StrEnum)
+log = logging.getLogger(__name__)
 
 
 def _enum(cls: type[E], value: str, name: str) -> E:
@@ -52,10 +56,11 @@ def to_subscription(data: SubscriptionData) -> Subscription:
 class ClientManageProcessor:
     def __init__(self, consumers: ConsumerManager, producers: ProducerManager,
                  groups: SubscriptionGroupManager, topics: TopicConfigManager, clock: Clock,
-                 notify_enabled: Callable[[str], bool]) -> None:
+                 notify_enabled: Callable[[str], bool], filters: FilterManager | None = None) -> None:
         self._consumers, self._producers, self._groups, self._topics = consumers, producers, groups, topics
         self._clock = clock
         self._notify_enabled = notify_enabled
+        self._filters = filters if filters is not None else FilterManager(sql92_enabled=True)
 
     async def heart_beat(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         data = decode_body(HeartbeatData, request.body_bytes())
@@ -69,6 +74,7 @@ class ClientManageProcessor:
             message_model = _enum(MessageModel, consumer.message_model, "message_model")
             consume_from_where = _enum(ConsumeFromWhere, consumer.consume_from_where, "consume_from_where")
             subscriptions = [to_subscription(s) for s in consumer.subscription_data_set]
+            self._compile_sql(consumer.group_name, subscriptions)
             group_config = self._groups.find_or_create(consumer.group_name)
             if group_config.retry_queue_nums > 0:
                 self._topics.ensure(retry_topic(consumer.group_name), group_config.retry_queue_nums)
@@ -82,6 +88,28 @@ class ClientManageProcessor:
                 raise SystemError_(remark)
             self._producers.register(producer.group_name, ctx.channel, data.client_id, now_ms)
         return request.response()
+
+    async def check_client_config(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG (RocketMQ `ClientManageProcessor#checkClientConfig`): SUCCESS when the
+        subscription can be served; SUBSCRIPTION_PARSE_FAILED (a `FilterSyntaxError` remark with line,
+        column and a caret) when its expression does not compile; SYSTEM_ERROR for SQL92 when
+        `filter_support_sql92` is off."""
+        data = decode_body(CheckClientRequestBody, request.body_bytes())
+        require_group_name(data.group)
+        sub = data.subscription_data
+        require_topic_name(sub.topic)
+        self._filters.check(sub.expression_type, sub.sub_string)
+        return request.response()
+
+    def _compile_sql(self, group: str, subscriptions: list[Subscription]) -> None:
+        """Compile a heartbeat's SQL92 subscriptions now, so the first pull finds them cached. A
+        failure is only logged here: the pulls of that subscription are refused with it."""
+        for sub in subscriptions:
+            if sub.expression_type == ExpressionType.SQL92:
+                try:
+                    self._filters.sql_filter(group, sub.topic, sub.sub_version, sub.sub_string)
+                except ResponseError as exc:
+                    log.warning("group %s: SQL92 subscription to %s refused: %s", group, sub.topic, exc)
 
     async def unregister_client(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         header = UnregisterClientRequestHeader.from_fields(request.fields)

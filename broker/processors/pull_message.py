@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from broker.filter.message_filter import MessageFilter, TagMessageFilter
+from broker.filter.filter_manager import FilterManager, build_tag_filter
+from broker.filter.message_filter import MessageFilter, RetryMessageFilter, SqlMessageFilter, TagMessageFilter
 from broker.longpoll.hold_service import HoldService
 from broker.offset.consumer_offset_manager import ConsumerOffsetManager
 from broker.processors.pull_status import to_response_code
@@ -33,34 +34,28 @@ from protocol.errors import (
 )
 from protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from protocol.model import ExpressionType, MessageModel
-from protocol.subscription import is_subscribe_all, parse_tags, tags_code
+from protocol.subscription import is_subscribe_all
+from protocol.topics import is_retry_topic
 
 MAX_MSG_NUMS = 1024
 # Plain ints: IntFlag arithmetic costs microseconds and every pull tests these bits.
 _COMMIT_OFFSET, _SUSPEND, _SUBSCRIPTION = int(PullSysFlag.COMMIT_OFFSET), int(PullSysFlag.SUSPEND), \
     int(PullSysFlag.SUBSCRIPTION)
 MessagesOut = Callable[[str, str, int, int], None]   # (group, topic, message count, bytes)
-
-
-def build_tag_filter(expression: str | None) -> MessageFilter | None:
-    """None for "*" (everything), else a `TagMessageFilter`; raises `SubscriptionParseFailed`."""
-    if is_subscribe_all(expression):
-        return None
-    try:
-        tags = parse_tags(expression)
-    except ValueError as exc:
-        raise SubscriptionParseFailed(f"cannot parse tag expression {expression!r}: {exc}") from None
-    return TagMessageFilter(frozenset(tags_code(t) for t in tags))
+__all__ = ["MAX_MSG_NUMS", "PullMessageProcessor", "build_tag_filter"]
 
 
 class PullMessageProcessor:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
                  consumers: ConsumerManager, offsets: ConsumerOffsetManager, hold_service: HoldService,
-                 long_polling: LongPollingConfig, on_pulled: MessagesOut) -> None:
+                 long_polling: LongPollingConfig, on_pulled: MessagesOut, *,
+                 filters: FilterManager | None = None, filter_support_retry: bool = False) -> None:
         self._store, self._topics, self._groups = store, topics, groups
         self._consumers, self._offsets, self._hold = consumers, offsets, hold_service
         self._long_polling = long_polling
         self._on_pulled = on_pulled
+        self._filters = filters if filters is not None else FilterManager(sql92_enabled=True)
+        self._filter_support_retry = filter_support_retry
 
     async def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         header = PullMessageRequestHeader.from_fields(request.fields)
@@ -109,29 +104,44 @@ class PullMessageProcessor:
 
     def _message_filter(self, header: PullMessageRequestHeader, broadcast_enable: bool) -> MessageFilter | None:
         """The subscription of this pull: from the request with the SUBSCRIPTION flag, else the one
-        the group registered by heartbeat (REFERENCE.md §1 step 6)."""
+        the group registered by heartbeat (REFERENCE.md §1 step 6); a retry topic's pull is wrapped
+        in a `RetryMessageFilter` when `filter_support_retry` is on (step 8)."""
+        group, topic = header.consumer_group, header.topic
+        message_filter: MessageFilter | None
         if header.sys_flag & _SUBSCRIPTION:
-            expression_type = header.expression_type or ExpressionType.TAG
-            expression = header.subscription
+            message_filter = self._filters.build(group, topic, header.expression_type, header.subscription,
+                                                 header.sub_version)
         else:
-            group_info = self._consumers.get(header.consumer_group)
+            group_info = self._consumers.get(group)
             if group_info is None:
-                raise SubscriptionNotExist(f"consumer group {header.consumer_group!r} is not online "
+                raise SubscriptionNotExist(f"consumer group {group!r} is not online "
                                            "(send HEART_BEAT first, or pull with the SUBSCRIPTION flag)")
             if group_info.message_model is MessageModel.BROADCASTING and not broadcast_enable:
-                raise NoPermission(f"group {header.consumer_group!r} may not consume in broadcasting mode")
-            sub = group_info.subscriptions.get(header.topic)
+                raise NoPermission(f"group {group!r} may not consume in broadcasting mode")
+            sub = group_info.subscriptions.get(topic)
             if sub is None:
-                raise SubscriptionNotExist(f"group {header.consumer_group!r} has no subscription "
-                                           f"to topic {header.topic!r}")
+                raise SubscriptionNotExist(f"group {group!r} has no subscription to topic {topic!r}")
             if sub.sub_version < header.sub_version:
-                raise SubscriptionNotLatest(f"subscription of {header.consumer_group!r} to "
-                                            f"{header.topic!r} is older than the pull's sub_version")
+                raise SubscriptionNotLatest(f"subscription of {group!r} to {topic!r} is older than the "
+                                            "pull's sub_version")
             if sub.expression_type == ExpressionType.TAG:
-                return None if is_subscribe_all(sub.sub_string) else TagMessageFilter(sub.code_set)
-            expression_type, expression = sub.expression_type, sub.sub_string
-        if expression_type != ExpressionType.TAG:
-            if expression_type == ExpressionType.SQL92:
-                raise SystemError_("SQL92 filtering is not available on this broker yet; subscribe by TAG")
-            raise SubscriptionParseFailed(f"unknown expression_type {expression_type!r} (TAG or SQL92)")
-        return build_tag_filter(expression)
+                message_filter = None if is_subscribe_all(sub.sub_string) else TagMessageFilter(sub.code_set)
+            elif sub.expression_type == ExpressionType.SQL92:
+                message_filter = self._filters.sql_filter(group, topic, sub.sub_version, sub.sub_string)
+            else:
+                raise SubscriptionParseFailed(f"unknown expression_type {sub.expression_type!r} (TAG or SQL92)")
+        if message_filter is None and self._filter_support_retry and is_retry_topic(topic):
+            return RetryMessageFilter(lambda original_topic: self._registered_sql_filter(group, original_topic))
+        return message_filter
+
+    def _registered_sql_filter(self, group: str, topic: str) -> SqlMessageFilter | None:
+        """The group's registered SQL92 filter for `topic`, None when it has none (or it does not
+        compile: the group's pulls of that topic are refused anyway)."""
+        group_info = self._consumers.get(group)
+        sub = group_info.subscriptions.get(topic) if group_info is not None else None
+        if sub is None or sub.expression_type != ExpressionType.SQL92:
+            return None
+        try:
+            return self._filters.sql_filter(group, topic, sub.sub_version, sub.sub_string)
+        except (SubscriptionParseFailed, SystemError_):
+            return None

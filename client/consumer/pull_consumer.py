@@ -34,6 +34,7 @@ from client.consumer.lite_pull_service import (
     LitePullService,
     StartFrom,
 )
+from client.consumer.message_selector import MessageSelector
 from client.consumer.offset_store import (
     DEFAULT_OFFSET_DIR,
     LocalFileOffsetStore,
@@ -116,13 +117,15 @@ class PullConsumer:
 
     # -- configuration ---------------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Consume `topic`'s messages matching a TAG expression ("*", "A", "A || B"), sharing its
-        queues with the group; before or after `start()`. Raises `ClientStateError` after `assign()`,
-        `ValueError` for a bad topic or expression."""
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Consume `topic`'s messages matching a TAG expression ("*", "A", "A || B") or a
+        `MessageSelector` (`MessageSelector.by_sql("amount > 100")`), sharing its queues with the
+        group; before or after `start()`. Raises `ClientStateError` after `assign()`, `ValueError` for
+        a bad topic or tag expression; an SQL92 expression is checked by the broker when the group
+        is joined (`start()` raises the broker's `SubscriptionParseFailed`)."""
         if self._mode is _Mode.ASSIGN:
             raise ClientStateError("subscribe() cannot be mixed with assign() on one consumer")
-        subscription = TopicSubscription.by_tags(topic, expression)
+        subscription = TopicSubscription.of(topic, expression)
         self._mode = _Mode.SUBSCRIBE
         self._subscriptions[topic] = subscription
         if self._run is not None:
@@ -196,7 +199,11 @@ class PullConsumer:
         self._run = run
         await instance.start()
         if self._mode is _Mode.SUBSCRIBE:
-            await self._join_group(run)
+            try:
+                await self._join_group(run)
+            except MQError:        # CHECK_CLIENT_CONFIG refused a subscription
+                await self.shutdown()
+                raise
         elif self._mode is _Mode.ASSIGN:
             self._apply_assignment(run)
         if self.auto_commit:
@@ -415,6 +422,8 @@ class PullConsumer:
                 await run.instance.update_route(topic)
             except MQError as exc:
                 log.warning("route of %s unavailable: %s", topic, exc)
+        await run.instance.check_client_in_broker(
+            self.consumer_group, [s.subscription_data() for s in self._subscriptions.values()])
         await run.instance.send_heartbeat_to_all_brokers()
         try:
             await self.do_rebalance()

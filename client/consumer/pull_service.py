@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from client.api import ClientAPI, PullResult
 from client.consumer.consume_concurrently import ConcurrentConsumeService
+from client.consumer.message_selector import MessageSelector
 from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue
 from conf.client import PushConsumerOptions
@@ -54,6 +55,22 @@ class TopicSubscription:
             raise ValueError(remark)
         tags = frozenset() if is_subscribe_all(expression) else parse_tags(expression)
         return cls(topic, expression or "*", ExpressionType.TAG, tags, time.time_ns() // 1_000_000)
+
+    @classmethod
+    def of(cls, topic: str, selector: str | MessageSelector) -> TopicSubscription:
+        """A subscription made now from a tag-expression string or a `MessageSelector`; raises
+        `ValueError` for a bad topic name or tag expression (an SQL92 text is checked by the
+        broker, see `MessageSelector`)."""
+        if isinstance(selector, str):
+            return cls.by_tags(topic, selector)
+        if selector.expression_type == ExpressionType.TAG:
+            return cls.by_tags(topic, selector.expression)
+        if selector.expression_type != ExpressionType.SQL92:
+            raise ValueError(f"unknown expression_type {selector.expression_type!r} (TAG or SQL92)")
+        remark = check_topic(topic)
+        if remark is not None:
+            raise ValueError(remark)
+        return cls(topic, selector.expression, ExpressionType.SQL92, frozenset(), time.time_ns() // 1_000_000)
 
     def subscription_data(self) -> SubscriptionData:
         """As a heartbeat carries it."""

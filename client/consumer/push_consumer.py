@@ -22,6 +22,7 @@ from typing import Any
 from client.consumer.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
 from client.consumer.consume_concurrently import ConcurrentConsumeService
 from client.consumer.listener import MessageListener
+from client.consumer.message_selector import MessageSelector
 from client.consumer.offset_store import DEFAULT_OFFSET_DIR, LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.pull_service import PullService, TopicSubscription, consumer_data
@@ -73,10 +74,11 @@ class PushConsumer:
 
     # -- configuration ----------------------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Subscribe to `topic` with a TAG expression ("*", "A", "A || B"); raises `ValueError`
-        for a bad topic name or an expression with no tag ("||")."""
-        subscription = TopicSubscription.by_tags(topic, expression)
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Subscribe to `topic` with a TAG expression ("*", "A", "A || B") or a `MessageSelector`
+        (`MessageSelector.by_sql("amount > 100")`); raises `ValueError` for a bad topic name or an
+        expression with no tag ("||"). An SQL92 expression is checked by the broker at `start()`."""
+        subscription = TopicSubscription.of(topic, expression)
         self._subscriptions[topic] = subscription
 
     def unsubscribe(self, topic: str) -> None:
@@ -117,7 +119,9 @@ class PushConsumer:
 
     async def start(self) -> None:
         """Register with the client instance, heartbeat, rebalance; returns when pulling has begun.
-        Raises `ClientStateError` without a listener or subscription."""
+        Raises `ClientStateError` without a listener or subscription, and the broker's
+        `SubscriptionParseFailed` (remark: line, column, caret) when an SQL92 subscription does not
+        compile, or `SystemError_` when the broker has SQL92 disabled (the consumer is then shut down)."""
         if self._instance is not None:
             return
         if self._listener is None:
@@ -165,6 +169,11 @@ class PushConsumer:
                 await instance.update_route(topic)
             except MQError as exc:
                 log.warning("route of %s unavailable at start: %s", topic, exc)
+        try:
+            await instance.check_client_in_broker(self.consumer_group, self.consumer_data().subscription_data_set)
+        except MQError:
+            await self.shutdown()
+            raise
         await instance.send_heartbeat_to_all_brokers()
         await self.do_rebalance()
 

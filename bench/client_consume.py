@@ -152,12 +152,12 @@ async def consumers(address: str, group: str, topic: str, count: int, listener: 
         await asyncio.gather(*(c.shutdown() for c in members), return_exceptions=True)
 
 
-async def wait_split(members: list[PushConsumer], queues: int, timeout_s: float = 30.0) -> None:
-    """Until the members hold all `queues` queues between them, none twice; raises TimeoutError."""
+async def wait_split(members: list[PushConsumer], topic: str, queues: int, timeout_s: float = 30.0) -> None:
+    """Until the members hold all `queues` queues of `topic` between them, none twice; raises TimeoutError."""
     async with asyncio.timeout(timeout_s):
         while True:
-            held = [mq for c in members for mq in c.assigned_queues()]
-            if len(held) == queues == len(set(held)) and all(c.assigned_queues() for c in members):
+            held = [mq for c in members for mq in c.assigned_queues(topic)]
+            if len(held) == queues == len(set(held)) and all(c.assigned_queues(topic) for c in members):
                 return
             await asyncio.sleep(0.01)
 
@@ -224,7 +224,7 @@ async def _backlog_run(result: BenchResult, broker: BrokerProcess, params: Consu
                              tally.listener(kind), params) as members:
             done_at = await wait_all_consumed(tally, expected, started + params.consume_time_limit_s)
             cpu = meter.stop()
-            assigned = [len(c.assigned_queues()) for c in members]
+            assigned = [len(c.assigned_queues(BACKLOG_TOPIC)) for c in members]
     elapsed = (done_at or time.perf_counter()) - started
     rate = len(expected) / elapsed if done_at is not None else float("nan")
     result.add(label, round(rate) if rate == rate else rate, "msg/s",
@@ -273,7 +273,7 @@ async def _live_run(result: BenchResult, broker: BrokerProcess, params: ConsumeP
     tally = Tally(track_latency=True)
     async with consumers(address, f"bench_cc_live_{kind}_{count}", topic, count, tally.listener(kind),
                          params) as members:
-        await wait_split(members, params.queues)
+        await wait_split(members, topic, params.queues)
         async with Producer(PRODUCER_GROUP, address, send_msg_timeout_ms=10_000) as producer:
             meter = CpuMeter(broker)
             meter.start()

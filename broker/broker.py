@@ -23,6 +23,7 @@ from broker.processors.client_manage import ClientManageProcessor
 from broker.processors.consumer_manage import ConsumerManageProcessor
 from broker.processors.pull_message import PullMessageProcessor
 from broker.processors.queue_lock import QueueLockProcessor
+from broker.processors.send_back import SendBackProcessor
 from broker.processors.send_message import SendMessageProcessor
 from broker.registry.consumer_manager import ConsumerManager
 from broker.registry.housekeeping import HousekeepingService
@@ -30,7 +31,9 @@ from broker.registry.ids_changed import notify_consumer_ids_changed
 from broker.registry.producer_manager import ProducerManager
 from broker.remoting.dispatcher import Dispatcher, Handler
 from broker.remoting.server import RemotingServer
+from broker.schedule.schedule_service import DelayOffsets, ScheduleService
 from broker.store.message_store import MessageStore
+from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfigManager
 from conf.broker import BrokerConfig
@@ -38,6 +41,7 @@ from protocol.channel import Channel
 from protocol.clock import Clock, SystemClock
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
+from protocol.topics import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +79,15 @@ class Broker:
         self.metrics.add_collector(BrokerStateCollector(
             self.metrics.labels, topics=self.topics, groups=self.groups, consumers=self.consumers,
             producers=self.producers, connections=self._connection_count, store=lambda: self.store))
+        self.retry_topics = RetryTopics(self.topics, self.groups)
+        self.delay_offsets = DelayOffsets()
         self.store: MessageStore | None = None
         self.hold_service: HoldService | None = None
+        self.schedule: ScheduleService | None = None
         self._server: RemotingServer | None = None
         self._persist = ConfigPersistService(config.store.path / "config",
-                                             [self.topics, self.groups, self.offsets], config.persist_interval_ms)
+                                             [self.topics, self.groups, self.offsets, self.delay_offsets],
+                                             config.persist_interval_ms)
         self._dispatcher: Dispatcher | None = None
         self._housekeeping: HousekeepingService | None = None
         self._address: str | None = None
@@ -106,7 +114,19 @@ class Broker:
             self.store = store
             hold = HoldService(store.get_max_offset, config.long_polling.check_interval_ms)
             self.hold_service = hold
-            store.set_arrival_listener(hold.notify_message_arriving if config.long_polling.enable else None)
+            self.delay_offsets.flushed_offset = lambda: store.flushed_offset
+            schedule = ScheduleService(store, self.delay_offsets, self.clock.now_ms)
+            self.schedule = schedule
+            notify_hold = hold.notify_message_arriving if config.long_polling.enable else None
+
+            def on_arrival(topic: str, queue_id: int, max_offset: int, tags_code: int,
+                           properties: dict[str, str]) -> None:
+                if topic == SCHEDULE_TOPIC:
+                    schedule.on_arrival(topic, queue_id)
+                elif notify_hold is not None:
+                    notify_hold(topic, queue_id, max_offset, tags_code, properties)
+            store.set_arrival_listener(on_arrival)
+            await schedule.start()
             await hold.start()
             self._housekeeping = HousekeepingService(
                 self.consumers, self.producers, self.clock, config.channel_expired_timeout_ms,
@@ -115,6 +135,7 @@ class Broker:
             await self._persist.start()
             self.metrics.track(lambda: hold.held_count, lambda: store.reput_lag_bytes)
             store.set_fsync_observer(self.metrics.observe_fsync)
+            self.metrics.track_schedule(len(store.delay_levels), schedule.backlog)
             if config.metrics_port > 0:
                 self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port)
             self._dispatcher = Dispatcher(self._handlers(store, hold), self.metrics.observe_request,
@@ -143,6 +164,11 @@ class Broker:
         if self._housekeeping is not None:
             await self._housekeeping.stop()
             self._housekeeping = None
+        if self.schedule is not None:
+            await self.schedule.stop()
+            self.schedule = None
+        if self.store is not None:      # delivery offsets are persisted only up to what is on disk
+            await self.store.flush()
         await self._persist.stop()
         if self.store is not None:
             await self.store.stop()
@@ -177,7 +203,8 @@ class Broker:
     def _handlers(self, store: MessageStore, hold: HoldService) -> dict[int, Handler]:
         config = self.config
         send = SendMessageProcessor(store, self.topics, self.address, config.store.max_message_bytes,
-                                    self.metrics.on_stored)
+                                    self.metrics.on_stored, self.retry_topics, self.metrics.on_dlq)
+        send_back = SendBackProcessor(store, self.retry_topics, self.address, self.metrics.on_dlq)
         pull = PullMessageProcessor(store, self.topics, self.groups, self.consumers, self.offsets, hold,
                                     config.long_polling, self.metrics.on_pulled, filters=self.filters,
                                     filter_support_retry=config.filter_support_retry)
@@ -191,6 +218,7 @@ class Broker:
             RequestCode.SEND_MESSAGE: send.process,
             RequestCode.SEND_BATCH_MESSAGE: send.process_batch,
             RequestCode.PULL_MESSAGE: pull.process,
+            RequestCode.CONSUMER_SEND_MSG_BACK: send_back.process,
             RequestCode.HEART_BEAT: client.heart_beat,
             RequestCode.UNREGISTER_CLIENT: client.unregister_client,
             RequestCode.CHECK_CLIENT_CONFIG: client.check_client_config,

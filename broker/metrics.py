@@ -46,6 +46,11 @@ class BrokerMetrics:
                                        common, registry=self.registry,
                                        buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5))
         self._fsync_child = self.fsync_latency.labels(**self._labels)
+        self.send_to_dlq = Counter("rocketmq_send_to_dlq_messages", "Messages moved to a dead-letter queue.",
+                                   [*common, "consumer_group"], registry=self.registry)
+        self.schedule_backlog = Gauge("rocketq_schedule_backlog_messages",
+                                      "Delayed messages stored but not yet delivered, per delay level.",
+                                      [*common, "delay_level"], registry=self.registry)
         self._state: BrokerStateCollector | None = None
         self._store_path = store_path
         self._http: MetricsHttpServer | None = None
@@ -103,6 +108,15 @@ class BrokerMetrics:
         if self._state is not None and self._store_path is not None:
             self._state.disk = await asyncio.to_thread(sample_disk, self._store_path)
         return generate_latest(self.registry)
+
+    def on_dlq(self, group: str) -> None:
+        self.send_to_dlq.labels(consumer_group=group, **self._labels).inc()
+
+    def track_schedule(self, levels: int, backlog: Callable[[int], int]) -> None:
+        """`backlog(level)` for levels 1..`levels`, read at scrape time."""
+        for level in range(1, levels + 1):
+            self.schedule_backlog.labels(delay_level=str(level), **self._labels).set_function(
+                lambda level=level: backlog(level))  # type: ignore[misc]
 
     async def serve(self, host: str, port: int) -> int:
         """Serve /metrics on host:port (0: any free port); returns the port. Raises `OSError`

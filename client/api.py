@@ -26,6 +26,7 @@ from protocol.command import RemotingCommand, request
 from protocol.errors import error_for
 from protocol.headers import (
     ConsumerGroupRequestHeader,
+    ConsumerSendMsgBackRequestHeader,
     CreateSubscriptionGroupRequestHeader,
     CreateTopicRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
@@ -94,6 +95,9 @@ def _ok(response: RemotingCommand) -> RemotingCommand:
     return response
 
 
+SEND_BACK_TIMEOUT_MS = 5_000
+
+
 class ClientAPI:
     def __init__(self, remoting: RemotingClient) -> None:
         self.remoting = remoting
@@ -135,6 +139,19 @@ class ClientAPI:
         messages = decode_message_batch(body) if status is PullStatus.FOUND and body else []
         return PullResult(status, h.next_begin_offset, h.min_offset, h.max_offset, messages,
                           h.suggest_which_broker_id)
+
+    async def consumer_send_msg_back(self, address: str, message: MessageExt, consumer_group: str,
+                                     delay_level: int, max_reconsume_times: int,
+                                     timeout_ms: int = SEND_BACK_TIMEOUT_MS) -> None:
+        """CONSUMER_SEND_MSG_BACK of `message` (found by its `commit_log_offset`) for
+        `consumer_group`: the broker stores it again in `%RETRY%<group>` with `delay_level` (0:
+        `3 + reconsume_times`) or in `%DLQ%<group>` once `reconsume_times` reaches
+        `max_reconsume_times`. Raises the response's `ResponseError`, `RequestTimeout` or
+        `ConnectionClosed`. RocketMQ `MQClientAPIImpl#consumerSendMessageBack` (5 s timeout)."""
+        header = ConsumerSendMsgBackRequestHeader(
+            commit_log_offset=message.commit_log_offset, group=consumer_group, delay_level=delay_level,
+            origin_msg_id=message.msg_id, origin_topic=message.topic, max_reconsume_times=max_reconsume_times)
+        await self._call(address, request(RequestCode.CONSUMER_SEND_MSG_BACK, header), timeout_ms)
 
     async def send_heartbeat(self, address: str, data: HeartbeatData, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         await self._call(address, request(RequestCode.HEART_BEAT, body=encode_body(data)), timeout_ms)

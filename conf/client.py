@@ -37,7 +37,7 @@ class PushConsumerOptions:
     post_subscription_when_pull: bool = False
     max_reconsume_times: int = -1                # -1: 16 (concurrent), unlimited (orderly)
     suspend_current_queue_time_ms: int = 1_000
-    consume_timeout_minutes: int = 15
+    consume_timeout_minutes: float = 15          # a fraction is allowed (tests use 0.01)
     await_termination_ms: int = 0
     consume_timestamp: str = ""                  # yyyyMMddHHmmss local time; "" = 30 min before start
     broker_suspend_max_ms: int = 15_000          # BROKER_SUSPEND_MAX_TIME_MILLIS
@@ -45,7 +45,7 @@ class PushConsumerOptions:
     pull_time_delay_when_exception_ms: int = 3_000
     pull_time_delay_when_flow_control_ms: int = 50
     pull_time_delay_when_suspend_ms: int = 1_000
-    reconsume_later_delay_ms: int = 5_000        # local retry of a failed message (no send-back yet)
+    reconsume_later_delay_ms: int = 5_000        # local retry when the send-back and the resend both fail
     offset_store_dir: Path | None = None         # broadcasting offsets; default ~/.rocketq/offsets
 
     def __post_init__(self) -> None:

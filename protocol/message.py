@@ -56,6 +56,16 @@ class Message:
     delay_level: int = 0
     flag: int = 0
 
+    @property
+    def delay_time_level(self) -> int:
+        """RocketMQ's name for `delay_level`: deliver the message after the delay of this level of the
+        broker's `store.message_delay_level` (1 = 1 s, 2 = 5 s, ... 18 = 2 h by default); 0 = now."""
+        return self.delay_level
+
+    @delay_time_level.setter
+    def delay_time_level(self, level: int) -> None:
+        self.delay_level = level
+
     def wire_properties(self) -> dict[str, str]:
         """All properties as sent: user properties plus TAGS, KEYS and DELAY."""
         props = dict(self.properties) if self.properties else {}

@@ -180,7 +180,7 @@ async def rocketq_e2e(broker: BrokerProcess, params: ConsumeParams) -> Side:
     await create_topic(address, topic, QUEUES)
     tally = Tally()
     async with push_consumers(address, group, topic, params.consumers, rocketq_listener(tally, "async")) as members:
-        await wait_split(members, QUEUES)
+        await wait_split(members, topic, QUEUES)
         meter = ServerMeter(broker).start()
         started = time.perf_counter()
         stats = await _rocketq_produce(address, topic, params.e2e, params.producers, params.time_limit_s)

@@ -14,27 +14,45 @@ from broker.processors.validate import require_group_name, require_topic_name
 from broker.remoting.context import RequestContext
 from broker.store.message_store import MessageStore
 from broker.store.results import FlushDiskTimeoutError, PutMessageResult, PutMessageStatus
+from broker.topics.retry_topics import RetryTopics
 from broker.topics.topic_config_manager import TopicConfigManager
 from protocol.command import RemotingCommand
-from protocol.errors import FlushDiskTimeout, MessageIllegal, SystemError_
+from protocol.errors import FlushDiskTimeout, MessageIllegal, NoPermission, SystemError_
 from protocol.headers import (
     SendBatchMessageRequestHeader,
     SendBatchMessageResponseHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
-from protocol.message import make_msg_id, msg_id_prefix
+from protocol.message import PROPERTY_DELAY_TIME_LEVEL, make_msg_id, msg_id_prefix
+from protocol.topics import SCHEDULE_TOPIC
 
 MessagesIn = Callable[[str, int, int], None]   # (topic, message count, bytes)
+DlqCounter = Callable[[str], None]             # (consumer_group) per message sent to a DLQ
 MAX_BATCH_MESSAGES = 1024
+
+
+async def acknowledge(store: MessageStore, result: PutMessageResult) -> None:
+    """Raise the error a failed put is answered with, else wait until the put is durable (SYNC_FLUSH;
+    FLUSH_DISK_TIMEOUT past `sync_flush_timeout_ms`)."""
+    if result.status is PutMessageStatus.MESSAGE_ILLEGAL:
+        raise MessageIllegal("message refused by the store (size, properties or DELAY level)")
+    if result.status is not PutMessageStatus.PUT_OK:
+        raise SystemError_(f"store refused the message: {result.status.name}")
+    try:
+        await store.wait_flushed(result.end_offset)
+    except FlushDiskTimeoutError as exc:
+        raise FlushDiskTimeout(str(exc)) from None
 
 
 class SendMessageProcessor:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, store_host: str,
-                 max_message_bytes: int, on_stored: MessagesIn) -> None:
+                 max_message_bytes: int, on_stored: MessagesIn, retry_topics: RetryTopics,
+                 on_dlq: DlqCounter) -> None:
         self._store, self._topics, self._store_host = store, topics, store_host
         self._max_message_bytes = max_message_bytes
         self._on_stored = on_stored
+        self._retry_topics, self._on_dlq = retry_topics, on_dlq
 
     async def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         header = SendMessageRequestHeader.from_fields(request.fields)
@@ -44,13 +62,24 @@ class SendMessageProcessor:
         if len(body) > self._max_message_bytes:
             raise MessageIllegal(f"message body of {len(body)} bytes exceeds max_message_bytes "
                                  f"{self._max_message_bytes}")
-        self._topics.for_send(header.topic, header.queue_id)
+        topic, queue_id, properties = header.topic, header.queue_id, header.properties
+        if topic == SCHEDULE_TOPIC:
+            raise NoPermission(f"{SCHEDULE_TOPIC} is a system topic: set a DELAY level on the message instead")
+        dlq_group = None
+        if topic[0] == "%":                 # %RETRY%<group>: the consumer's fallback path (§9)
+            topic, queue_id, properties, dlq_group = self._retry_topics.route_send(
+                topic, queue_id, header.reconsume_times, header.max_reconsume_times, properties)
+        if PROPERTY_DELAY_TIME_LEVEL in properties:
+            _check_delay_level(properties[PROPERTY_DELAY_TIME_LEVEL])
+        self._topics.for_send(topic, queue_id)
         result = self._store.put_message(
-            topic=header.topic, queue_id=header.queue_id, body=body, properties=header.properties,
+            topic=topic, queue_id=queue_id, body=body, properties=properties,
             flag=header.flag, born_timestamp=header.born_timestamp, born_host=ctx.client_addr,
             reconsume_times=header.reconsume_times)
-        await self._acknowledge(result)
-        self._on_stored(header.topic, 1, len(body))
+        await acknowledge(self._store, result)
+        self._on_stored(topic, 1, len(body))
+        if dlq_group is not None:
+            self._on_dlq(dlq_group)
         return request.response(header=SendMessageResponseHeader(
             msg_id=make_msg_id(self._store_host, result.commit_log_offsets[0]),
             queue_id=header.queue_id, queue_offset=result.queue_offset))
@@ -59,11 +88,13 @@ class SendMessageProcessor:
         header = SendBatchMessageRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
         require_group_name(header.producer_group)
+        if header.topic == SCHEDULE_TOPIC or header.topic[0] == "%":
+            raise NoPermission(f"topic {header.topic!r} is a system topic: batches cannot be sent to it")
         messages, body_bytes = self._decode_batch(request.body_bytes())
         self._topics.for_send(header.topic, header.queue_id)
         result = self._store.put_messages(topic=header.topic, queue_id=header.queue_id, messages=messages,
                                           born_timestamp=header.born_timestamp, born_host=ctx.client_addr)
-        await self._acknowledge(result)
+        await acknowledge(self._store, result)
         self._on_stored(header.topic, len(messages), body_bytes)
         prefix = msg_id_prefix(self._store_host)
         return request.response(header=SendBatchMessageResponseHeader(
@@ -92,6 +123,9 @@ class SendMessageProcessor:
             for key, text in properties.items():
                 if type(key) is not str or type(text) is not str:
                     raise MessageIllegal(f"batch message {i} must be [map str→str, int, bin]")
+            if PROPERTY_DELAY_TIME_LEVEL in properties:
+                raise MessageIllegal(f"batch message {i} has a DELAY level: delayed messages are sent one "
+                                     f"at a time, not in a batch (as RocketMQ)")
             if len(body) > max_bytes:
                 raise MessageIllegal(f"batch message {i} body of {len(body)} bytes exceeds "
                                      f"max_message_bytes {max_bytes}")
@@ -99,12 +133,9 @@ class SendMessageProcessor:
         # Each item is a 3-element list; the store unpacks it like the tuple it is typed as.
         return cast(list[tuple[dict[str, str], int, bytes]], value), body_bytes
 
-    async def _acknowledge(self, result: PutMessageResult) -> None:
-        if result.status is PutMessageStatus.MESSAGE_ILLEGAL:
-            raise MessageIllegal("message refused by the store (size or properties)")
-        if result.status is not PutMessageStatus.PUT_OK:
-            raise SystemError_(f"store refused the message: {result.status.name}")
-        try:
-            await self._store.wait_flushed(result.end_offset)
-        except FlushDiskTimeoutError as exc:
-            raise FlushDiskTimeout(str(exc)) from None
+
+def _check_delay_level(text: str) -> None:
+    try:
+        int(text)
+    except ValueError:
+        raise MessageIllegal(f"DELAY must be an integer delay level, got {text[:20]!r}") from None

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgpack
 
+from broker.schedule.delay_levels import clamp_level, deliver_at_ms, parse_delay_levels, queue_id_of
 from broker.store.checkpoint import read_checkpoint
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable, is_valid_topic_name
@@ -42,10 +43,14 @@ from protocol.message import (
     F_PROPERTIES,
     F_QUEUE_OFFSET,
     F_STORE_TIMESTAMP,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
 )
 from protocol.service import PeriodicService
 from protocol.subscription import tags_code
+from protocol.topics import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +76,10 @@ class MessageStore:
         self._config, self._store_host, self._clock_ms = config, store_host, clock_ms
         root = config.path
         self._abort_path, self._checkpoint_path = root / "abort", root / "checkpoint"
+        self.delay_levels = parse_delay_levels(config.message_delay_level)
         self._commit_log = CommitLog(root / "commitlog", config.commit_log_segment_bytes)
         self._consume_queues = ConsumeQueueTable(root / "consumequeue", config.consume_queue_segment_units)
-        self._reput = ReputService(self._commit_log, self._consume_queues, tags_code)
+        self._reput = ReputService(self._commit_log, self._consume_queues, tags_code, self.delay_levels)
         self._commit_log_flush = CommitLogFlushService(
             self._commit_log, sync_flush=config.flush_disk_type == "SYNC_FLUSH",
             flush_interval_ms=config.flush_interval_ms, sync_flush_timeout_ms=config.sync_flush_timeout_ms)
@@ -146,7 +152,23 @@ class MessageStore:
     def put_message(self, *, topic: str, queue_id: int, body: bytes, properties: dict[str, str], flag: int,
                     born_timestamp: int, born_host: str, reconsume_times: int = 0,
                     sys_flag: int = 0) -> PutMessageResult:
-        """Append one message (see `put_messages`)."""
+        """Append one message (see `put_messages`).
+
+        A message with a `DELAY` property > 0 (a delay level, clamped to the number of levels of
+        `message_delay_level`) is stored in `SCHEDULE_TOPIC_XXXX`, queue `level - 1`, with
+        `REAL_TOPIC` / `REAL_QID` naming where the schedule service delivers it when due; its
+        consume-queue unit holds the due time (epoch ms) in place of the tags code. RocketMQ
+        `CommitLog#putMessage` (REFERENCE.md §10). A `DELAY` that is not an integer is
+        MESSAGE_ILLEGAL; 0 or less means no delay."""
+        if PROPERTY_DELAY_TIME_LEVEL in properties and topic != SCHEDULE_TOPIC:
+            try:
+                level = clamp_level(int(properties[PROPERTY_DELAY_TIME_LEVEL]), self.delay_levels)
+            except ValueError:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], self._commit_log.max_offset)
+            if level > 0:
+                properties = {**properties, PROPERTY_DELAY_TIME_LEVEL: str(level),
+                              PROPERTY_REAL_TOPIC: topic, PROPERTY_REAL_QUEUE_ID: str(queue_id)}
+                topic, queue_id = SCHEDULE_TOPIC, queue_id_of(level)
         return self._put(topic, queue_id, ((properties, flag, body),), born_timestamp, born_host,
                          reconsume_times, sys_flag)
 
@@ -195,11 +217,14 @@ class MessageStore:
         tags_cache = self._tags_cache
         entries: list[DispatchEntry] = []
         queue_offset = first_queue_offset
+        schedule = topic == SCHEDULE_TOPIC
         for index, (properties, _, _) in enumerate(messages):
             tag = properties.get(PROPERTY_TAGS)
             code = tags_cache.get(tag) if tag else 0
             if code is None:
                 code = self._tags_code(tag)
+            if schedule:        # the due time stands in the tags code (RocketMQ, REFERENCE.md §10)
+                code = deliver_at_ms(store_timestamp, queue_id + 1, self.delay_levels)
             entries.append((topic, queue_id, queue_offset, offsets[index], sizes[index], code,
                             store_timestamp, properties))
             queue_offset += 1
@@ -215,6 +240,16 @@ class MessageStore:
                 self._tags_cache.clear()
             code = self._tags_cache[tag] = tags_code(tag)
         return code
+
+    async def flush(self) -> None:
+        """fsync the commit log up to its current end now (both flush types); used before state
+        that depends on durable records (the schedule service's delivery offsets) is persisted."""
+        await self._commit_log_flush.flush()
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every commit-log byte before this is on disk."""
+        return self._commit_log_flush.flushed_offset
 
     async def wait_flushed(self, commit_log_end_offset: int) -> None:
         """SYNC_FLUSH: return once fsynced up to `commit_log_end_offset` (a put's `end_offset`),
@@ -362,6 +397,17 @@ class MessageStore:
             return int(decode_stored_fields(payload)[F_STORE_TIMESTAMP])
         except (RecordError, TypeError, ValueError):
             return None
+
+    def read_queue_units(self, topic: str, queue_id: int, queue_offset: int,
+                         max_units: int) -> list[tuple[int, int, int]]:
+        """Up to `max_units` consume-queue units `(commit_log_offset, size, tags_code)` from
+        `queue_offset` (within one consume-queue file; [] when there are none). For the schedule
+        service, whose units carry the due time in `tags_code`."""
+        queue = self._consume_queues.get(topic, queue_id)
+        if queue is None or not queue.min_offset <= queue_offset < queue.max_offset:
+            return []
+        units = queue.read_units(queue_offset, max_units)
+        return [] if units is None else list(_CQ_UNITS(units))
 
     def look_message_by_offset(self, commit_log_offset: int) -> memoryview | bytes | None:
         """The stored payload of the record starting at `commit_log_offset` (checked: size, CRC and

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from broker.schedule.delay_levels import deliver_at_ms
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from broker.store.record import RecordError, decode_stored_fields
@@ -21,10 +22,12 @@ from protocol.message import (
     F_PROPERTIES,
     F_QUEUE_ID,
     F_QUEUE_OFFSET,
+    F_STORE_TIMESTAMP,
     F_TOPIC,
     PROPERTY_TAGS,
 )
 from protocol.service import Service
+from protocol.topics import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +48,11 @@ class ReputService(Service):
     name = "reput"
     idle_interval_ms = 60_000   # a safety net only: every append wakes the service
 
-    def __init__(self, commit_log: CommitLog, consume_queues: ConsumeQueueTable, tags_code: TagsCode) -> None:
+    def __init__(self, commit_log: CommitLog, consume_queues: ConsumeQueueTable, tags_code: TagsCode,
+                 delay_levels: tuple[int, ...] = ()) -> None:
         super().__init__()
         self._commit_log, self._consume_queues, self._tags_code = commit_log, consume_queues, tags_code
+        self._delay_levels = delay_levels
         self.reput_from_offset = 0
         self._handoff_from = 0
         self._pending: list[DispatchEntry] = []
@@ -137,7 +142,10 @@ class ReputService(Service):
                 fields = decode_stored_fields(payload)
                 topic, queue_id, queue_offset = fields[F_TOPIC], fields[F_QUEUE_ID], fields[F_QUEUE_OFFSET]
                 properties: dict[str, str] = fields[F_PROPERTIES]
-                tags_code = self._tags_code(properties.get(PROPERTY_TAGS))
+                if topic == SCHEDULE_TOPIC:     # the unit holds the due time (REFERENCE.md §10)
+                    tags_code = deliver_at_ms(fields[F_STORE_TIMESTAMP], queue_id + 1, self._delay_levels)
+                else:
+                    tags_code = self._tags_code(properties.get(PROPERTY_TAGS))
                 queue = self._consume_queues.get_or_create(topic, queue_id)
             except (RecordError, ValueError, TypeError, AttributeError) as exc:
                 log.error("reput: skipping undecodable record at %d: %s", commit_log_offset, exc)

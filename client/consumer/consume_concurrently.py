@@ -6,11 +6,18 @@ A pulled batch is one consume job: its messages go to the listener in chunks of
 once. A sync listener runs in a thread pool (the event loop never blocks); an async one is awaited.
 One thread hop per pulled batch instead of per chunk keeps the hop cost off each message.
 
-Results: CONSUME_SUCCESS removes the chunk from its process queue and advances the offset to the
-queue's lowest unconsumed offset (at-least-once). RECONSUME_LATER, `None` or an exception keeps the
-chunk in the process queue (holding the committed offset) and consumes it again locally after
-`reconsume_later_delay_ms` with `reconsume_times` + 1: what RocketMQ does when a send-back fails.
-Sending failed messages back to the broker comes with the retry work."""
+Results (RocketMQ `processConsumeResult`, REFERENCE.md §9): CONSUME_SUCCESS acknowledges the chunk
+up to `context.ack_index`; RECONSUME_LATER, `None` or an exception acknowledges none of it. In
+CLUSTERING the messages after the ack index are sent back to the broker (`SendBack`: send-back,
+else a resend to the retry topic) with `context.delay_level_when_next_consume`; the ones the broker
+took are removed from the process queue, the others stay (holding the committed offset) and are
+consumed again locally after `reconsume_later_delay_ms` with `reconsume_times` + 1. BROADCASTING
+drops failed messages with a log line. The offset advances to the queue's lowest unconsumed offset
+(at-least-once).
+
+Consume timeout (`clean_expired_messages`, RocketMQ `cleanExpireMsg`): a message whose listener
+call started more than `consume_timeout_ms` ago is sent back with delay level 3 and removed from
+its process queue, so one stuck listener call cannot pin the committed offset forever."""
 
 from __future__ import annotations
 
@@ -18,8 +25,8 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import cast
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, cast
 
 from client.consumer.listener import (
     ConsumeConcurrentlyContext,
@@ -34,15 +41,28 @@ from protocol.model import MessageModel, MessageQueue
 
 log = logging.getLogger(__name__)
 OffsetUpdate = Callable[[MessageQueue, int], None]
+SendBackFn = Callable[[MessageExt, MessageQueue, int], Awaitable[bool]]   # (message, mq, delay_level)
 SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 FAST_LISTENER_S = 50e-6
+EXPIRED_HEAD_MESSAGES = 16             # cleanExpireMsg inspects at most 16 head messages per queue
+EXPIRED_DELAY_LEVEL = 3
 Chunk = list[MessageExt]
+Outcome = tuple[int, int]              # (messages acknowledged from the chunk's start, delay level)
+
+
+def acked_count(status: object, context: ConsumeConcurrentlyContext, size: int) -> int:
+    """How many of a chunk of `size` are consumed: `ack_index + 1` clamped to 0..size on
+    CONSUME_SUCCESS, 0 for anything else (RECONSUME_LATER, None, a wrong type)."""
+    if status is not SUCCESS:
+        return 0
+    return min(max(context.ack_index + 1, 0), size)
 
 
 class ConcurrentConsumeService:
     def __init__(self, listener: MessageListener, *, consume_thread_max: int, batch_max_size: int,
                  reconsume_later_delay_ms: int, message_model: MessageModel, update_offset: OffsetUpdate,
-                 consumer_group: str) -> None:
+                 consumer_group: str, send_back: SendBackFn | None = None, consume_timeout_ms: int = 15 * 60_000
+                 ) -> None:
         self._listener = listener
         self._is_async = inspect.iscoroutinefunction(listener)
         self._batch_max_size = batch_max_size
@@ -50,6 +70,8 @@ class ConcurrentConsumeService:
         self._message_model = message_model
         self._update_offset = update_offset
         self._group = consumer_group
+        self._send_back = send_back
+        self.consume_timeout_ms = consume_timeout_ms
         self._slots = asyncio.Semaphore(consume_thread_max)
         self._workers = SyncWorkers(consume_thread_max, f"consume-{consumer_group}")
         self._gathered: list[tuple[ProcessQueue, MessageQueue, list[Chunk]]] = []
@@ -59,6 +81,7 @@ class ConcurrentConsumeService:
         self._closed = False
         self.consumed_ok = 0
         self.consumed_failed = 0
+        self.expired = 0
 
     def submit(self, pq: ProcessQueue, mq: MessageQueue, messages: list[MessageExt]) -> None:
         """Start consuming `messages` (already in `pq`); returns at once."""
@@ -72,9 +95,7 @@ class ConcurrentConsumeService:
             if len(self._gathered) == 1:
                 asyncio.get_running_loop().call_soon(self._hand_to_workers)
             return
-        task = asyncio.get_running_loop().create_task(self._run_job(pq, mq, chunks))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._run_job(pq, mq, chunks))
 
     async def _run_job(self, pq: ProcessQueue, mq: MessageQueue, chunks: list[Chunk]) -> None:
         async with self._slots:
@@ -96,7 +117,7 @@ class ConcurrentConsumeService:
 
     def _sync_jobs(self, jobs: list[tuple[ProcessQueue, MessageQueue, list[Chunk]]]) -> Callable[[], None]:
         """Runs in a worker thread; returns the completion that applies the results on the loop."""
-        done: list[tuple[ProcessQueue, MessageQueue, list[Chunk], list[bool]]] = []
+        done: list[tuple[ProcessQueue, MessageQueue, list[Chunk], list[Outcome]]] = []
         started, count = time.perf_counter(), 0
         for pq, mq, chunks in jobs:
             if pq.dropped:
@@ -113,47 +134,104 @@ class ConcurrentConsumeService:
                 self._process_results(pq, mq, chunks, results)
         return complete
 
-    def _call_sync(self, mq: MessageQueue, chunk: Chunk) -> bool:
+    def _call_sync(self, mq: MessageQueue, chunk: Chunk) -> Outcome:
+        context = ConsumeConcurrentlyContext(mq)
         try:
-            status = self._listener(chunk, ConsumeConcurrentlyContext(mq))
+            status = self._listener(chunk, context)
         except Exception:
             log.exception("listener of %s failed on %d messages of %s", self._group, len(chunk), mq)
-            return False
-        if status is SUCCESS:                # the common case first: this runs once per chunk
-            return True
+            return 0, context.delay_level_when_next_consume
+        if status is SUCCESS and context.ack_index >= len(chunk) - 1:   # the common case, once per chunk
+            return len(chunk), 0
         if inspect.isawaitable(status):
             log.error("listener of %s returned an awaitable; declare it `async def`", self._group)
             if inspect.iscoroutine(status):
                 status.close()
-        return False
+        return acked_count(status, context, len(chunk)), context.delay_level_when_next_consume
 
-    async def _call_async(self, mq: MessageQueue, chunk: Chunk) -> bool:
+    async def _call_async(self, mq: MessageQueue, chunk: Chunk) -> Outcome:
+        context = ConsumeConcurrentlyContext(mq)
         try:
-            status = await cast(Awaitable[ListenerResult], self._listener(chunk, ConsumeConcurrentlyContext(mq)))
+            status = await cast(Awaitable[ListenerResult], self._listener(chunk, context))
         except Exception:
             log.exception("listener of %s failed on %d messages of %s", self._group, len(chunk), mq)
-            return False
-        return status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+            return 0, context.delay_level_when_next_consume
+        return acked_count(status, context, len(chunk)), context.delay_level_when_next_consume
 
-    def _process_results(self, pq: ProcessQueue, mq: MessageQueue, chunks: list[Chunk], results: list[bool]) -> None:
+    def _process_results(self, pq: ProcessQueue, mq: MessageQueue, chunks: list[Chunk],
+                         results: list[Outcome]) -> None:
         if pq.dropped:                       # a dropped queue discards results (§12)
             return
         done: list[MessageExt] = []
-        for chunk, ok in zip(chunks, results, strict=True):
-            if ok:
+        failed: list[tuple[Chunk, int]] = []
+        for chunk, (acked, delay_level) in zip(chunks, results, strict=True):
+            if acked == len(chunk):
                 done.extend(chunk)
-                self.consumed_ok += len(chunk)
+                self.consumed_ok += acked
+                continue
+            rest = chunk[acked:]
+            done.extend(chunk[:acked])
+            self.consumed_ok += acked
+            self.consumed_failed += len(rest)
+            if self._message_model is MessageModel.BROADCASTING:
+                log.warning("broadcasting consumer of %s dropped %d failed messages", self._group, len(rest))
+                done.extend(rest)
             else:
-                self.consumed_failed += len(chunk)
-                if self._message_model is MessageModel.BROADCASTING:
-                    log.warning("broadcasting consumer of %s dropped %d failed messages", self._group, len(chunk))
-                    done.extend(chunk)
-                else:
-                    self._reconsume_later(pq, mq, chunk)
+                failed.append((rest, delay_level))
         if done:
-            queue_offset = pq.remove_messages(done)
-            if queue_offset >= 0 and not pq.dropped:
-                self._update_offset(mq, queue_offset)
+            self._remove(pq, mq, done)
+        if failed:
+            self._spawn(self._send_back_failed(pq, mq, failed))
+
+    def _remove(self, pq: ProcessQueue, mq: MessageQueue, messages: list[MessageExt]) -> None:
+        queue_offset = pq.remove_messages(messages)
+        if queue_offset >= 0 and not pq.dropped:
+            self._update_offset(mq, queue_offset)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_back_failed(self, pq: ProcessQueue, mq: MessageQueue, failed: list[tuple[Chunk, int]]) -> None:
+        """Send each failed message back; remove the ones the broker took, retry the rest locally."""
+        send_back = self._send_back
+        messages = [(m, level) for chunk, level in failed for m in chunk]
+        if send_back is None or self._closed:
+            taken = [False] * len(messages)
+        else:
+            taken = list(await asyncio.gather(*(send_back(m, mq, level) for m, level in messages)))
+        if pq.dropped:
+            return
+        back = [m for (m, _), ok in zip(messages, taken, strict=True) if ok]
+        if back:
+            self._remove(pq, mq, back)
+        again = [m for (m, _), ok in zip(messages, taken, strict=True) if not ok]
+        if again:
+            self._reconsume_later(pq, mq, again)
+
+    async def clean_expired_messages(self, process_queues: Mapping[MessageQueue, ProcessQueue],
+                                     now_ms: int | None = None) -> int:
+        """Send back (delay level 3) and remove every head message whose listener call started more
+        than `consume_timeout_ms` ago, at most 16 per queue; returns how many. CLUSTERING only."""
+        if self._send_back is None or self._message_model is MessageModel.BROADCASTING:
+            return 0
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        count = 0
+        for mq, pq in list(process_queues.items()):
+            for message in pq.head_messages(EXPIRED_HEAD_MESSAGES):
+                started = message.properties.get(PROPERTY_CONSUME_START_TIME)
+                if pq.dropped or not started or now - int(started) <= self.consume_timeout_ms:
+                    break
+                log.warning("%s: message %s of %s has been consumed for over %d ms; sending it back",
+                            self._group, message.msg_id, mq, self.consume_timeout_ms)
+                if not await self._send_back(message, mq, EXPIRED_DELAY_LEVEL):
+                    break
+                if pq.head_messages(1) == [message]:
+                    self._remove(pq, mq, [message])
+                    count += 1
+        self.expired += count
+        return count
 
     def _reconsume_later(self, pq: ProcessQueue, mq: MessageQueue, chunk: Chunk) -> None:
         for message in chunk:

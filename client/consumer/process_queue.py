@@ -130,6 +130,11 @@ class ProcessQueue:
         self.msg_size_bytes -= size
         return offsets[0] if offsets else self.queue_offset_max + 1
 
+    def head_messages(self, n: int) -> list[MessageExt]:
+        """The (up to) `n` lowest-offset cached messages, in offset order (nothing is removed)."""
+        table = self._msgs
+        return [table[queue_offset] for queue_offset in self._offsets[:n]]
+
     def is_pull_expired(self, now_ms: int, max_idle_ms: int = PULL_MAX_IDLE_TIME_MS) -> bool:
         """True when the last pull is more than `max_idle_ms` before `now_ms` (rebalance then drops and
         recreates a push PQ)."""

@@ -21,7 +21,7 @@ from protocol.bodies import ConsumerData, SubscriptionData
 from protocol.codes import PullSysFlag
 from protocol.errors import FlowControl, MQError
 from protocol.headers import PullMessageRequestHeader
-from protocol.message import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET, MessageExt
+from protocol.message import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET, PROPERTY_RETRY_TOPIC, MessageExt
 from protocol.model import (
     ConsumeFromWhere,
     ConsumeType,
@@ -31,7 +31,7 @@ from protocol.model import (
     PullStatus,
 )
 from protocol.subscription import is_subscribe_all, parse_tags, tags_code
-from protocol.topics import check_topic
+from protocol.topics import check_topic, retry_topic
 
 log = logging.getLogger(__name__)
 OFFSET_ILLEGAL_DELAY_MS = 10_000
@@ -119,6 +119,7 @@ class PullService:
                  remove_queue: Callable[[MessageQueue], Awaitable[None]],
                  paused: Callable[[], bool]) -> None:
         self._api, self._address_of, self._group = api, address_of, consumer_group
+        self._retry_topic = retry_topic(consumer_group)
         self._options, self._model = options, message_model
         self._offsets, self._consume = offset_store, consume_service
         self._subscription_of, self._remove_queue, self._paused = subscription_of, remove_queue, paused
@@ -217,6 +218,9 @@ class PullService:
             props = message.properties
             props[PROPERTY_MIN_OFFSET] = min_offset
             props[PROPERTY_MAX_OFFSET] = max_offset
+        if mq.topic == self._retry_topic:      # resetRetryAndNamespace: the listener sees the original topic
+            for message in messages:
+                message.topic = message.properties.get(PROPERTY_RETRY_TOPIC) or message.topic
         self.pulled_messages += len(messages)
         pq.put_messages(messages)
         self._consume.submit(pq, mq, messages)

@@ -27,13 +27,15 @@ from client.consumer.offset_store import DEFAULT_OFFSET_DIR, LocalFileOffsetStor
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.pull_service import PullService, TopicSubscription, consumer_data
 from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
+from client.consumer.send_back import SendBack
 from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
 from conf.client import ClientConfig, PushConsumerOptions
 from protocol.bodies import ConsumerData
 from protocol.errors import MQError
 from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, MessageQueue
-from protocol.topics import check_group
+from protocol.service import PeriodicService
+from protocol.topics import check_group, retry_topic
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,8 @@ class PushConsumer:
         self._pulls: PullService | None = None
         self._consume: ConcurrentConsumeService | None = None
         self._offsets: OffsetStore | None = None
+        self._send_back: SendBack | None = None
+        self._expiry: PeriodicService | None = None
         self._paused = False
         self._rebalance_lock = asyncio.Lock()
 
@@ -77,7 +81,9 @@ class PushConsumer:
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         """Subscribe to `topic` with a TAG expression ("*", "A", "A || B") or a `MessageSelector`
         (`MessageSelector.by_sql("amount > 100")`); raises `ValueError` for a bad topic name or an
-        expression with no tag ("||"). An SQL92 expression is checked by the broker at `start()`."""
+        expression with no tag ("||"). An SQL92 expression is checked by the broker at `start()`.
+        A CLUSTERING consumer also subscribes to `%RETRY%<group>` ("*") at start, where its failed
+        messages come back."""
         subscription = TopicSubscription.of(topic, expression)
         self._subscriptions[topic] = subscription
 
@@ -86,7 +92,14 @@ class PushConsumer:
 
     def register_listener(self, listener: MessageListener) -> None:
         """`listener(msgs, context)` returns CONSUME_SUCCESS or RECONSUME_LATER; it may be sync (run
-        in a thread pool of `consume_thread_max` threads) or async (awaited on the loop)."""
+        in a thread pool of `consume_thread_max` threads) or async (awaited on the loop).
+
+        RECONSUME_LATER, `None` or an exception fails the messages after `context.ack_index` (all
+        of them unless the listener set it): in CLUSTERING they are sent back to the broker and come
+        back after the delay of level `context.delay_level_when_next_consume` (0: 3 +
+        reconsume_times, i.e. 10 s, 30 s, 1 min, ... with the default levels), with the original
+        topic and `reconsume_times` + 1; after `max_reconsume_times` (-1: 16) failures a message goes
+        to `%DLQ%<group>`. BROADCASTING drops failed messages (logged), as RocketMQ."""
         self._listener = listener
 
     def suspend(self) -> None:
@@ -129,6 +142,9 @@ class PushConsumer:
         if not self._subscriptions:
             raise ClientStateError("subscribe() to at least one topic before start()")
         clustering = self.message_model is MessageModel.CLUSTERING
+        if clustering:      # failed messages come back through the group's retry topic (§9)
+            retry = retry_topic(self.consumer_group)
+            self._subscriptions.setdefault(retry, TopicSubscription.by_tags(retry, "*"))
         client_id = build_client_id(self.client_config.instance_name, unique_default=clustering)
         instance = get_instance(client_id, self.endpoints, self.client_config)
         if clustering:
@@ -139,15 +155,20 @@ class PushConsumer:
                                                  self.consumer_group)
         await self._offsets.load()
         offsets = self._offsets
+
+        def address_of(mq: MessageQueue) -> str:
+            return instance.routes.master_address(mq.broker_name) or instance.endpoints[0]
+
+        self._send_back = SendBack(instance.api, address_of, self.consumer_group, self.options.max_reconsume_times,
+                                   timeout_ms=5_000)
+        consume_timeout_ms = int(self.options.consume_timeout_minutes * 60_000)
         self._consume = ConcurrentConsumeService(
             self._listener, consume_thread_max=self.options.consume_thread_max,
             batch_max_size=self.options.consume_message_batch_max_size,
             reconsume_later_delay_ms=self.options.reconsume_later_delay_ms, message_model=self.message_model,
             update_offset=lambda mq, o: offsets.update_offset(mq, o, increase_only=True),
-            consumer_group=self.consumer_group)
-
-        def address_of(mq: MessageQueue) -> str:
-            return instance.routes.master_address(mq.broker_name) or instance.endpoints[0]
+            consumer_group=self.consumer_group, send_back=self._send_back if clustering else None,
+            consume_timeout_ms=consume_timeout_ms)
 
         self._pulls = PullService(instance.api, address_of, self.consumer_group, self.options, self.message_model,
                                   self._offsets, self._consume, self._subscriptions.get, self._remove_queue,
@@ -176,6 +197,13 @@ class PushConsumer:
             raise
         await instance.send_heartbeat_to_all_brokers()
         await self.do_rebalance()
+        if clustering:      # RocketMQ cleanExpireMsg: every consume_timeout, first after one
+            self._expiry = PeriodicService("consume-timeout", consume_timeout_ms, self._clean_expired)
+            await self._expiry.start()
+
+    async def _clean_expired(self) -> None:
+        if self._consume is not None and self._rebalancer is not None:
+            await self._consume.clean_expired_messages(self._rebalancer.process_queues)
 
     async def _remove_queue(self, mq: MessageQueue) -> None:
         if self._rebalancer is not None:
@@ -188,6 +216,9 @@ class PushConsumer:
         if instance is None:
             return
         instance.unregister_consumer(self.consumer_group)
+        if self._expiry is not None:
+            await self._expiry.stop()
+            self._expiry = None
         assert self._pulls is not None and self._consume is not None and self._rebalancer is not None
         await self._pulls.stop_all()
         await self._consume.shutdown(self.options.await_termination_ms)
@@ -217,8 +248,12 @@ class PushConsumer:
     def client_id(self) -> str | None:
         return self._instance.client_id if self._instance else None
 
-    def assigned_queues(self) -> list[MessageQueue]:
-        return sorted(self._rebalancer.process_queues) if self._rebalancer else []
+    def assigned_queues(self, topic: str | None = None) -> list[MessageQueue]:
+        """The queues this consumer owns now, sorted; only those of `topic` when given (a
+        CLUSTERING consumer also owns queues of its `%RETRY%<group>` topic)."""
+        if self._rebalancer is None:
+            return []
+        return sorted(mq for mq in self._rebalancer.process_queues if topic is None or mq.topic == topic)
 
     def process_queue(self, mq: MessageQueue) -> ProcessQueue | None:
         return self._rebalancer.process_queues.get(mq) if self._rebalancer else None

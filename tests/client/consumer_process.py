@@ -26,7 +26,7 @@ async def main(address: str, group: str, topic: str, outfile: str) -> None:
     consumer.subscribe(topic)
     consumer.register_listener(listener)
     await consumer.start()
-    while not consumer.assigned_queues():
+    while not consumer.assigned_queues(topic):
         await asyncio.sleep(0.01)
     print("READY", flush=True)
     await asyncio.Event().wait()      # until killed

@@ -25,6 +25,7 @@ from client import (
 )
 from client.api import ClientAPI
 from conf.client import ClientConfig
+from protocol.codes import Perm
 from tests.helpers import wait_until
 
 FAST = ClientConfig(persist_offset_interval_ms=200)
@@ -65,7 +66,7 @@ def consumer(address: str, group: str, topic: str, listener: object, config: Cli
 
 
 def assert_partition(consumers: list[PushConsumer], queues: list[MessageQueue]) -> None:
-    owned = [q for c in consumers for q in c.assigned_queues()]
+    owned = [q for c in consumers for q in c.assigned_queues(queues[0].topic)]
     assert sorted(owned) == sorted(queues), "every queue owned exactly once"
 
 
@@ -74,16 +75,16 @@ async def test_join_and_leave_rebalance_within_one_second(broker: Broker, client
     queues = [MessageQueue("rb", broker.config.broker_name, i) for i in range(8)]
     first = consumer(broker.address, "rbg", "rb", Collector())
     async with first:
-        await wait_until(lambda: first.assigned_queues() == queues, 1.0, "first owns all queues")
+        await wait_until(lambda: first.assigned_queues("rb") == queues, 1.0, "first owns all queues")
         second = consumer(broker.address, "rbg", "rb", Collector())
         async with second:
             started = time.perf_counter()
-            await wait_until(lambda: len(first.assigned_queues()) == 4 and len(second.assigned_queues()) == 4,
+            await wait_until(lambda: len(first.assigned_queues("rb")) == 4 and len(second.assigned_queues("rb")) == 4,
                              1.0, "a join splits the queues within 1 s")
             assert time.perf_counter() - started < 1.0
             assert_partition([first, second], queues)
-            assert not set(first.assigned_queues()) & set(second.assigned_queues())
-        await wait_until(lambda: first.assigned_queues() == queues, 1.0, "a leave hands queues back within 1 s")
+            assert not set(first.assigned_queues("rb")) & set(second.assigned_queues("rb"))
+        await wait_until(lambda: first.assigned_queues("rb") == queues, 1.0, "a leave hands queues back within 1 s")
 
 
 async def test_a_killed_consumer_loses_no_message(broker: Broker, client_api: ClientAPI, tmp_path: Path) -> None:
@@ -98,7 +99,7 @@ async def test_a_killed_consumer_loses_no_message(broker: Broker, client_api: Cl
         assert proc.stdout is not None
         assert (await asyncio.wait_for(proc.stdout.readline(), 20)).strip() == b"READY"
         async with survivor:
-            await wait_until(lambda: len(survivor.assigned_queues()) == 4, 5, "queues split between both")
+            await wait_until(lambda: len(survivor.assigned_queues("kill")) == 4, 5, "queues split between both")
             sent = await produce(broker.address, "kill", 2_000)
             await wait_until(lambda: outfile.exists() and outfile.stat().st_size > 0, 10, "victim consumed")
             proc.send_signal(signal.SIGKILL)
@@ -109,7 +110,7 @@ async def test_a_killed_consumer_loses_no_message(broker: Broker, client_api: Cl
                 victim = set(outfile.read_text().split())
                 return set(sent) <= victim | set(survivor_keys.keys)
             await wait_until(all_consumed, 20, "every message consumed by the victim or the survivor")
-            assert len(survivor.assigned_queues()) == 8
+            assert len(survivor.assigned_queues("kill")) == 8
     finally:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
@@ -127,16 +128,18 @@ async def test_broadcasting_delivers_every_message_to_every_member(broker: Broke
         sent = await produce(broker.address, "bc", 500)
         for c in collectors:
             await wait_until(lambda c=c: set(sent) <= set(c.keys), 10, "each member got everything")  # type: ignore[misc]
-        assert all(len(m.assigned_queues()) == 4 for m in members)
+        assert all(len(m.assigned_queues("bc")) == 4 for m in members)
     assert list((tmp_path / "offsets0").rglob("offsets.json")), "broadcast offsets kept locally"
 
 
-async def test_failed_messages_are_consumed_again_and_hold_the_offset(broker: Broker, client_api: ClientAPI) -> None:
+async def test_failed_messages_come_back_through_the_retry_topic(broker: Broker, client_api: ClientAPI) -> None:
     attempts: Counter[str] = Counter()
+    seen: list[tuple[str, str, int]] = []
 
     def flaky(msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> ConsumeConcurrentlyStatus | None:
         key = msgs[0].uniq_key or ""
         attempts[key] += 1
+        seen.append((key, msgs[0].topic, msgs[0].reconsume_times))
         if msgs[0].body == b"3" and attempts[key] == 1:
             return ConsumeConcurrentlyStatus.RECONSUME_LATER
         if msgs[0].body == b"4" and attempts[key] == 1:
@@ -144,17 +147,44 @@ async def test_failed_messages_are_consumed_again_and_hold_the_offset(broker: Br
         return OK
 
     await client_api.create_topic(broker.address, "flaky", queue_nums=1)
-    c = consumer(broker.address, "flakyg", "flaky", flaky, reconsume_later_delay_ms=200)
+    c = consumer(broker.address, "flakyg", "flaky", flaky)
     async with c:
         sent = await produce(broker.address, "flaky", 10)
-        await wait_until(lambda: all(attempts[k] >= 1 for k in sent), 5)
         mq = MessageQueue("flaky", broker.config.broker_name, 0)
-        # Messages 3 and 4 failed: the committed offset waits at 3 until they succeed.
-        pq = c.process_queue(mq)
-        assert pq is not None
-        await wait_until(lambda: attempts[sent[3]] == 2 and attempts[sent[4]] == 2, 5, "retried locally")
-        await wait_until(lambda: pq.msg_count == 0, 5)
+
+        def drained() -> bool:
+            pq = c.process_queue(mq)
+            return pq is not None and pq.msg_count == 0 and attempts[sent[9]] >= 1
+        # Sent back, 3 and 4 no longer hold the offset: the queue drains before they come back.
+        await wait_until(drained, 5, "failed messages sent back")
+        await wait_until(lambda: attempts[sent[3]] == 2 and attempts[sent[4]] == 2, 5, "retried via %RETRY%")
+        await c.persist_offsets()
     assert await client_api.query_consumer_offset(broker.address, "flakyg", "flaky", 0) == 10
+    retried = [(topic, times) for key, topic, times in seen if key in (sent[3], sent[4])]
+    assert sorted(retried) == [("flaky", 0), ("flaky", 0), ("flaky", 1), ("flaky", 1)]
+
+
+async def test_failed_messages_are_retried_locally_when_the_broker_refuses_them(
+        broker: Broker, client_api: ClientAPI) -> None:
+    attempts: Counter[str] = Counter()
+
+    def flaky(msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> ConsumeConcurrentlyStatus | None:
+        key = msgs[0].uniq_key or ""
+        attempts[key] += 1
+        return ConsumeConcurrentlyStatus.RECONSUME_LATER if msgs[0].body == b"3" and attempts[key] == 1 else OK
+
+    await client_api.create_topic(broker.address, "local", queue_nums=1)
+    # A read-only retry topic: the send-back and the resend are both refused (NO_PERMISSION).
+    await client_api.create_topic(broker.address, "%RETRY%localg", queue_nums=1, perm=Perm.READ)
+    c = consumer(broker.address, "localg", "local", flaky, reconsume_later_delay_ms=200)
+    async with c:
+        sent = await produce(broker.address, "local", 10)
+        await wait_until(lambda: all(attempts[k] >= 1 for k in sent), 5)
+        pq = c.process_queue(MessageQueue("local", broker.config.broker_name, 0))
+        assert pq is not None
+        await wait_until(lambda: attempts[sent[3]] == 2, 5, "retried locally")
+        await wait_until(lambda: pq.msg_count == 0, 5)
+    assert await client_api.query_consumer_offset(broker.address, "localg", "local", 0) == 10
 
 
 async def test_flow_control_bounds_a_slow_consumers_cache(broker: Broker, client_api: ClientAPI) -> None:
@@ -170,10 +200,10 @@ async def test_flow_control_bounds_a_slow_consumers_cache(broker: Broker, client
                  consume_thread_max=4)
     peak_count = 0
     async with c:
-        await wait_until(lambda: len(c.assigned_queues()) == 4, 5)
+        await wait_until(lambda: len(c.assigned_queues("fc")) == 4, 5)
         deadline = time.monotonic() + 2
         while time.monotonic() < deadline:
-            for mq in c.assigned_queues():
+            for mq in c.assigned_queues("fc"):
                 pq = c.process_queue(mq)
                 if pq is not None:
                     peak_count = max(peak_count, pq.msg_count)
@@ -226,7 +256,7 @@ async def test_consume_from_first_last_and_timestamp(tmp_path: Path) -> None:
             c = consumer(broker.address, f"g-{where[13:17]}", "cf", keys, consume_from_where=where,
                          consume_timestamp=stamp)
             async with c:
-                await wait_until(lambda c=c: len(c.assigned_queues()) == 4, 5)  # type: ignore[misc]
+                await wait_until(lambda c=c: len(c.assigned_queues("cf")) == 4, 5)  # type: ignore[misc]
                 new = await produce(broker.address, "cf", 8)
                 await wait_until(lambda keys=keys, new=new: set(new) <= set(keys.keys), 5)  # type: ignore[misc]
             results[where].keys.subtract(new)

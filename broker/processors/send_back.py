@@ -1,0 +1,95 @@
+"""CONSUMER_SEND_MSG_BACK: a consumer hands back a message it failed to consume; it comes back later
+through `%RETRY%<group>` with a growing delay, or goes to `%DLQ%<group>` (REFERENCE.md §9).
+
+The same rule for a plain send to a `%RETRY%` topic (the client's fallback when the send-back itself
+failed) lives in `broker.topics.retry_topics.RetryTopics.route_send`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from broker.processors.send_message import acknowledge
+from broker.processors.validate import require_group_name, require_non_negative
+from broker.remoting.context import RequestContext
+from broker.retry_policy import decide, max_reconsume_times_of
+from broker.store.message_store import MessageStore
+from broker.store.record import RecordError, decode_stored_fields
+from broker.topics.retry_topics import RetryTopics
+from protocol.command import RemotingCommand
+from protocol.errors import SystemError_
+from protocol.headers import ConsumerSendMsgBackRequestHeader
+from protocol.message import (
+    F_BODY,
+    F_BORN_HOST,
+    F_BORN_TIMESTAMP,
+    F_FLAG,
+    F_PROPERTIES,
+    F_RECONSUME_TIMES,
+    F_SYS_FLAG,
+    F_TOPIC,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    make_msg_id,
+)
+
+log = logging.getLogger(__name__)
+
+DlqCounter = Callable[[str], None]          # (consumer_group) per message sent to a DLQ
+
+
+class SendBackProcessor:
+    """CONSUMER_SEND_MSG_BACK (36), RocketMQ `asyncConsumerSendMsgBack`."""
+
+    def __init__(self, store: MessageStore, retry_topics: RetryTopics, store_host: str,
+                 on_dlq: DlqCounter) -> None:
+        self._store, self._retry, self._store_host = store, retry_topics, store_host
+        self._on_dlq = on_dlq
+
+    async def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        """Look the original up by `commit_log_offset` (SYSTEM_ERROR when no message starts there),
+        then store a copy (same body, flag, properties, born time and host; `reconsume_times` + 1;
+        `RETRY_TOPIC` = the original topic unless already set; `ORIGIN_MESSAGE_ID` kept from the
+        first attempt) in `%RETRY%<group>` with delay level `delay_level` (`3 + reconsume_times` when
+        0), or in `%DLQ%<group>` past `max_reconsume_times` or for a negative level. SUCCESS without
+        storing anything when the group's `retry_queue_nums` is 0."""
+        header = ConsumerSendMsgBackRequestHeader.from_fields(request.fields)
+        group = header.group
+        require_group_name(group)
+        require_non_negative("commit_log_offset", header.commit_log_offset)
+        retry_queue = self._retry.retry_queue(group)
+        if retry_queue is None:
+            return request.response()
+        payload = self._store.look_message_by_offset(header.commit_log_offset)
+        if payload is None:
+            raise SystemError_(f"no message starts at commit_log_offset {header.commit_log_offset}")
+        try:
+            fields = decode_stored_fields(payload)
+        except RecordError as exc:
+            raise SystemError_(f"message at commit_log_offset {header.commit_log_offset} is unreadable: "
+                               f"{exc}") from None
+        properties: dict[str, str] = dict(fields[F_PROPERTIES])
+        properties.setdefault(PROPERTY_RETRY_TOPIC, fields[F_TOPIC])
+        if not properties.get(PROPERTY_ORIGIN_MESSAGE_ID):
+            properties[PROPERTY_ORIGIN_MESSAGE_ID] = (header.origin_msg_id or
+                                                      make_msg_id(self._store_host, header.commit_log_offset))
+        reconsume_times: int = fields[F_RECONSUME_TIMES]
+        maximum = max_reconsume_times_of(header.max_reconsume_times, self._retry.retry_max_times(group))
+        decision = decide(reconsume_times, header.delay_level, maximum, group)
+        properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        if decision.to_dlq:
+            topic, queue_id = self._retry.dlq_queue(group)
+            log.info("group %s: message %s reached %d reconsume times; sent to %s", group,
+                     properties[PROPERTY_ORIGIN_MESSAGE_ID], reconsume_times, topic)
+        else:
+            topic, queue_id = retry_queue
+            properties[PROPERTY_DELAY_TIME_LEVEL] = str(decision.delay_level)
+        result = self._store.put_message(
+            topic=topic, queue_id=queue_id, body=bytes(fields[F_BODY]), properties=properties,
+            flag=fields[F_FLAG], born_timestamp=fields[F_BORN_TIMESTAMP], born_host=fields[F_BORN_HOST],
+            reconsume_times=reconsume_times + 1, sys_flag=fields[F_SYS_FLAG])
+        await acknowledge(self._store, result)
+        if decision.to_dlq:
+            self._on_dlq(group)
+        return request.response()

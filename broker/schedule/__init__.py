@@ -1,0 +1,1 @@
+"""Delayed delivery: `SCHEDULE_TOPIC_XXXX` and the per-level schedule service (REFERENCE.md §10)."""

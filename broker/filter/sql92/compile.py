@@ -115,9 +115,20 @@ def _syntax_error(text: str, exc: UnexpectedInput) -> FilterSyntaxError:
     if isinstance(exc, UnexpectedCharacters):
         position = exc.pos_in_stream or 0
         char = text[position] if 0 <= position < len(text) else ""
-        return FilterSyntaxError(text, f"unexpected character {char!r}", line, column,
-                                 _names(exc.allowed or set()))
+        reason = "unterminated string literal" if char == "'" else f"unexpected character {char!r}"
+        return FilterSyntaxError(text, reason, line, column, _names(_accepted_after(text[:position], exc)))
     return FilterSyntaxError(text, str(exc), max(line, 1), max(column, 1))
+
+
+def _accepted_after(prefix: str, exc: UnexpectedCharacters) -> set[str]:
+    """What the parser would accept after `prefix` (the lexer alone cannot tell)."""
+    try:
+        interactive = _parser().parse_interactive(prefix)
+        interactive.exhaust_lexer()
+        accepted: set[str] = interactive.accepts()  # type: ignore[no-untyped-call]
+        return accepted
+    except UnexpectedInput:
+        return set(exc.allowed or ())
 
 
 def _names(terminals: set[str] | frozenset[str]) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ from broker.registry.housekeeping import HousekeepingService
 from broker.registry.ids_changed import notify_consumer_ids_changed
 from broker.registry.producer_manager import ProducerManager
 from broker.remoting.dispatcher import Dispatcher, Handler
+from broker.remoting.guard import ConnectionGuard, ConnectionLimits
 from broker.remoting.server import RemotingServer
 from broker.schedule.schedule_service import DelayOffsets, ScheduleService
 from broker.store.message_store import MessageStore
@@ -90,6 +91,10 @@ class Broker:
                                              config.persist_interval_ms)
         self._dispatcher: Dispatcher | None = None
         self._housekeeping: HousekeepingService | None = None
+        self.connection_guard = ConnectionGuard(ConnectionLimits(
+            max_connections=config.max_connections, max_buffered_bytes=config.max_buffered_bytes,
+            frame_read_timeout_ms=config.frame_read_timeout_ms,
+            channel_expired_timeout_ms=config.channel_expired_timeout_ms), self.clock.monotonic_ms)
         self._address: str | None = None
         self.metrics_port: int | None = None
 
@@ -105,7 +110,8 @@ class Broker:
             # The store host (in every msg_id) needs the port; with port 0 it is known only after
             # binding, so the socket is bound first but accepts nothing before `begin_serving`.
             server = RemotingServer(config.listen_host, config.listen_port, on_request=self._on_request,
-                                    on_close=self._on_channel_closed, max_frame_bytes=config.max_frame_bytes)
+                                    on_close=self._on_channel_closed, max_frame_bytes=config.max_frame_bytes,
+                                    guard=self.connection_guard)
             await server.start()
             self._server = server
             self._address = f"{host}:{server.port}"
@@ -140,6 +146,7 @@ class Broker:
                 self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port)
             self._dispatcher = Dispatcher(self._handlers(store, hold), self.metrics.observe_request,
                                           config.max_in_flight_per_connection)
+            await self.connection_guard.start()
             await server.begin_serving()
         except BaseException:
             await self.stop()
@@ -159,6 +166,7 @@ class Broker:
         if self._server is not None:
             await self._server.close()
             self._server = None
+        await self.connection_guard.stop()
         if self.hold_service is not None:
             await self.hold_service.stop()
         if self._housekeeping is not None:

@@ -26,12 +26,15 @@ class BrokerConfig:
     graceful_shutdown_timeout_ms: int = 5_000
     max_frame_bytes: int = 16 * 1024 * 1024
     max_in_flight_per_connection: int = 4096      # past it the broker stops reading that connection
+    frame_read_timeout_ms: int = 30_000           # a started frame must complete within this, else closed
+    max_connections: int = 10_000                 # more connections are refused (SYSTEM_BUSY frame, closed)
+    max_buffered_bytes: int = 256 * 1024 * 1024   # all partial frames + unsent responses; past it reads pause
     event_loop: EventLoop = "auto"
     metrics_port: int = 5557                      # Prometheus /metrics on listen_host (RocketMQ 5's); 0: off
     auto_create_topic: bool = True
     auto_create_subscription_group: bool = True
     default_queue_nums: int = 4
-    channel_expired_timeout_ms: int = 120_000     # CHANNEL_EXPIRED_TIMEOUT
+    channel_expired_timeout_ms: int = 120_000     # CHANNEL_EXPIRED_TIMEOUT; also any connection silent this long
     housekeeping_interval_ms: int = 10_000
     lock_max_live_ms: int = 60_000
     persist_interval_ms: int = 5_000              # topics, groups, offsets → <store>/config/

@@ -48,6 +48,8 @@ class Channel:
         self._outbox: list[Buffer] = []         # frames written at the end of this loop step
         self._outbox_bytes = 0
         self._corked = False                     # a frame was written this step; queue the rest
+        self._read_pauses: set[str] = set()      # why reads are paused (several owners may pause)
+        self._close_remark: str | None = None    # remark of an unsolicited error frame (a refusal)
 
     def __repr__(self) -> str:
         return f"Channel({self.remote_address})"
@@ -133,6 +135,24 @@ class Channel:
     async def wait_closed(self) -> None:
         await self._closed_event.wait()
 
+    def pause_reading(self, reason: str) -> None:
+        """Stop reading from the peer (TCP back-pressure) until every `reason` given is resumed;
+        several owners (in-flight cap, broker-wide buffer cap) pause independently."""
+        if not self._read_pauses and not self._closed:
+            self.transport.pause_reading()
+        self._read_pauses.add(reason)
+
+    def resume_reading(self, reason: str) -> None:
+        if reason not in self._read_pauses:
+            return
+        self._read_pauses.discard(reason)
+        if not self._read_pauses and not self._closed:
+            self.transport.resume_reading()
+
+    @property
+    def reading_paused(self) -> bool:
+        return bool(self._read_pauses)
+
     # -- called by ChannelProtocol -------------------------------------------------------------
 
     def _received(self, commands: list[RemotingCommand]) -> None:
@@ -142,6 +162,8 @@ class Channel:
                 if future is not None and not future.done():
                     future.set_result(cmd)
                 else:
+                    if cmd.code != ResponseCode.SUCCESS and cmd.remark:
+                        self._close_remark = cmd.remark    # e.g. a refused connection says why
                     log.debug("%s: response for unknown opaque %d (late or duplicate)", self, cmd.opaque)
             elif self.on_request is not None:
                 self.on_request(self, cmd)
@@ -159,9 +181,10 @@ class Channel:
         if self._closed:
             return
         self._closed = True
+        reason = self._close_remark or str(exc or "connection closed")
         for future in self.pending.values():
             if not future.done():
-                future.set_exception(ConnectionClosed(self.remote_address, str(exc or "connection closed")))
+                future.set_exception(ConnectionClosed(self.remote_address, reason))
         self._release_drain_waiters()
         self._closed_event.set()
         if self.on_close is not None:
@@ -196,6 +219,11 @@ class ChannelProtocol(asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame_bytes)
         self.channel: Channel | None = None
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet a whole frame (the partial frame being read)."""
+        return self._decoder.buffered_bytes
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.channel = Channel(cast(asyncio.Transport, transport), on_request=self._on_request, on_close=self._on_close)
@@ -215,6 +243,7 @@ class ChannelProtocol(asyncio.Protocol):
         channel._received(commands)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._decoder.clear()       # the channel and its protocol form a cycle: free the bytes now
         if self.channel is not None:
             self.channel._lost(exc)
 

@@ -96,6 +96,10 @@ class FrameDecoder:
     def buffered_bytes(self) -> int:
         return len(self._buffer)
 
+    def clear(self) -> None:
+        """Drop buffered bytes now (a closed connection's partial frame), not when collected."""
+        self._buffer = bytearray()
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         buf = self._buffer
         buf += data

@@ -53,7 +53,7 @@ class Dispatcher:
         if count >= self._max_in_flight and channel not in self._paused and not channel.closed:
             log.warning("%s has %d requests in flight; pausing reads from it", channel, count)
             self._paused.add(channel)
-            channel.transport.pause_reading()
+            channel.pause_reading("in-flight")
 
     def _done(self, channel: Channel) -> None:
         count = self._per_channel[channel] - 1
@@ -63,8 +63,7 @@ class Dispatcher:
             del self._per_channel[channel]
         if channel in self._paused and count <= self._max_in_flight // 2:
             self._paused.discard(channel)
-            if not channel.closed:
-                channel.transport.resume_reading()
+            channel.resume_reading("in-flight")
 
     async def _handle(self, channel: Channel, request: RemotingCommand) -> None:
         try:

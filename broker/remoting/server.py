@@ -1,4 +1,5 @@
-"""`RemotingServer`: accepts TCP connections and tracks their channels."""
+"""`RemotingServer`: accepts TCP connections and tracks their channels; every connection goes
+through the `ConnectionGuard` (connection cap, frame and idle deadlines, broker-wide buffer cap)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,17 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from protocol.channel import Channel, ChannelProtocol, RequestHandler
+from broker.remoting.guard import ConnectionGuard, GuardedProtocol
+from protocol.channel import Channel, RequestHandler
 
 log = logging.getLogger(__name__)
 
 
 class RemotingServer:
     def __init__(self, host: str, port: int, *, on_request: RequestHandler,
-                 on_close: Callable[[Channel], None], max_frame_bytes: int) -> None:
+                 on_close: Callable[[Channel], None], max_frame_bytes: int, guard: ConnectionGuard) -> None:
         self._host, self._port = host, port
+        self.guard = guard
         self._on_request, self._on_close = on_request, on_close
         self._max_frame_bytes = max_frame_bytes
         self._server: asyncio.Server | None = None
@@ -31,7 +34,7 @@ class RemotingServer:
         address is taken."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: ChannelProtocol(on_request=self._on_request, on_close=self._closed,
+            lambda: GuardedProtocol(self.guard, on_request=self._on_request, on_close=self._closed,
                                     on_connect=self.channels.add, max_frame_bytes=self._max_frame_bytes),
             self._host, self._port, reuse_address=True, backlog=1024, start_serving=False)
 

@@ -9,7 +9,12 @@ from client.consumer.allocate import (
     AllocateMessageQueueByMachineRoom,
     AllocateMessageQueueConsistentHash,
 )
-from client.consumer.listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus
+from client.consumer.listener import (
+    ConsumeConcurrentlyContext,
+    ConsumeConcurrentlyStatus,
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
+)
 from client.consumer.message_selector import MessageSelector
 from client.consumer.pull_consumer import PullConsumer
 from client.consumer.push_consumer import PushConsumer
@@ -21,7 +26,8 @@ from protocol.model import ConsumeFromWhere, MessageModel, MessageQueue
 __all__ = [
     "AllocateMachineRoomNearby", "AllocateMessageQueueAveragely", "AllocateMessageQueueAveragelyByCircle",
     "AllocateMessageQueueByConfig", "AllocateMessageQueueByMachineRoom", "AllocateMessageQueueConsistentHash",
-    "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus", "ConsumeFromWhere", "Message", "MessageExt",
+    "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus", "ConsumeFromWhere", "ConsumeOrderlyContext",
+    "ConsumeOrderlyStatus", "Message", "MessageExt",
     "MessageModel", "MessageQueue", "MessageSelector", "Producer", "PullConsumer", "PullResult", "PushConsumer",
     "SelectMessageQueueByHash", "SelectMessageQueueByRandom", "SendResult", "SendStatus",
 ]

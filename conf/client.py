@@ -47,6 +47,13 @@ class PushConsumerOptions:
     pull_time_delay_when_suspend_ms: int = 1_000
     reconsume_later_delay_ms: int = 5_000        # local retry when the send-back and the resend both fail
     offset_store_dir: Path | None = None         # broadcasting offsets; default ~/.rocketq/offsets
+    # Orderly consumption (RocketMQ's system properties rocketmq.client.rebalance.lockInterval,
+    # .lockMaxLiveTime, rocketmq.client.unlockDelayTimeMills, .maxTimeConsumeContinuously). Keep
+    # lock_max_live_time_ms below the broker's lock_max_live_ms (60 s) and above lock_interval_ms.
+    lock_interval_ms: int = 20_000               # how often the queue locks are renewed
+    lock_max_live_time_ms: int = 30_000          # how long a renewed lock is trusted here
+    unlock_delay_time_ms: int = 20_000           # a dropped queue with cached messages is unlocked after this
+    max_time_consume_continuously_ms: int = 60_000   # a queue yields to the others after this much work
 
     def __post_init__(self) -> None:
         ranges = {
@@ -62,6 +69,10 @@ class PushConsumerOptions:
         if self.consume_thread_min > self.consume_thread_max:
             raise ValueError(f"consume_thread_min ({self.consume_thread_min}) must not be greater than "
                              f"consume_thread_max ({self.consume_thread_max}); set both")
+        for name in ("lock_interval_ms", "lock_max_live_time_ms", "unlock_delay_time_ms",
+                     "max_time_consume_continuously_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
         if self.pull_threshold_for_topic != -1 and not 1 <= self.pull_threshold_for_topic <= 6_553_500:
             raise ValueError("pull_threshold_for_topic must be -1 or within [1, 6553500]")
         if self.pull_threshold_size_for_topic != -1 and not 1 <= self.pull_threshold_size_for_topic <= 102_400:

@@ -1,7 +1,9 @@
 """`PullService`: one owned task per process queue pulling from the broker (RocketMQ
 `DefaultMQPushConsumerImpl#pullMessage`, REFERENCE.md §12): flow control by count, size and span,
 long-polling pulls, hand-off to the consume service, `next_begin_offset` adopted for every status,
-backoff on errors, and the OFFSET_ILLEGAL procedure. Dropping the queue cancels its task."""
+backoff on errors, and the OFFSET_ILLEGAL procedure. Dropping the queue cancels its task.
+An orderly CLUSTERING consumer pulls a queue only while it holds the queue's broker lock (else it
+looks again after `pull_time_delay_when_exception_ms`, 3 s) and has no span limit (§11)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from client.api import ClientAPI, PullResult
-from client.consumer.consume_concurrently import ConcurrentConsumeService
 from client.consumer.message_selector import MessageSelector
 from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue
@@ -91,15 +93,22 @@ def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-def flow_control_delay_ms(pq: ProcessQueue, options: PushConsumerOptions) -> int:
+class ConsumeService(Protocol):
+    """Where pulled messages go: `ConcurrentConsumeService` or `OrderlyConsumeService`."""
+
+    def submit(self, pq: ProcessQueue, mq: MessageQueue, messages: list[MessageExt]) -> None: ...
+
+
+def flow_control_delay_ms(pq: ProcessQueue, options: PushConsumerOptions, *, check_span: bool = True) -> int:
     """0 to pull now, else the delay RocketMQ applies: 50 ms when the cache holds more than
     `pull_threshold_for_queue` messages, more than `pull_threshold_size_for_queue` MiB (integer
-    division), or spans more than `consume_concurrently_max_span` offsets."""
+    division), or (`check_span`: concurrent consumers) spans more than
+    `consume_concurrently_max_span` offsets."""
     if pq.msg_count > options.pull_threshold_for_queue:
         return options.pull_time_delay_when_flow_control_ms
     if pq.msg_size_bytes // MIB > options.pull_threshold_size_for_queue:
         return options.pull_time_delay_when_flow_control_ms
-    if pq.max_span > options.consume_concurrently_max_span:
+    if check_span and pq.max_span > options.consume_concurrently_max_span:
         return options.pull_time_delay_when_flow_control_ms
     return 0
 
@@ -114,12 +123,14 @@ def refilter(messages: list[MessageExt], tags_set: frozenset[str]) -> list[Messa
 class PullService:
     def __init__(self, api: ClientAPI, address_of: Callable[[MessageQueue], str], consumer_group: str,
                  options: PushConsumerOptions, message_model: MessageModel, offset_store: OffsetStore,
-                 consume_service: ConcurrentConsumeService,
+                 consume_service: ConsumeService,
                  subscription_of: Callable[[str], TopicSubscription | None],
                  remove_queue: Callable[[MessageQueue], Awaitable[None]],
-                 paused: Callable[[], bool]) -> None:
+                 paused: Callable[[], bool], *, orderly: bool = False) -> None:
         self._api, self._address_of, self._group = api, address_of, consumer_group
         self._retry_topic = retry_topic(consumer_group)
+        self._orderly = orderly
+        self._needs_lock = orderly and message_model is MessageModel.CLUSTERING
         self._options, self._model = options, message_model
         self._offsets, self._consume = offset_store, consume_service
         self._subscription_of, self._remove_queue, self._paused = subscription_of, remove_queue, paused
@@ -171,7 +182,10 @@ class PullService:
             if self._paused():
                 await asyncio.sleep(options.pull_time_delay_when_suspend_ms / 1000)
                 continue
-            delay_ms = flow_control_delay_ms(pq, options)
+            if self._needs_lock and not pq.locked:
+                await asyncio.sleep(options.pull_time_delay_when_exception_ms / 1000)
+                continue
+            delay_ms = flow_control_delay_ms(pq, options, check_span=not self._orderly)
             if delay_ms:
                 await asyncio.sleep(delay_ms / 1000)
                 continue

@@ -21,11 +21,13 @@ from typing import Any
 
 from client.consumer.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
 from client.consumer.consume_concurrently import ConcurrentConsumeService
-from client.consumer.listener import MessageListener
+from client.consumer.consume_orderly import OrderlyConsumeService
+from client.consumer.listener import MessageListener, OrderlyMessageListener
 from client.consumer.message_selector import MessageSelector
 from client.consumer.offset_store import DEFAULT_OFFSET_DIR, LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from client.consumer.process_queue import ProcessQueue
-from client.consumer.pull_service import PullService, TopicSubscription, consumer_data
+from client.consumer.pull_service import PullService, TopicSubscription, consumer_data, now_ms
+from client.consumer.queue_locker import LockRenewalService, QueueLocker
 from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.consumer.send_back import SendBack
 from client.errors import ClientStateError
@@ -65,11 +67,13 @@ class PushConsumer:
         self.options = PushConsumerOptions(**options)
         self.client_config = client_config or ClientConfig()
         self._subscriptions: dict[str, TopicSubscription] = {}
-        self._listener: MessageListener | None = None
+        self._listener: MessageListener | OrderlyMessageListener | None = None
+        self._orderly = False
+        self._lock_renewal: LockRenewalService | None = None
         self._instance: ClientInstance | None = None
         self._rebalancer: Rebalancer | None = None
         self._pulls: PullService | None = None
-        self._consume: ConcurrentConsumeService | None = None
+        self._consume: ConcurrentConsumeService | OrderlyConsumeService | None = None
         self._offsets: OffsetStore | None = None
         self._send_back: SendBack | None = None
         self._expiry: PeriodicService | None = None
@@ -90,7 +94,7 @@ class PushConsumer:
     def unsubscribe(self, topic: str) -> None:
         self._subscriptions.pop(topic, None)
 
-    def register_listener(self, listener: MessageListener) -> None:
+    def register_listener(self, listener: MessageListener | OrderlyMessageListener, orderly: bool = False) -> None:
         """`listener(msgs, context)` returns CONSUME_SUCCESS or RECONSUME_LATER; it may be sync (run
         in a thread pool of `consume_thread_max` threads) or async (awaited on the loop).
 
@@ -99,8 +103,17 @@ class PushConsumer:
         back after the delay of level `context.delay_level_when_next_consume` (0: 3 +
         reconsume_times, i.e. 10 s, 30 s, 1 min, ... with the default levels), with the original
         topic and `reconsume_times` + 1; after `max_reconsume_times` (-1: 16) failures a message goes
-        to `%DLQ%<group>`. BROADCASTING drops failed messages (logged), as RocketMQ."""
+        to `%DLQ%<group>`. BROADCASTING drops failed messages (logged), as RocketMQ.
+
+        `orderly=True`: the messages of each queue reach the listener in queue-offset order, one call
+        at a time, and (CLUSTERING) only while this consumer holds the queue's broker lock; the
+        listener gets a `ConsumeOrderlyContext` and returns `ConsumeOrderlyStatus.SUCCESS` or
+        `SUSPEND_CURRENT_QUEUE_A_MOMENT` (retry the same messages after
+        `context.suspend_current_queue_time_ms`, default the `suspend_current_queue_time_ms` option);
+        see `client.consumer.consume_orderly`. Producers keep a key's messages in one queue with
+        `SelectMessageQueueByHash`."""
         self._listener = listener
+        self._orderly = orderly
 
     def suspend(self) -> None:
         """Stop pulling (consumption of what is cached goes on) until `resume()`."""
@@ -162,17 +175,33 @@ class PushConsumer:
         self._send_back = SendBack(instance.api, address_of, self.consumer_group, self.options.max_reconsume_times,
                                    timeout_ms=5_000)
         consume_timeout_ms = int(self.options.consume_timeout_minutes * 60_000)
-        self._consume = ConcurrentConsumeService(
-            self._listener, consume_thread_max=self.options.consume_thread_max,
-            batch_max_size=self.options.consume_message_batch_max_size,
-            reconsume_later_delay_ms=self.options.reconsume_later_delay_ms, message_model=self.message_model,
-            update_offset=lambda mq, o: offsets.update_offset(mq, o, increase_only=True),
-            consumer_group=self.consumer_group, send_back=self._send_back if clustering else None,
-            consume_timeout_ms=consume_timeout_ms)
 
+        options = self.options
+        locker = QueueLocker(instance.api, address_of, self.consumer_group, lambda: instance.client_id, now_ms,
+                             self.client_config.request_timeout_ms)
+        orderly: OrderlyConsumeService | None = None
+        if self._orderly:
+            self._consume = orderly = OrderlyConsumeService(
+                self._listener, consume_thread_max=options.consume_thread_max,  # type: ignore[arg-type]
+                batch_max_size=options.consume_message_batch_max_size, message_model=self.message_model,
+                update_offset=lambda mq, o: offsets.update_offset(mq, o, increase_only=False),
+                consumer_group=self.consumer_group, max_reconsume_times=options.max_reconsume_times,
+                suspend_current_queue_time_ms=options.suspend_current_queue_time_ms,
+                lock_max_live_time_ms=options.lock_max_live_time_ms,
+                max_time_consume_continuously_ms=options.max_time_consume_continuously_ms, locker=locker,
+                api=instance.api, address_of=address_of, request_timeout_ms=self.client_config.request_timeout_ms,
+                unlock_delay_time_ms=options.unlock_delay_time_ms)
+        else:
+            self._consume = ConcurrentConsumeService(
+                self._listener, consume_thread_max=options.consume_thread_max,  # type: ignore[arg-type]
+                batch_max_size=options.consume_message_batch_max_size,
+                reconsume_later_delay_ms=options.reconsume_later_delay_ms, message_model=self.message_model,
+                update_offset=lambda mq, o: offsets.update_offset(mq, o, increase_only=True),
+                consumer_group=self.consumer_group, send_back=self._send_back if clustering else None,
+                consume_timeout_ms=consume_timeout_ms)
         self._pulls = PullService(instance.api, address_of, self.consumer_group, self.options, self.message_model,
                                   self._offsets, self._consume, self._subscriptions.get, self._remove_queue,
-                                  lambda: self._paused)
+                                  lambda: self._paused, orderly=self._orderly)
         timestamp_ms = (parse_consume_timestamp(self.options.consume_timestamp) if self.options.consume_timestamp
                         else int(time.time() * 1000) - 30 * 60 * 1000)
         self._rebalancer = Rebalancer(
@@ -181,7 +210,7 @@ class PushConsumer:
             strategy=self.allocate_strategy, api=instance.api, routes=instance.routes,
             update_route=instance.update_route, offset_store=self._offsets, pull_service=self._pulls,
             topics=self.subscribed_topics, address_of=address_of,
-            request_timeout_ms=self.client_config.request_timeout_ms)
+            request_timeout_ms=self.client_config.request_timeout_ms, locking=orderly)
         instance.register_consumer(self)
         self._instance = instance
         await instance.start()
@@ -197,12 +226,17 @@ class PushConsumer:
             raise
         await instance.send_heartbeat_to_all_brokers()
         await self.do_rebalance()
-        if clustering:      # RocketMQ cleanExpireMsg: every consume_timeout, first after one
+        if clustering and orderly is None:  # RocketMQ cleanExpireMsg (concurrent only): every consume_timeout
             self._expiry = PeriodicService("consume-timeout", consume_timeout_ms, self._clean_expired)
             await self._expiry.start()
+        if orderly is not None and clustering:
+            rebalancer = self._rebalancer
+            self._lock_renewal = LockRenewalService(locker, lambda: rebalancer.process_queues,
+                                                    options.lock_interval_ms)
+            await self._lock_renewal.start()
 
     async def _clean_expired(self) -> None:
-        if self._consume is not None and self._rebalancer is not None:
+        if isinstance(self._consume, ConcurrentConsumeService) and self._rebalancer is not None:
             await self._consume.clean_expired_messages(self._rebalancer.process_queues)
 
     async def _remove_queue(self, mq: MessageQueue) -> None:
@@ -220,9 +254,13 @@ class PushConsumer:
             await self._expiry.stop()
             self._expiry = None
         assert self._pulls is not None and self._consume is not None and self._rebalancer is not None
+        if self._lock_renewal is not None:
+            await self._lock_renewal.stop()
+            self._lock_renewal = None
         await self._pulls.stop_all()
         await self._consume.shutdown(self.options.await_termination_ms)
         await self.persist_offsets()
+        await self._rebalancer.unlock_all()        # orderly: after the offsets, so the next owner reads them
         for pq in self._rebalancer.process_queues.values():
             pq.dropped = True
         self._rebalancer.process_queues.clear()

@@ -4,10 +4,18 @@ REFERENCE.md §8 computePullFromWhere, §12 Rebalance).
 Clustering: the topic's readable queues and the group's client ids, both sorted, go to the
 allocation strategy; queues no longer assigned are dropped (offset persisted, then removed);
 new ones start from `compute_pull_from_where`. Broadcasting: every queue. A failed lookup of the
-client ids keeps the current assignment (§16.14)."""
+client ids keeps the current assignment (§16.14).
+
+Orderly CLUSTERING consumers (`locking` given, §11): a new queue is taken only once its broker lock
+is granted; a dropped queue first waits (at most 1 s) for the listener call in progress, then has
+its offset persisted, then is unlocked: at once, or after `unlock_delay_time_ms` (20 s) when it
+still caches messages. If the call takes longer than 1 s the unlock waits for it in the
+background. Unlike RocketMQ, a delayed unlock is skipped when the queue was assigned here again
+meanwhile (it would release a lock in use)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -18,12 +26,14 @@ from client.consumer.allocate import AllocateMessageQueueStrategy
 from client.consumer.offset_store import NOT_FOUND, OffsetStore, ReadOffsetType
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.pull_service import now_ms
+from client.consumer.queue_locker import QueueLocker
 from client.route import RouteTable
 from protocol.errors import MQError
 from protocol.model import ConsumeFromWhere, MessageModel, MessageQueue
 from protocol.topics import is_retry_topic
 
 log = logging.getLogger(__name__)
+DROP_WAIT_FOR_CONSUME_MS = 1_000
 
 
 class QueuePuller(Protocol):
@@ -32,6 +42,17 @@ class QueuePuller(Protocol):
     def start(self, mq: MessageQueue, pq: ProcessQueue, queue_offset: int) -> None: ...
 
     async def stop(self, mq: MessageQueue) -> None: ...
+
+
+class QueueLocking(Protocol):
+    """What an orderly consumer adds to the rebalance: broker locks and its per-queue consume locks."""
+
+    locker: QueueLocker
+    unlock_delay_time_ms: int
+
+    def queue_lock(self, mq: MessageQueue) -> asyncio.Lock: ...
+
+    def forget_queue(self, mq: MessageQueue) -> None: ...
 
 
 def parse_consume_timestamp(value: str) -> int:
@@ -45,7 +66,8 @@ class Rebalancer:
                  strategy: AllocateMessageQueueStrategy, api: ClientAPI, routes: RouteTable,
                  update_route: Callable[[str], object], offset_store: OffsetStore, pull_service: QueuePuller,
                  topics: Callable[[], list[str]], address_of: Callable[[MessageQueue], str],
-                 request_timeout_ms: int, drop_stalled_pulls: bool = True) -> None:
+                 request_timeout_ms: int, drop_stalled_pulls: bool = True,
+                 locking: QueueLocking | None = None) -> None:
         self._group, self._client_id, self._model = consumer_group, client_id, message_model
         self._from_where, self._timestamp_ms = consume_from_where, consume_timestamp_ms
         self._strategy, self._api, self._routes = strategy, api, routes
@@ -54,6 +76,8 @@ class Rebalancer:
         self._address_of = address_of
         self._timeout_ms = request_timeout_ms
         self._drop_stalled_pulls = drop_stalled_pulls     # push consumers only, as RocketMQ
+        self._locking = locking if message_model is MessageModel.CLUSTERING else None
+        self._unlocks: dict[MessageQueue, asyncio.Task[None]] = {}     # unlocks waiting to be sent
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
 
     async def do_rebalance(self) -> bool:
@@ -106,11 +130,21 @@ class Rebalancer:
                 await self.remove_queue(mq)
                 changed = True
         for mq in sorted(allocated - set(self.process_queues)):
+            locked_at_ms = None
+            if self._locking is not None:
+                locked_at_ms = await self._locking.locker.lock(mq)
+                if locked_at_ms is None:
+                    log.info("group %s (%s): %s is still locked by another consumer", self._group,
+                             self._client_id(), mq)
+                    continue
+                self._cancel_unlock(mq)
             self._offsets.remove_offset(mq)            # removeDirtyOffset
             queue_offset = await self.compute_pull_from_where(mq)
             if queue_offset < 0:
                 continue
             pq = ProcessQueue(now_ms=now)
+            if locked_at_ms is not None:
+                pq.locked, pq.last_lock_at_ms = True, locked_at_ms
             self.process_queues[mq] = pq
             self._offsets.update_offset(mq, queue_offset, increase_only=False)
             self._pulls.start(mq, pq, queue_offset)
@@ -119,15 +153,68 @@ class Rebalancer:
         return changed
 
     async def remove_queue(self, mq: MessageQueue) -> None:
-        """Drop a queue: mark its process queue dropped, stop its pull, persist and forget its offset."""
+        """Drop a queue: mark its process queue dropped, stop its pull, persist and forget its offset
+        (orderly: after the call in progress, then unlock it; see the module docstring)."""
         pq = self.process_queues.pop(mq, None)
         if pq is None:
             return
-        pq.dropped = True
+        locking = self._locking
+        if locking is None:
+            pq.dropped = True
+            await self._pulls.stop(mq)
+            await self._offsets.persist(mq)
+            self._offsets.remove_offset(mq)
+            log.info("group %s (%s) dropped %s", self._group, self._client_id(), mq)
+            return
         await self._pulls.stop(mq)
-        await self._offsets.persist(mq)
-        self._offsets.remove_offset(mq)
-        log.info("group %s (%s) dropped %s", self._group, self._client_id(), mq)
+        consume_lock = locking.queue_lock(mq)
+        try:
+            async with asyncio.timeout(DROP_WAIT_FOR_CONSUME_MS / 1000):
+                await consume_lock.acquire()
+            busy = False
+        except TimeoutError:
+            busy = True
+        pq.dropped = True
+        try:
+            await self._offsets.persist(mq)
+            self._offsets.remove_offset(mq)
+        finally:
+            if not busy:
+                consume_lock.release()
+        locking.forget_queue(mq)
+        log.info("group %s (%s) dropped %s%s", self._group, self._client_id(), mq,
+                 " while its listener call goes on" if busy else "")
+        self._cancel_unlock(mq)
+        task = asyncio.get_running_loop().create_task(self._unlock(mq, pq, consume_lock if busy else None))
+        self._unlocks[mq] = task
+        task.add_done_callback(lambda t: self._unlocks.pop(mq, None) if self._unlocks.get(mq) is t else None)
+
+    async def _unlock(self, mq: MessageQueue, pq: ProcessQueue, busy: asyncio.Lock | None) -> None:
+        assert self._locking is not None
+        if busy is not None:                 # the listener call still runs: unlock after it
+            async with busy:
+                pass
+        if pq.has_temp_message():
+            await asyncio.sleep(self._locking.unlock_delay_time_ms / 1000)
+        if mq not in self.process_queues:
+            await self._locking.locker.unlock([mq])
+
+    def _cancel_unlock(self, mq: MessageQueue) -> None:
+        task = self._unlocks.pop(mq, None)
+        if task is not None:
+            task.cancel()
+
+    async def unlock_all(self) -> None:
+        """At shutdown (orderly CLUSTERING): release every queue held, delayed unlocks included,
+        waiting for the broker's answers (RocketMQ `unlockAll(false)`)."""
+        if self._locking is None:
+            return
+        queues = set(self.process_queues) | set(self._unlocks)
+        for task in list(self._unlocks.values()):
+            task.cancel()
+        self._unlocks.clear()
+        if queues:
+            await self._locking.locker.unlock(sorted(queues), oneway=False)
 
     async def compute_pull_from_where(self, mq: MessageQueue) -> int:
         """Where a newly assigned queue starts (RocketMQ `computePullFromWhere`): the stored offset

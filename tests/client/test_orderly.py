@@ -24,7 +24,7 @@ from client.api import ClientAPI
 from client.consumer.consume_orderly import dlq_bound_header, orderly_max_reconsume_times, suspend_time_ms
 from conf.client import ClientConfig
 from protocol.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
-from tests.helpers import wait_until
+from tests.helpers import pull_header, wait_until
 
 FAST = ClientConfig(persist_offset_interval_ms=200, rebalance_interval_ms=500)
 SUCCESS = ConsumeOrderlyStatus.SUCCESS
@@ -91,8 +91,8 @@ async def test_each_key_is_consumed_in_send_order_by_an_async_listener(broker: B
 
     c = orderly(broker.address, "og", "ord", listener, consume_message_batch_max_size=3)
     async with c:
-        await wait_until(lambda: len(c.assigned_queues()) == 4, 5, "all queues assigned")
-        owners = broker.locks.owners("og")
+        await wait_until(lambda: len(c.assigned_queues("ord")) == 4, 5, "all queues assigned")
+        owners = broker.locks.owners("og")      # the topic's queues and the group's retry queue
         assert set(owners) == set(c.assigned_queues()) and set(owners.values()) == {c.client_id}
         sent = await produce_keyed(broker.address, "ord", keys=40, per_key=25)
         await wait_until(lambda: log.count >= len(sent), 10, "everything consumed")
@@ -140,8 +140,8 @@ async def test_a_queue_locked_by_another_client_is_not_consumed_until_released(b
 
     c = orderly(broker.address, "hg", "held", listener)
     async with c:
-        await wait_until(lambda: len(c.assigned_queues()) == 1, 5, "queue 1 taken")
-        assert c.assigned_queues() == [MessageQueue("held", broker.config.broker_name, 1)]
+        await wait_until(lambda: len(c.assigned_queues("held")) == 1, 5, "queue 1 taken")
+        assert c.assigned_queues("held") == [MessageQueue("held", broker.config.broker_name, 1)]
         sent = await produce_keyed(broker.address, "held", keys=8, per_key=10)
         await wait_until(lambda: log.count > 0, 5)
         assert log.queues_by_client[""] == {1} and broker.locks.owners("hg")[mq0] == "intruder"
@@ -170,8 +170,10 @@ async def test_a_joining_consumer_gets_queues_only_after_they_are_unlocked(broke
         await wait_until(lambda: log.count >= len(sent) // 2, 10)
         async with second:
             names[1] = second.client_id or ""
-            await wait_until(lambda: len(first.assigned_queues()) == 2 and len(second.assigned_queues()) == 2, 10,
-                             "queues split after the handover")
+            await wait_until(lambda: len(first.assigned_queues("hand")) == len(second.assigned_queues("hand")) == 2,
+                             10, "queues split after the handover")
+            await wait_until(lambda: len(first.assigned_queues()) + len(second.assigned_queues()) == 5, 10,
+                             "the retry queue owned too")
             owners = broker.locks.owners("jg")
             assert {mq for mq, cid in owners.items() if cid == names[1]} == set(second.assigned_queues())
             assert {mq for mq, cid in owners.items() if cid == names[0]} == set(first.assigned_queues())
@@ -199,3 +201,26 @@ def test_pure_helpers() -> None:
     assert header.flag == 7 and header.properties[PROPERTY_RETRY_TOPIC] == "orders"
     assert header.properties[PROPERTY_ORIGIN_MESSAGE_ID] == "ID1" and "MIN_OFFSET" not in header.properties
     assert header.properties["MAX_RECONSUME_TIMES"] == "3" and header.properties["DELAY"] == "6"
+
+
+async def test_a_message_failing_max_reconsume_times_goes_to_the_dlq_and_the_queue_moves_on(
+        broker: Broker, client_api: ClientAPI) -> None:
+    await client_api.create_topic(broker.address, "poison", queue_nums=1)
+    seen: list[tuple[str, int]] = []
+
+    async def listener(msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
+        (m,) = msgs
+        seen.append((m.body.decode(), m.reconsume_times))
+        return SUSPEND if m.body == b"k0:1" else SUCCESS
+
+    c = orderly(broker.address, "pg", "poison", listener, max_reconsume_times=2, suspend_current_queue_time_ms=10)
+    async with c:
+        await produce_keyed(broker.address, "poison", keys=1, per_key=4)
+        await wait_until(lambda: ("k0:3", 0) in seen, 10, "the queue moved on past the poison message")
+    assert seen == [("k0:0", 0), ("k0:1", 0), ("k0:1", 1), ("k0:1", 2), ("k0:2", 0), ("k0:3", 0)]
+    assert await client_api.query_consumer_offset(broker.address, "pg", "poison", 0) == 4
+    result = await client_api.pull_message(broker.address, pull_header(topic="%DLQ%pg", group="inspect"), 3_000)
+    (dead,) = result.messages
+    original = await client_api.view_message(broker.address, dead.properties[PROPERTY_ORIGIN_MESSAGE_ID])
+    assert dead.body == original.body == b"k0:1" and dead.properties[PROPERTY_RETRY_TOPIC] == "poison"
+    assert dead.reconsume_times == 2 and "DELAY" not in dead.properties

@@ -35,6 +35,7 @@ def admin_group() -> None:
 def register_commands() -> None:
     """Import each command family so that it adds itself to `admin_group`. Called once by `main`."""
     import admin.filter  # noqa: F401
+    import admin.dlq  # noqa: F401
 
 
 def main() -> None:

@@ -1,0 +1,103 @@
+"""What every admin command shares: the `--endpoints` / `--json` options, one client API per
+command run, clear one-line errors (exit code 2 when no broker can be reached, 1 when a broker
+refuses the request), and table or JSON output.
+
+    @admin_group.command("example")
+    @endpoints_option
+    @json_option
+    def example(endpoints: str, as_json: bool) -> None:
+        rows = run(lambda api: fetch(api, first_endpoint(endpoints)))
+        emit(rows, as_json, title="Example", columns=["a", "b"])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from client.api import ClientAPI
+from client.remoting.remoting_client import RemotingClient
+from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseError
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_ENDPOINTS = "127.0.0.1:10911"
+EXIT_UNREACHABLE = 2
+EXIT_REFUSED = 1
+
+
+def endpoints_option(command: F) -> F:
+    return click.option("--endpoints", default=DEFAULT_ENDPOINTS, show_default=True, metavar="HOST:PORT[;...]",
+                        help="Broker address(es) to talk to; the first reachable one is used.")(command)
+
+
+def json_option(command: F) -> F:
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print JSON (for scripts) instead of a table.")(command)
+
+
+def first_endpoint(endpoints: str) -> str:
+    """The first of `"host:port;host:port"`; a usage error when there is none."""
+    for item in endpoints.replace(",", ";").split(";"):
+        if item.strip():
+            return item.strip()
+    raise click.UsageError("--endpoints must name at least one HOST:PORT")
+
+
+class CommandError(Exception):
+    """A command cannot do what was asked (e.g. the message does not exist): one line, exit 1."""
+
+
+def fail(message: str, exit_code: int) -> NoReturn:
+    click.echo(f"rocketq admin: {message}", err=True)
+    sys.exit(exit_code)
+
+
+def run(work: Callable[[ClientAPI], Awaitable[T]], timeout_s: float = 60.0) -> T:
+    """Run `work(api)` on a fresh event loop with its own connections, closed afterwards. A broker
+    that cannot be reached (refused, timed out, closed) ends the command with one line and exit
+    code 2; a request the broker answers with an error, with its remark and exit code 1."""
+    async def main() -> T:
+        remoting = RemotingClient()
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await work(ClientAPI(remoting))
+        finally:
+            await remoting.close()
+    try:
+        return asyncio.run(main())
+    except (ConnectionClosed, RequestTimeout, ConnectionError, TimeoutError, OSError) as exc:
+        fail(f"cannot reach the broker: {exc or type(exc).__name__}", EXIT_UNREACHABLE)
+    except ResponseError as exc:
+        fail(f"the broker refused the request: {exc}", EXIT_REFUSED)
+    except CommandError as exc:
+        fail(str(exc), EXIT_REFUSED)
+    except MQError as exc:
+        fail(str(exc), EXIT_REFUSED)
+
+
+def emit(rows: Sequence[dict[str, Any]], as_json: bool, *, title: str, columns: Sequence[str],
+         empty: str = "(none)", footer: str | None = None) -> None:
+    """`rows` as a rich table with `columns` (keys of each row) or, with `as_json`, as a JSON array."""
+    if as_json:
+        click.echo(json.dumps(list(rows), indent=2, default=str))
+        return
+    console = Console()
+    if not rows:
+        console.print(f"{title}: {empty}")
+        return
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(row.get(column, "")) for column in columns))
+    console.print(table)
+    if footer:
+        console.print(footer)

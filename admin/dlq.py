@@ -1,0 +1,181 @@
+"""`rocketq admin dlq list|resend --group G`: inspect a group's dead-letter queue and send its
+messages back to their original topics (REFERENCE.md §9; RocketMQ's console "resend").
+
+The DLQ is `%DLQ%<group>`, one queue. A message there keeps its original topic in `RETRY_TOPIC`
+and its first message id in `ORIGIN_MESSAGE_ID`. `resend` sends a copy to the original topic with
+`reconsume_times` reset to 0 and the broker-side properties (`RETRY_TOPIC`, `REAL_TOPIC`,
+`REAL_QID`, `DELAY`, `MAX_RECONSUME_TIMES`) removed, so the group consumes it as new.
+
+`resend --all` resends from the group's resend mark (its committed offset on the DLQ topic) to the
+end and then moves the mark, so running it twice resends nothing twice; `list` marks the messages
+before the mark as resent. `resend --msg-id` resends one message and leaves the mark alone."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from admin.cli import admin_group
+from admin.common import CommandError, emit, endpoints_option, first_endpoint, json_option, run
+from client.api import ClientAPI
+from protocol.codes import PullSysFlag
+from protocol.errors import QueryNotFound, TopicNotExist
+from protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
+from protocol.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
+    MessageExt,
+)
+from protocol.model import ExpressionType, PullStatus
+from protocol.topics import dlq_topic
+
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+TOOLS_PRODUCER_GROUP = "TOOLS_PRODUCER"
+PULL_BATCH = 32
+BROKER_SIDE_PROPERTIES = frozenset({PROPERTY_RETRY_TOPIC, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
+                                    PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
+                                    "CONSUME_START_TIME", "MIN_OFFSET", "MAX_OFFSET"})
+BODY_PREVIEW_BYTES = 40
+
+
+@dataclass(slots=True)
+class DeadLetters:
+    """The DLQ's messages from `start` on, its offsets and the resend mark."""
+
+    messages: list[MessageExt]
+    min_offset: int
+    max_offset: int
+    resend_mark: int
+
+
+async def read_dead_letters(api: ClientAPI, address: str, group: str, start: int | None,
+                            limit: int) -> DeadLetters:
+    """Up to `limit` messages of `%DLQ%<group>` from `start` (None: the resend mark, or the
+    queue's min); an absent DLQ topic reads as empty."""
+    topic = dlq_topic(group)
+    try:
+        max_offset = await api.get_max_offset(address, topic, 0)
+        min_offset = await api.get_min_offset(address, topic, 0)
+    except TopicNotExist:
+        return DeadLetters([], 0, 0, 0)
+    try:
+        mark = await api.query_consumer_offset(address, group, topic, 0)
+    except QueryNotFound:
+        mark = min_offset
+    queue_offset = max(mark if start is None else start, min_offset)
+    messages: list[MessageExt] = []
+    while queue_offset < max_offset and len(messages) < limit:
+        header = PullMessageRequestHeader(
+            consumer_group=TOOLS_CONSUMER_GROUP, topic=topic, queue_id=0, queue_offset=queue_offset,
+            max_msg_nums=min(PULL_BATCH, limit - len(messages)), sys_flag=PullSysFlag.SUBSCRIPTION,
+            commit_offset=0, suspend_timeout_ms=0, sub_version=0, subscription="*",
+            expression_type=ExpressionType.TAG)
+        result = await api.pull_message(address, header, timeout_ms=10_000)
+        if result.status is PullStatus.FOUND:
+            messages.extend(result.messages)
+        if result.next_begin_offset <= queue_offset:
+            break
+        queue_offset = result.next_begin_offset
+    return DeadLetters(messages[:limit], min_offset, max_offset, mark)
+
+
+def resend_properties(message: MessageExt) -> dict[str, str]:
+    """The copy's properties: the message's own without the broker-side ones; ORIGIN_MESSAGE_ID is
+    kept (or set to the DLQ message's id) so the lineage stays traceable. Pure."""
+    properties = {k: v for k, v in message.properties.items() if k not in BROKER_SIDE_PROPERTIES}
+    properties.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, message.msg_id)
+    return properties
+
+
+async def resend(api: ClientAPI, address: str, message: MessageExt, sequence: int) -> dict[str, Any]:
+    """Send a copy of a DLQ `message` to its original topic (queue `sequence` modulo its write
+    queues); returns the row printed for it. A message without RETRY_TOPIC is reported, not sent."""
+    topic = message.properties.get(PROPERTY_RETRY_TOPIC, "")
+    row: dict[str, Any] = {"dlq_offset": message.queue_offset, "dlq_msg_id": message.msg_id,
+                           "origin_msg_id": message.properties.get(PROPERTY_ORIGIN_MESSAGE_ID, ""),
+                           "topic": topic, "new_msg_id": "", "queue_id": ""}
+    if not topic:
+        row["new_msg_id"] = "skipped: no RETRY_TOPIC (original topic unknown)"
+        return row
+    route = await api.get_route_info(address, topic)
+    write_queues = max((q.write_queue_nums for q in route.queue_datas), default=1)
+    header = SendMessageRequestHeader(producer_group=TOOLS_PRODUCER_GROUP, topic=topic,
+                                      queue_id=sequence % max(write_queues, 1), flag=message.flag,
+                                      born_timestamp=time.time_ns() // 1_000_000,
+                                      properties=resend_properties(message), reconsume_times=0)
+    result = await api.send_message(address, header, message.body)
+    row.update(new_msg_id=result.msg_id, queue_id=result.queue_id)
+    return row
+
+
+def _row(message: MessageExt, mark: int) -> dict[str, Any]:
+    body = message.body[:BODY_PREVIEW_BYTES]
+    return {
+        "dlq_offset": message.queue_offset, "msg_id": message.msg_id,
+        "origin_msg_id": message.properties.get(PROPERTY_ORIGIN_MESSAGE_ID, ""),
+        "topic": message.properties.get(PROPERTY_RETRY_TOPIC, ""),
+        "reconsume_times": message.reconsume_times,
+        "stored_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(message.store_timestamp / 1000)),
+        "keys": message.keys or "", "tags": message.tags or "",
+        "body": body.decode("utf-8", "replace") + ("…" if len(message.body) > BODY_PREVIEW_BYTES else ""),
+        "resent": message.queue_offset < mark,
+    }
+
+
+@admin_group.group("dlq")
+def dlq_group() -> None:
+    """Dead-letter queues (%DLQ%<group>): list their messages and resend them."""
+
+
+@dlq_group.command("list")
+@click.option("--group", "-g", required=True, help="Consumer group whose dead-letter queue to read.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000),
+              help="Show at most this many messages, oldest first.")
+@endpoints_option
+@json_option
+def list_command(group: str, limit: int, endpoints: str, as_json: bool) -> None:
+    """List the messages in the group's dead-letter queue, oldest first."""
+    address = first_endpoint(endpoints)
+    letters = run(lambda api: read_dead_letters(api, address, group, 0, limit))
+    rows = [_row(m, letters.resend_mark) for m in letters.messages]
+    emit(rows, as_json, title=f"{dlq_topic(group)} ({letters.max_offset - letters.min_offset} messages)",
+         columns=["dlq_offset", "msg_id", "origin_msg_id", "topic", "reconsume_times", "stored_at", "keys",
+                  "body", "resent"],
+         empty=f"no dead letters for group {group!r}")
+
+
+@dlq_group.command("resend")
+@click.option("--group", "-g", required=True, help="Consumer group whose dead-letter queue to resend from.")
+@click.option("--msg-id", help="Resend this message (its DLQ msg id or its ORIGIN_MESSAGE_ID).")
+@click.option("--all", "resend_all", is_flag=True,
+              help="Resend every message after the group's resend mark, then move the mark.")
+@endpoints_option
+@json_option
+def resend_command(group: str, msg_id: str | None, resend_all: bool, endpoints: str, as_json: bool) -> None:
+    """Send dead letters back to their original topics with reconsume_times reset to 0."""
+    if bool(msg_id) == resend_all:
+        raise click.UsageError("give exactly one of --msg-id ID or --all")
+    address = first_endpoint(endpoints)
+
+    async def work(api: ClientAPI) -> list[dict[str, Any]]:
+        letters = await read_dead_letters(api, address, group, None if resend_all else 0, 1_000_000)
+        chosen = letters.messages if resend_all else [
+            m for m in letters.messages if msg_id in (m.msg_id, m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID))]
+        if msg_id and not chosen:
+            raise CommandError(f"no message {msg_id!r} in {dlq_topic(group)}")
+        rows = [await resend(api, address, m, i) for i, m in enumerate(chosen)]
+        if resend_all and letters.max_offset > letters.resend_mark:
+            await api.update_consumer_offset(address, group, dlq_topic(group), 0, letters.max_offset)
+        return rows
+
+    rows = run(work)
+    emit(rows, as_json, title=f"resent from {dlq_topic(group)}",
+         columns=["dlq_offset", "dlq_msg_id", "origin_msg_id", "topic", "queue_id", "new_msg_id"],
+         empty="nothing to resend", footer=f"{sum(1 for r in rows if r['queue_id'] != '')} message(s) resent")

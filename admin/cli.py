@@ -34,8 +34,8 @@ def admin_group() -> None:
 
 def register_commands() -> None:
     """Import each command family so that it adds itself to `admin_group`. Called once by `main`."""
+    import admin.dlq
     import admin.filter  # noqa: F401
-    import admin.dlq  # noqa: F401
 
 
 def main() -> None:

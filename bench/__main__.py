@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from bench import client_consume, client_produce, held, latency, pull, replay, send
+from bench import client_consume, client_produce, held, latency, pull, replay, retry, send
 from bench.common import Options, run, wait_for_quiet
 from bench.report import BenchResult, format_table, write_result, write_summary
 
@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "replay": replay.replay_benchmark,
     "client_produce": client_produce.client_produce,
     "client_consume": client_consume.client_consume,
+    "retry": retry.retry,
 }
 
 

@@ -140,51 +140,66 @@ class LevelDelivery(Service):
             if not units:
                 return None
             now = self._now_ms()
-            for commit_log_offset, size, deliver_at in units:
+            due = 0
+            wait_ms = 0
+            for _, _, deliver_at in units:
                 wait_ms = countdown_ms(deliver_at, now, level, levels)
-                if wait_ms > 0:
-                    return wait_ms
-                status, end_offset = self._deliver_one(commit_log_offset, size)
-                if status is None:
-                    return RETRY_AFTER_FAILURE_MS
-                queue_offset += 1
-                self._offsets.advance(level, queue_offset, end_offset if status else 0)
-                delivered += 1
-                if delivered >= MAX_DELIVERIES_PER_STEP:
+                if wait_ms > 0 or due >= MAX_DELIVERIES_PER_STEP - delivered:
                     break
+                due += 1
+            if due:
+                end_offset = self._deliver(units[:due])
+                if end_offset is None:
+                    return RETRY_AFTER_FAILURE_MS
+                queue_offset += due
+                self._offsets.advance(level, queue_offset, end_offset)
+                delivered += due
+            if wait_ms > 0:
+                return wait_ms
         return 0
 
-    def _deliver_one(self, commit_log_offset: int, size: int) -> tuple[bool | None, int]:
-        """Put the message at `commit_log_offset` to its real topic and queue. Returns (True,
-        end offset) when written, (False, 0) when it is skipped for good (unreadable or without a
-        real topic: logged), (None, 0) when the put failed and must be retried."""
-        payload = self._store.look_message_by_offset(commit_log_offset)
-        try:
-            if payload is None:
-                raise RecordError(f"no record at commit log offset {commit_log_offset}")
-            fields = decode_stored_fields(payload)
-            properties: dict[str, str] = dict(fields[F_PROPERTIES])
-            real_topic = properties[PROPERTY_REAL_TOPIC]
-            real_queue_id = int(properties[PROPERTY_REAL_QUEUE_ID])
-        except (RecordError, KeyError, ValueError, TypeError) as exc:
-            log.error("schedule level %d: skipping the message at %d (%d bytes): %s",
-                      self.level, commit_log_offset, size, exc)
-            return False, 0
-        properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)      # REAL_TOPIC / REAL_QID stay, as RocketMQ
-        result = self._store.put_message(
-            topic=real_topic, queue_id=real_queue_id, body=bytes(fields[F_BODY]), properties=properties,
-            flag=fields[F_FLAG], born_timestamp=fields[F_BORN_TIMESTAMP], born_host=fields[F_BORN_HOST],
-            reconsume_times=fields[F_RECONSUME_TIMES], sys_flag=fields[F_SYS_FLAG])
-        if result.status is PutMessageStatus.MESSAGE_ILLEGAL:
-            log.error("schedule level %d: the store refused the message at %d for %s:%d; skipping it",
-                      self.level, commit_log_offset, real_topic, real_queue_id)
-            return False, 0
-        if result.status is not PutMessageStatus.PUT_OK:
-            log.warning("schedule level %d: delivery to %s failed (%s); retrying in %d ms",
-                        self.level, real_topic, result.status.name, RETRY_AFTER_FAILURE_MS)
-            return None, 0
-        self.delivered += 1
-        return True, result.end_offset
+    def _deliver(self, units: list[tuple[int, int, int]]) -> int | None:
+        """Put the due messages of `units` to their real topics and queues, one append per run of
+        messages bound for the same queue (store order kept within each queue). Returns the
+        commit-log end of what was written (0 if nothing), or None when a put failed and the whole
+        run must be retried (some queues may then receive a message twice: at least once). A message
+        that cannot be read or has no real topic is logged and skipped for good."""
+        store = self._store
+        runs: dict[tuple[str, int], tuple[list[tuple[dict[str, str], int, bytes]],
+                                          list[tuple[int, str, int, int]]]] = {}
+        for commit_log_offset, size, _ in units:
+            payload = store.read_payload(commit_log_offset, size)
+            try:
+                if payload is None:
+                    raise RecordError(f"no record at commit log offset {commit_log_offset}")
+                fields = decode_stored_fields(payload)
+                properties: dict[str, str] = fields[F_PROPERTIES]
+                key = (properties[PROPERTY_REAL_TOPIC], int(properties[PROPERTY_REAL_QUEUE_ID]))
+            except (RecordError, KeyError, ValueError, TypeError) as exc:
+                log.error("schedule level %d: skipping the message at %d (%d bytes): %s",
+                          self.level, commit_log_offset, size, exc)
+                continue
+            properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)  # REAL_TOPIC / REAL_QID stay, as RocketMQ
+            run = runs.get(key)
+            if run is None:
+                run = runs[key] = ([], [])
+            run[0].append((properties, fields[F_FLAG], fields[F_BODY]))
+            run[1].append((fields[F_BORN_TIMESTAMP], fields[F_BORN_HOST], fields[F_RECONSUME_TIMES],
+                           fields[F_SYS_FLAG]))
+        end_offset = 0
+        for (topic, queue_id), (messages, origins) in runs.items():
+            result = store.put_scheduled(topic=topic, queue_id=queue_id, messages=messages, origins=origins)
+            if result.status is PutMessageStatus.MESSAGE_ILLEGAL:
+                log.error("schedule level %d: the store refused %d messages for %s:%d; skipping them",
+                          self.level, len(messages), topic, queue_id)
+                continue
+            if result.status is not PutMessageStatus.PUT_OK:
+                log.warning("schedule level %d: delivery to %s:%d failed (%s); retrying in %d ms",
+                            self.level, topic, queue_id, result.status.name, RETRY_AFTER_FAILURE_MS)
+                return None
+            end_offset = result.end_offset
+            self.delivered += len(messages)
+        return end_offset
 
 
 class ScheduleService:

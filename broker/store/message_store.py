@@ -38,11 +38,15 @@ from broker.store.segment import fdatasync_paths
 from conf.store import StoreConfig
 from protocol.message import (
     F_BODY,
+    F_BORN_HOST,
+    F_BORN_TIMESTAMP,
     F_COMMIT_LOG_OFFSET,
     F_FLAG,
     F_PROPERTIES,
     F_QUEUE_OFFSET,
+    F_RECONSUME_TIMES,
     F_STORE_TIMESTAMP,
+    F_SYS_FLAG,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -182,8 +186,16 @@ class MessageStore:
         become readable once reput has dispatched them; durable after `wait_flushed(end_offset)`."""
         return self._put(topic, queue_id, messages, born_timestamp, born_host, 0, 0)
 
+    def put_scheduled(self, *, topic: str, queue_id: int, messages: Sequence[tuple[dict[str, str], int, bytes]],
+                      origins: Sequence[tuple[int, str, int, int]]) -> PutMessageResult:
+        """Append messages that keep their own origin: `origins[i]` is message i's (born_timestamp,
+        born_host, reconsume_times, sys_flag). The schedule service delivers due messages to their
+        real queue this way, one append for a run of them (see `put_messages` for the statuses)."""
+        return self._put(topic, queue_id, messages, 0, "", 0, 0, origins)
+
     def _put(self, topic: str, queue_id: int, messages: Sequence[tuple[dict[str, str], int, bytes]],
-             born_timestamp: int, born_host: str, reconsume_times: int, sys_flag: int) -> PutMessageResult:
+             born_timestamp: int, born_host: str, reconsume_times: int, sys_flag: int,
+             origins: Sequence[tuple[int, str, int, int]] | None = None) -> PutMessageResult:
         commit_log = self._commit_log
         if not self._running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, -1, [], commit_log.max_offset)
@@ -209,7 +221,13 @@ class MessageStore:
             payload: bytes = pack(fields)
             return payload
 
-        written = commit_log.append_batch(len(messages), encode)
+        def encode_with_origin(index: int, commit_log_offset: int) -> bytes:
+            assert origins is not None
+            (fields[F_BORN_TIMESTAMP], fields[F_BORN_HOST], fields[F_RECONSUME_TIMES],
+             fields[F_SYS_FLAG]) = origins[index]
+            return encode(index, commit_log_offset)
+
+        written = commit_log.append_batch(len(messages), encode if origins is None else encode_with_origin)
         if written is None:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], commit_log.max_offset)
         offsets, sizes = written
@@ -397,6 +415,11 @@ class MessageStore:
             return int(decode_stored_fields(payload)[F_STORE_TIMESTAMP])
         except (RecordError, TypeError, ValueError):
             return None
+
+    def read_payload(self, commit_log_offset: int, size: int) -> memoryview | None:
+        """The stored payload of the `size`-byte record at `commit_log_offset` (a consume-queue
+        unit's two numbers), as a pull reads it; None when it is no longer there."""
+        return self._commit_log.read_payload(commit_log_offset, size)
 
     def read_queue_units(self, topic: str, queue_id: int, queue_offset: int,
                          max_units: int) -> list[tuple[int, int, int]]:

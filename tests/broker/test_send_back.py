@@ -123,6 +123,7 @@ async def test_a_delayed_send_is_held_in_the_schedule_topic_until_due(broker: Br
     assert broker.store is not None
     assert broker.store.get_max_offset(SCHEDULE_TOPIC, 4) == 1
     assert broker.store.get_max_offset("later", 0) == 0
+    assert _sample(broker, "rocketq_schedule_backlog_messages", "delay_level", "5") == 1
     delivered = await pull_one(client_api, broker, "later", timeout_ms=3_000)
     assert (time.monotonic() - sent_at) * 1000 >= 500 - 5     # store clock ms rounding
     assert delivered.properties["REAL_TOPIC"] == "later" and delivered.properties["REAL_QID"] == "0"
@@ -151,8 +152,11 @@ async def test_levels_above_the_maximum_are_clamped(tmp_path: Path, client_api: 
 
 
 def _dlq_count(broker: Broker, group: str) -> float:
-    for family in text_string_to_metric_families(generate_latest(broker.metrics.registry).decode()):
-        if family.name == "rocketmq_send_to_dlq_messages":
-            return sum(s.value for s in family.samples
-                       if s.name.endswith("_total") and s.labels["consumer_group"] == group)
-    return 0.0
+    return _sample(broker, "rocketmq_send_to_dlq_messages_total", "consumer_group", group)
+
+
+def _sample(broker: Broker, name: str, label: str, value: str) -> float:
+    """The value of metric sample `name` whose `label` is `value` in the broker's exposition."""
+    exposition = generate_latest(broker.metrics.registry).decode()
+    return sum(sample.value for family in text_string_to_metric_families(exposition)
+               for sample in family.samples if sample.name == name and sample.labels.get(label) == value)

@@ -234,3 +234,22 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+async def test_ack_index_acknowledges_part_of_a_batch(broker: Broker, client_api: ClientAPI) -> None:
+    await client_api.create_topic(broker.address, "partial", queue_nums=1)
+    async with Producer("retry-producers", broker.address) as producer:
+        await producer.send_batch([Message("partial", str(i).encode()) for i in range(4)])
+    seen: list[tuple[list[bytes], int]] = []
+
+    def listener(msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> ConsumeConcurrentlyStatus:
+        seen.append(([m.body for m in msgs], msgs[0].reconsume_times))
+        if msgs[0].reconsume_times == 0:
+            ctx.ack_index = 1                  # the first two are consumed, the rest come back
+            ctx.delay_level_when_next_consume = 1
+        return OK
+
+    async with push_consumer(broker.address, "partialg", "partial", listener, consume_message_batch_max_size=4):
+        await wait_until(lambda: sum(len(bodies) for bodies, _ in seen) == 6, 10, "2 consumed, 2 retried")
+    assert seen[0] == ([b"0", b"1", b"2", b"3"], 0)
+    assert sorted(body for bodies, times in seen[1:] for body in bodies if times == 1) == [b"2", b"3"]

@@ -9,7 +9,6 @@ Layout under `config.path`: `commitlog/`, `consumequeue/<topic>/<queue_id>/`, `c
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import struct
@@ -24,7 +23,7 @@ from broker.store.checkpoint import read_checkpoint
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable, is_valid_topic_name
 from broker.store.flush import CommitLogFlushService, flush_consume_queues
-from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields
+from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields, payload_properties
 from broker.store.recovery import recover_store
 from broker.store.reput import ArrivalListener, DispatchEntry, ReputService
 from broker.store.results import (
@@ -337,7 +336,7 @@ class MessageStore:
                 continue
             if needs_properties:
                 assert message_filter is not None
-                if not message_filter.match_by_commit_log(_properties_of(payload)):
+                if not message_filter.match_by_commit_log(payload_properties(payload)):
                     continue
             messages.append(payload)
             transfer_bytes += size
@@ -482,10 +481,3 @@ class MessageStore:
         this within one loop iteration of the put). Returns how many."""
         return self._reput.dispatch_available()
 
-
-def _properties_of(payload: memoryview) -> dict[str, str] | None:
-    with contextlib.suppress(RecordError):
-        properties = decode_stored_fields(payload)[F_PROPERTIES]
-        if isinstance(properties, dict):
-            return properties
-    return None

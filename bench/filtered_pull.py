@@ -8,9 +8,13 @@ queue, all queues at once, with `ClientAPI.pull_message` (every message decoded,
 - `filtered_pull.star`: a `*` pull from offset 0 of as many messages per queue as match there;
 - `filtered_pull.sql92`: the group's pulls (registered subscription, no SUBSCRIPTION flag) from
   offset 0 to each queue's end, checking every message delivered matches and none is missing;
-- `filtered_pull.sql92_unregistered`: the same expression carried in the pull (SUBSCRIPTION flag)
-  by a group that registered nothing (informational).
-The target: the matching messages arrive at >= 50 % of the `*` rate."""
+- `filtered_pull.sql92_not_indexed`: an expression no group registered ("... bucket = 42.0", the
+  same messages) carried in the pull (SUBSCRIPTION flag), so every message's properties are read
+  and evaluated, 800 consume-queue entries per pull at most (informational).
+The target: the matching messages arrive at >= 50 % of the `*` rate. The registered subscription
+meets it because the broker records, as each message arrives, which registered expressions it
+matches (`broker.filter.match_index`), so its pulls read only matching messages; a subscription
+registered after the backlog was written gets the not-indexed rate for that backlog."""
 
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from protocol.model import PullStatus
 TOPIC = "bench_filtered"
 GROUP = "bench_sql_cg"
 EXPRESSION = "TAGS IN ('paid', 'refund') AND bucket = 42"
+NOT_INDEXED = "TAGS IN ('paid', 'refund') AND bucket = 42.0"
 RATIO_TARGET = 0.5
 DISTINCT_BODIES = 100          # 100 bodies of 32: every bucket exactly 32 times per cycle
 
@@ -147,10 +152,10 @@ async def filtered_pull(result: BenchResult, opts: Options) -> None:
             pull_header(TOPIC, 0, 0, max_msg_nums=32, group=GROUP), sys_flag=0, sub_version=1, subscription=None,
             expression_type=None))
         carried = PullHeader(dataclasses.replace(pull_header(TOPIC, 0, 0, max_msg_nums=32, group="bench_sql_other"),
-                                                 subscription=EXPRESSION, expression_type="SQL92"))
+                                                 subscription=NOT_INDEXED, expression_type="SQL92"))
         for name, header_of, counts in (("filtered_pull.star", star, True),
                                         ("filtered_pull.sql92", registered, False),
-                                        ("filtered_pull.sql92_unregistered", carried, False)):
+                                        ("filtered_pull.sql92_not_indexed", carried, False)):
             loops = [Loop(q, sent[q], matching[q] if counts else sent[q]) for q in range(params.queues)]
             meter = CpuMeter(broker)
             meter.start()
@@ -173,4 +178,4 @@ async def filtered_pull(result: BenchResult, opts: Options) -> None:
     result.add("filtered_pull.sql92", round(rates["filtered_pull.sql92"]), "msg/s")
     result.add("filtered_pull.sql92_vs_star", round(rates["filtered_pull.sql92"] / rates["filtered_pull.star"], 3),
                "ratio", ("≥", RATIO_TARGET))
-    result.add("filtered_pull.sql92_unregistered", round(rates["filtered_pull.sql92_unregistered"]), "msg/s")
+    result.add("filtered_pull.sql92_not_indexed", round(rates["filtered_pull.sql92_not_indexed"]), "msg/s")

@@ -12,6 +12,7 @@ import socket
 from types import TracebackType
 
 from broker.filter.filter_manager import FilterManager
+from broker.filter.message_filter import MessageFilter
 from broker.lag_collector import BrokerStateCollector, LagCollector
 from broker.locks.lock_manager import LockManager
 from broker.longpoll.hold_service import HoldService
@@ -34,6 +35,7 @@ from broker.remoting.guard import ConnectionGuard, ConnectionLimits
 from broker.remoting.server import RemotingServer
 from broker.schedule.schedule_service import DelayOffsets, ScheduleService
 from broker.store.message_store import MessageStore
+from broker.store.results import GetMessageStatus
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfigManager
@@ -118,18 +120,27 @@ class Broker:
             store = MessageStore(config.store, store_host=self._address, clock_ms=self.clock.now_ms)
             await store.start()
             self.store = store
-            hold = HoldService(store.get_max_offset, config.long_polling.check_interval_ms)
+            filters = self.filters
+
+            def has_match(topic: str, queue_id: int, queue_offset: int, message_filter: MessageFilter) -> bool:
+                matched = filters.matches(message_filter, topic, queue_id)
+                return store.get_message(topic, queue_id, queue_offset, 1, message_filter,
+                                         matched).status is GetMessageStatus.FOUND
+            hold = HoldService(store.get_max_offset, config.long_polling.check_interval_ms, has_match)
             self.hold_service = hold
             self.delay_offsets.flushed_offset = lambda: store.flushed_offset
             schedule = ScheduleService(store, self.delay_offsets, self.clock.now_ms)
             self.schedule = schedule
             notify_hold = hold.notify_message_arriving if config.long_polling.enable else None
+            index_arrival = self.filters.index.on_arrival      # SQL92 matches of registered subscriptions
 
             def on_arrival(topic: str, queue_id: int, max_offset: int, tags_code: int,
                            properties: dict[str, str]) -> None:
                 if topic == SCHEDULE_TOPIC:
                     schedule.on_arrival(topic, queue_id)
-                elif notify_hold is not None:
+                    return
+                index_arrival(topic, queue_id, max_offset - 1, properties)
+                if notify_hold is not None:
                     notify_hold(topic, queue_id, max_offset, tags_code, properties)
             store.set_arrival_listener(on_arrival)
             await schedule.start()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from broker.filter.match_index import MatchIndex, QueueMatches
 from broker.filter.message_filter import MessageFilter, SqlMessageFilter, TagMessageFilter
 from broker.filter.sql92 import Expression, FilterSyntaxError, compile_expression
 from protocol.errors import SubscriptionParseFailed, SystemError_
@@ -37,8 +38,10 @@ class FilterManager:
     """`sql92_enabled` is the broker's `filter_support_sql92` (RocketMQ `enablePropertyFilter`,
     on by default here): when off, SQL92 is refused with SYSTEM_ERROR as RocketMQ does."""
 
-    def __init__(self, *, sql92_enabled: bool, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    def __init__(self, *, sql92_enabled: bool, max_entries: int = DEFAULT_MAX_ENTRIES,
+                 index: MatchIndex | None = None) -> None:
         self.sql92_enabled = sql92_enabled
+        self.index = index if index is not None else MatchIndex()
         self._max_entries = max(max_entries, 1)
         self._compiled: dict[str, Expression | FilterSyntaxError] = {}
         self._filters: dict[tuple[str, str, int], SqlMessageFilter] = {}
@@ -69,6 +72,19 @@ class FilterManager:
         built = SqlMessageFilter(self.compile(expression), key)
         _bounded_put(self._filters, key, built, self._max_entries)
         return built
+
+    def register(self, group: str, topic: str, sub_version: int, expression: str) -> SqlMessageFilter:
+        """A heartbeat's SQL92 subscription: its filter (raises as `compile`), now also indexed as
+        messages arrive on `topic` (see `MatchIndex`)."""
+        built = self.sql_filter(group, topic, sub_version, expression)
+        self.index.register(topic, built.expression)
+        return built
+
+    def matches(self, message_filter: MessageFilter | None, topic: str, queue_id: int) -> QueueMatches | None:
+        """The indexed matches of an SQL92 filter on one queue, if its expression is indexed."""
+        if isinstance(message_filter, SqlMessageFilter):
+            return self.index.lookup(topic, message_filter.expression.text, queue_id)
+        return None
 
     def build(self, group: str, topic: str, expression_type: str | None, expression: str | None,
               sub_version: int) -> MessageFilter | None:

@@ -4,8 +4,10 @@ Each held pull is a future with its own deadline (`asyncio.timeout`), so it is a
 without a scan (PROTOCOL.md deliberate difference 5); the reput step calls
 `notify_message_arriving` after dispatching each message, which resolves the futures whose filter
 matches at once. No lost wake-ups: `wait` registers first, then re-checks the queue's max offset.
-A safety sweep every `check_interval_ms` wakes pulls whose queue has grown (filter ignored, as
-RocketMQ's periodic scan); correctness never depends on it."""
+A safety sweep every `check_interval_ms` wakes pulls whose queue has grown; correctness never
+depends on it. Unlike RocketMQ's periodic scan, which ignores the filter, the sweep asks
+`has_match` (when given) whether a filtered pull would find a matching message now, so a held
+pull with a filter is never answered because non-matching messages arrived."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from broker.filter.message_filter import MessageFilter
 from protocol.service import Service
 
 QueueKey = tuple[str, int]
+HasMatch = Callable[[str, int, int, MessageFilter], bool]
+"""`has_match(topic, queue_id, queue_offset, message_filter)`: would a read find a match now?"""
 
 
 class HeldPull:
@@ -42,9 +46,11 @@ class _SweepService(Service):
 class HoldService:
     """Held pulls by (topic, queue_id); `start`/`stop` run the safety sweep."""
 
-    def __init__(self, get_max_offset: Callable[[str, int], int], check_interval_ms: int) -> None:
+    def __init__(self, get_max_offset: Callable[[str, int], int], check_interval_ms: int,
+                 has_match: HasMatch | None = None) -> None:
         self._sweeper = _SweepService(self.sweep, check_interval_ms)
         self._get_max_offset = get_max_offset
+        self._has_match = has_match
         self.held: dict[QueueKey, dict[HeldPull, None]] = {}
         self._released = False
 
@@ -99,12 +105,17 @@ class HoldService:
             del pulls[entry]
 
     def sweep(self) -> int:
-        """Wake every held pull whose queue has messages past its offset; returns how many."""
+        """Wake every held pull whose queue has messages past its offset (and, with a filter and
+        `has_match`, a matching one among them); returns how many."""
         woken = 0
         for (topic, queue_id), pulls in list(self.held.items()):
             max_offset = self._get_max_offset(topic, queue_id)
             for entry in list(pulls):
                 if entry.wake_on_arrival and max_offset > entry.queue_offset and not entry.future.done():
+                    flt, has_match = entry.message_filter, self._has_match
+                    if flt is not None and has_match is not None \
+                            and not has_match(topic, queue_id, entry.queue_offset, flt):
+                        continue
                     entry.future.set_result(True)
                     woken += 1
         return woken

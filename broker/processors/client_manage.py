@@ -102,12 +102,13 @@ class ClientManageProcessor:
         return request.response()
 
     def _compile_sql(self, group: str, subscriptions: list[Subscription]) -> None:
-        """Compile a heartbeat's SQL92 subscriptions now, so the first pull finds them cached. A
-        failure is only logged here: the pulls of that subscription are refused with it."""
+        """Compile a heartbeat's SQL92 subscriptions now, so the first pull finds them cached, and
+        index them as messages arrive. A failure is only logged here: the pulls of that
+        subscription are refused with it."""
         for sub in subscriptions:
             if sub.expression_type == ExpressionType.SQL92:
                 try:
-                    self._filters.sql_filter(group, sub.topic, sub.sub_version, sub.sub_string)
+                    self._filters.register(group, sub.topic, sub.sub_version, sub.sub_string)
                 except ResponseError as exc:
                     log.warning("group %s: SQL92 subscription to %s refused: %s", group, sub.topic, exc)
 

@@ -99,8 +99,9 @@ class PullMessageProcessor:
 
     def _read(self, header: PullMessageRequestHeader, max_messages: int,
               message_filter: MessageFilter | None) -> GetMessageResult:
+        matched = self._filters.matches(message_filter, header.topic, header.queue_id)
         return self._store.get_message(header.topic, header.queue_id, header.queue_offset, max_messages,
-                                       message_filter)
+                                       message_filter, matched)
 
     def _message_filter(self, header: PullMessageRequestHeader, broadcast_enable: bool) -> MessageFilter | None:
         """The subscription of this pull: from the request with the SUBSCRIPTION flag, else the one

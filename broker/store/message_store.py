@@ -29,6 +29,7 @@ from broker.store.reput import ArrivalListener, DispatchEntry, ReputService
 from broker.store.results import (
     GetMessageResult,
     GetMessageStatus,
+    MatchedOffsets,
     MessageFilter,
     PutMessageResult,
     PutMessageStatus,
@@ -277,14 +278,16 @@ class MessageStore:
     # get -------------------------------------------------------------------------------------
 
     def get_message(self, topic: str, queue_id: int, queue_offset: int, max_messages: int,
-                    message_filter: MessageFilter | None) -> GetMessageResult:
+                    message_filter: MessageFilter | None, matched: MatchedOffsets | None = None) -> GetMessageResult:
         """Up to `max_messages` messages from `queue_offset`, with the status and next_begin_offset
         of REFERENCE.md §2.1 on a master: bounds checks first (NO_MESSAGE_IN_QUEUE when the queue
         does not exist or is empty, OFFSET_TOO_SMALL → min, OFFSET_OVERFLOW_ONE → offset,
         OFFSET_OVERFLOW_BADLY → max, OFFSET_FOUND_NULL → next file's start); then a scan of at most
         max(800, max_messages) units of the one consume-queue file holding `queue_offset`, checking
         "batch full" (max_messages, 32 messages, 256 KiB of records; the first message always fits)
-        before filtering; next_begin_offset = queue_offset + units examined."""
+        before filtering; next_begin_offset = queue_offset + units examined. With `matched` covering
+        [queue_offset, max) (the filter's known matches), only those messages are read, under the
+        same batch limits, and next_begin_offset is the first match not taken, else max."""
         queue = self._consume_queues.get(topic, queue_id)
         if queue is None:
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0, 0, 0)
@@ -300,6 +303,8 @@ class MessageStore:
         if queue_offset > max_offset:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset,
                                     max_offset, 0, 0)
+        if matched is not None and matched.covers(queue_offset, max_offset):
+            return self._read_matched(queue, matched, queue_offset, min_offset, max_offset, max_messages)
         units = queue.read_units(queue_offset, max(_MIN_UNITS_EXAMINED, max_messages))
         if units is None:
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, [],
@@ -344,6 +349,37 @@ class MessageStore:
             status = GetMessageStatus.FOUND
         return GetMessageResult(status, messages, queue_offset + examined, min_offset, max_offset,
                                 len(messages), total_bytes)
+
+    def _read_matched(self, queue: ConsumeQueue, matched: MatchedOffsets, queue_offset: int, min_offset: int,
+                      max_offset: int, max_messages: int) -> GetMessageResult:
+        config = self._config
+        max_count = min(max_messages, config.max_transfer_count_on_message_in_memory)
+        max_transfer_bytes = config.max_transfer_bytes_on_message_in_memory
+        limit = max_count + 1
+        offsets = matched.matches_from(queue_offset, limit)
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        messages: list[memoryview] = []
+        transfer_bytes = total_bytes = 0
+        next_begin_offset = max_offset if len(offsets) < limit else offsets[-1] + 1
+        for match_offset in offsets:
+            unit = queue.unit_at(match_offset)
+            if unit is None or unit[1] == 0 or unit[1] == BLANK_SIZE:
+                continue
+            commit_log_offset, size, _ = unit
+            if messages and (len(messages) >= max_count or transfer_bytes + size > max_transfer_bytes):
+                next_begin_offset = match_offset
+                break
+            payload = self._commit_log.read_payload(commit_log_offset, size)
+            if payload is None:
+                if not messages:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                continue
+            messages.append(payload)
+            transfer_bytes += size
+            total_bytes += size - HEADER_BYTES
+            status = GetMessageStatus.FOUND
+        return GetMessageResult(status, messages, next_begin_offset, min_offset, max_offset, len(messages),
+                                total_bytes)
 
     # queue queries ---------------------------------------------------------------------------
 

@@ -85,6 +85,15 @@ class MessageFilter(Protocol):
     def match_by_commit_log(self, properties: dict[str, str] | None) -> bool: ...
 
 
+class MatchedOffsets(Protocol):
+    """The queue offsets a filter is known to match on one queue (`broker.filter.match_index`),
+    which lets `get_message` read just those messages."""
+
+    def covers(self, queue_offset: int, max_offset: int) -> bool: ...
+
+    def matches_from(self, queue_offset: int, limit: int) -> list[int]: ...
+
+
 class FlushDiskTimeoutError(FlushDiskTimeout):
     """SYNC_FLUSH: the message was written but not fsynced within `sync_flush_timeout_ms` (or the
     fsync failed). Carries the FLUSH_DISK_TIMEOUT response code."""

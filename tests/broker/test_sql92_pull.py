@@ -78,6 +78,8 @@ async def test_held_pull_wakes_only_for_a_matching_message(broker: Broker, clien
     for region in ("us", "asia"):
         await send(client_api, broker.address, "hw", region.encode(), properties={"region": region})
     await send(client_api, broker.address, "hw", b"no region")
+    assert broker.hold_service is not None
+    assert broker.hold_service.sweep() == 0, "the safety sweep woke it for non-matching messages"
     done, _ = await asyncio.wait({pull}, timeout=0.2)
     assert not done, "a non-matching message woke the filtered pull"
     await send(client_api, broker.address, "hw", b"eu", properties={"region": "eu"})

@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 import click
 
+from broker.store.check import check_store
 from conf import BrokerConfig, ConfigError, load
 from conf.broker import EventLoop
 
@@ -260,3 +261,25 @@ def mqbroker(config_path: Path | None, listen_host: str | None, listen_port: int
              store_dir: Path | None, sets: tuple[str, ...]) -> None:
     """Start a broker in the foreground (same as `rocketq broker start`)."""
     _start(config_path, listen_host, listen_port, store_dir, sets)
+
+
+@main.group("store")
+def store_group() -> None:
+    """Inspect a broker's store on disk."""
+
+
+@store_group.command("check")
+@click.option("--store-dir", type=click.Path(path_type=Path, file_okay=False, exists=True), required=True,
+              help="The store directory (the broker's store.path); the broker should be stopped.")
+def store_check(store_dir: Path) -> None:
+    """Check that every consume-queue unit points at an intact commit-log record (size, CRC, and the
+    record's topic, queue id and offsets). Exits 1 when a problem is found."""
+    report = check_store(store_dir)
+    for problem in report.problems:
+        click.echo(f"problem: {problem}")
+    if report.problem_count > len(report.problems):
+        click.echo(f"... and {report.problem_count - len(report.problems)} more problems")
+    click.echo(f"store {store_dir}: {report.queues} consume queues, {report.units} units checked, "
+               f"{report.below_commit_log} below the commit log's start (retention), "
+               f"{report.problem_count} problems: {'consistent' if report.ok else 'INCONSISTENT'}")
+    click.get_current_context().exit(0 if report.ok else 1)

@@ -30,3 +30,9 @@ class StoreConfig:
     max_transfer_count_on_message_in_memory: int = 32
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    file_reserved_time_hours: int = 72                 # fileReservedTime: commit-log files kept this long
+    delete_when: str = "04"                            # deleteWhen: local hours ("04;05") or "*" for retention
+    disk_max_used_space_ratio: int = 75                # diskMaxUsedSpaceRatio %: past it, oldest files go
+    disk_space_warning_level_ratio: int = 90           # diskSpaceWarningLevelRatio %: past it, sends refused
+    clean_resource_interval_ms: int = 10_000           # cleanResourceInterval: how often retention runs
+    disk_check_interval_ms: int = 1_000                # how often disk use is sampled (refuse / resume sends)

@@ -78,6 +78,15 @@ class MessageIllegal(ResponseError):
     code = ResponseCode.MESSAGE_ILLEGAL
 
 
+class ServiceNotAvailable(ResponseError):
+    """The broker cannot take writes now (disk past `disk_space_warning_level_ratio`, or a write or
+    fsync failed with ENOSPC/EIO); the remark says which. Retriable: sends resume by themselves
+    once the store is writable again. Pulls are still served."""
+
+    code = ResponseCode.SERVICE_NOT_AVAILABLE
+    retriable = True
+
+
 class NoPermission(ResponseError):
     code = ResponseCode.NO_PERMISSION
 
@@ -123,7 +132,7 @@ class FlowControl(ResponseError):
 _BY_CODE: dict[int, type[ResponseError]] = {
     cls.code: cls
     for cls in (
-        SystemError_, SystemBusy, RequestCodeNotSupported, FlushDiskTimeout, MessageIllegal,
+        SystemError_, SystemBusy, RequestCodeNotSupported, FlushDiskTimeout, MessageIllegal, ServiceNotAvailable,
         NoPermission, QueryNotFound, SubscriptionParseFailed, SubscriptionNotExist,
         SubscriptionNotLatest, SubscriptionGroupNotExist, ConsumerNotOnline, FlowControl,
     )

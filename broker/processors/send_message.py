@@ -17,7 +17,7 @@ from broker.store.results import FlushDiskTimeoutError, PutMessageResult, PutMes
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.topic_config_manager import TopicConfigManager
 from protocol.command import RemotingCommand
-from protocol.errors import FlushDiskTimeout, MessageIllegal, NoPermission, SystemError_
+from protocol.errors import FlushDiskTimeout, MessageIllegal, NoPermission, ServiceNotAvailable, SystemError_
 from protocol.headers import (
     SendBatchMessageRequestHeader,
     SendBatchMessageResponseHeader,
@@ -37,6 +37,8 @@ async def acknowledge(store: MessageStore, result: PutMessageResult) -> None:
     FLUSH_DISK_TIMEOUT past `sync_flush_timeout_ms`)."""
     if result.status is PutMessageStatus.MESSAGE_ILLEGAL:
         raise MessageIllegal("message refused by the store (size, properties or DELAY level)")
+    if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+        raise ServiceNotAvailable(result.remark or "store refused the message: SERVICE_NOT_AVAILABLE")
     if result.status is not PutMessageStatus.PUT_OK:
         raise SystemError_(f"store refused the message: {result.status.name}")
     try:

@@ -105,7 +105,9 @@ class CommitLog:
         """Append `count` records whose payloads `encode(index, commit_log_offset)` produces, one
         after another (rolling to a new segment as needed). Returns (commit_log_offsets, sizes) with
         sizes the record total sizes, or None (nothing written) when a record is larger than a whole
-        segment. `encode` may be called twice for the record that rolls, with the new offset."""
+        segment. `encode` may be called twice for the record that rolls, with the new offset.
+        Raises `OSError` (nothing of the batch written) when a new segment cannot be created, e.g.
+        ENOSPC from its preallocation."""
         segment_bytes = self._segment_bytes
         batch_start = position = self.max_offset
         segment = self._segments.get_or_create(position - position % segment_bytes)
@@ -127,7 +129,11 @@ class CommitLog:
                 if total > segment_bytes:
                     self._rollback(batch_start, position)
                     return None
-                segment = self._segments.get_or_create(position)
+                try:
+                    segment = self._segments.get_or_create(position)
+                except OSError:                   # ENOSPC, EIO: the batch is not stored at all
+                    self._rollback(batch_start, position)
+                    raise
                 segment_end = position + segment_bytes
             chunks.append(header(total, crc32(payload)))
             chunks.append(payload)
@@ -197,6 +203,19 @@ class CommitLog:
                 return
             yield position, size, segment.view[relative + HEADER_BYTES:relative + size]
             position += size
+
+    def oldest_deletable(self, safe_end: int) -> Segment | None:
+        """The first segment if retention may delete it: never the last (the one being written)
+        and only when it lies wholly before `safe_end` (flushed and dispatched)."""
+        segments = self._segments.segments
+        if len(segments) < 2 or segments[0].end_offset > safe_end:
+            return None
+        return segments[0]
+
+    def delete_oldest(self) -> bool:
+        """Delete the first segment (after `oldest_deletable` chose it); False while a pull still
+        holds a view of it. `min_offset` moves to the next segment's start."""
+        return self._segments.delete_first()
 
     def next_segment_start(self, commit_log_offset: int) -> int:
         """Start of the segment after the one holding `commit_log_offset`."""

@@ -171,6 +171,25 @@ class ConsumeQueue:
                 high = middle
         self.min_offset = low
 
+    def delete_files_below(self, commit_log_min_offset: int) -> int:
+        """Delete leading files (never the last) whose every unit points below
+        `commit_log_min_offset` and that hold no unflushed unit, then move `min_offset` to the
+        first unit still pointing into the commit log (RocketMQ `deleteExpiredFile` +
+        `correctMinOffset`). Returns how many files went."""
+        segments = self._segments
+        deleted = 0
+        while len(segments.segments) > 1:
+            first = segments.segments[0]
+            last_unit = self.unit_at(first.end_offset // UNIT_BYTES - 1)
+            if last_unit is None or last_unit[0] >= commit_log_min_offset or first.end_offset > self._flushed_bytes:
+                break
+            if not segments.delete_first():
+                break
+            deleted += 1
+        self.min_offset = max(self.min_offset, segments.min_offset // UNIT_BYTES)
+        self.correct_min_offset(commit_log_min_offset)
+        return deleted
+
     def dirty_range(self) -> tuple[int, list[Path]]:
         """(written end in bytes, files holding unflushed units); pass the end to `mark_flushed`."""
         end = self.max_offset * UNIT_BYTES

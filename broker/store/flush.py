@@ -22,7 +22,7 @@ from pathlib import Path
 from broker.store.checkpoint import Checkpoint, write_checkpoint
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueTable
-from broker.store.results import FlushDiskTimeoutError
+from broker.store.results import FlushDiskTimeoutError, StoreNotWritableError
 from broker.store.segment import fdatasync_paths
 from protocol.service import Service
 
@@ -45,6 +45,8 @@ class CommitLogFlushService(Service):
         self.flushed_offset = 0
         self.flush_count = 0
         self.on_fsync: Callable[[float], None] | None = None
+        # on_error(exc, what) -> remark: a failed fsync makes the store refuse sends (DiskGuard)
+        self.on_error: Callable[[OSError, str], str] | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     def begin(self, flushed_offset: int) -> None:
@@ -83,7 +85,10 @@ class CommitLogFlushService(Service):
                 await asyncio.to_thread(fdatasync_paths, paths)
             except OSError as exc:
                 log.exception("commit log fsync failed")
-                self._fail_waiters(FlushDiskTimeoutError(target, f"fsync failed: {exc}"))
+                if self.on_error is not None:     # ENOSPC/EIO: refuse sends until space is back
+                    self._fail_waiters(StoreNotWritableError(self.on_error(exc, "commit-log fsync")))
+                else:
+                    self._fail_waiters(FlushDiskTimeoutError(target, f"fsync failed: {exc}"))
                 return
             self.flushed_offset = max(self.flushed_offset, target)
             self.flush_count += 1
@@ -106,7 +111,7 @@ class CommitLogFlushService(Service):
         if remaining:
             self.wakeup()
 
-    def _fail_waiters(self, error: FlushDiskTimeoutError) -> None:
+    def _fail_waiters(self, error: FlushDiskTimeoutError | StoreNotWritableError) -> None:
         waiters, self._waiters = self._waiters, []
         for _, waiter in waiters:
             if not waiter.done():

@@ -20,8 +20,10 @@ import msgpack
 
 from broker.schedule.delay_levels import clamp_level, deliver_at_ms, parse_delay_levels, queue_id_of
 from broker.store.checkpoint import read_checkpoint
+from broker.store.clean_service import CleanResult, CleanService
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable, is_valid_topic_name
+from broker.store.disk_guard import DiskGuard
 from broker.store.flush import CommitLogFlushService, flush_consume_queues
 from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields, payload_properties
 from broker.store.recovery import recover_store
@@ -89,6 +91,11 @@ class MessageStore:
             flush_interval_ms=config.flush_interval_ms, sync_flush_timeout_ms=config.sync_flush_timeout_ms)
         self._consume_queue_flush = PeriodicService(
             "consume-queue-flush", config.flush_consume_queue_interval_ms, self._flush_consume_queues)
+        self.disk_guard = DiskGuard(warning_ratio_percent=config.disk_space_warning_level_ratio,
+                                    min_free_bytes=config.commit_log_segment_bytes)
+        self._commit_log_flush.on_error = self.disk_guard.write_failed
+        self._clean = CleanService(config, self._commit_log, self._consume_queues, self.disk_guard,
+                                   safe_end=self._retention_safe_end, clock_ms=clock_ms)
         self._topic_queue_table: dict[tuple[str, int], int] = {}
         self._tags_cache: dict[str, int] = {}
         self._packer = msgpack.Packer(use_bin_type=True)
@@ -120,6 +127,8 @@ class MessageStore:
         await self._reput.start()
         await self._commit_log_flush.start()
         await self._consume_queue_flush.start()
+        await self._clean.check_disk()
+        await self._clean.start()
         self._running = True
 
     async def stop(self) -> None:
@@ -133,6 +142,7 @@ class MessageStore:
         if not self._running:
             return
         self._running = False
+        await self._clean.stop()
         await self._consume_queue_flush.stop()
         if not clean:
             self._reput.abandon()
@@ -150,6 +160,20 @@ class MessageStore:
             self._consume_queues, reput_offset=self._reput.reput_from_offset,
             commit_log_flushed_offset=self._commit_log_flush.flushed_offset,
             written_at_ms=self._clock_ms(), checkpoint_path=self._checkpoint_path)
+
+    def _retention_safe_end(self) -> int:
+        """Commit-log bytes before this are flushed and dispatched: retention may delete them."""
+        return min(self._commit_log_flush.flushed_offset, self._reput.reput_from_offset)
+
+    async def clean_now(self) -> CleanResult:
+        """Flush consume queues, sample the disk, run one retention round (tests and tools;
+        normally every `clean_resource_interval_ms`)."""
+        await self._flush_consume_queues()
+        return self._clean.clean(await self._clean.check_disk())
+
+    async def check_disk(self) -> None:
+        """Sample disk use now (tests; normally every `disk_check_interval_ms`)."""
+        await self._clean.check_disk()
 
     # put -------------------------------------------------------------------------------------
 
@@ -198,7 +222,11 @@ class MessageStore:
              origins: Sequence[tuple[int, str, int, int]] | None = None) -> PutMessageResult:
         commit_log = self._commit_log
         if not self._running:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, -1, [], commit_log.max_offset)
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, -1, [], commit_log.max_offset,
+                                    "the store is not running (starting or stopping)")
+        refusal = self.disk_guard.refusal
+        if refusal is not None:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, -1, [], commit_log.max_offset, refusal)
         max_bytes = self._config.max_message_bytes
         if not messages or queue_id < 0 or not is_valid_topic_name(topic):
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], commit_log.max_offset)
@@ -227,7 +255,11 @@ class MessageStore:
              fields[F_SYS_FLAG]) = origins[index]
             return encode(index, commit_log_offset)
 
-        written = commit_log.append_batch(len(messages), encode if origins is None else encode_with_origin)
+        try:
+            written = commit_log.append_batch(len(messages), encode if origins is None else encode_with_origin)
+        except OSError as exc:                   # ENOSPC/EIO creating a segment: nothing written
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, -1, [], commit_log.max_offset,
+                                    self.disk_guard.write_failed(exc, "creating a commit-log file"))
         if written is None:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], commit_log.max_offset)
         offsets, sizes = written

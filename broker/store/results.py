@@ -7,13 +7,14 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from protocol.errors import FlushDiskTimeout
+from protocol.errors import FlushDiskTimeout, ServiceNotAvailable
 
 
 class PutMessageStatus(enum.Enum):
     """RocketMQ `PutMessageStatus`. This store produces PUT_OK, MESSAGE_ILLEGAL (empty batch, bad
     topic or queue_id, a body over `max_message_bytes`, a record larger than a segment) and
-    SERVICE_NOT_AVAILABLE (not started or stopping); flush timeouts are raised by `wait_flushed`."""
+    SERVICE_NOT_AVAILABLE (not started or stopping, disk past its warning level, a failed write;
+    `remark` says which); flush timeouts are raised by `wait_flushed`."""
 
     PUT_OK = "PUT_OK"
     CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
@@ -34,6 +35,7 @@ class PutMessageResult:
     queue_offset: int
     commit_log_offsets: list[int]
     end_offset: int
+    remark: str = ""              # why, for SERVICE_NOT_AVAILABLE (disk full, write error, stopping)
 
     @property
     def ok(self) -> bool:
@@ -101,3 +103,8 @@ class FlushDiskTimeoutError(FlushDiskTimeout):
     def __init__(self, end_offset: int, reason: str) -> None:
         super().__init__(f"commit log not flushed to {end_offset}: {reason}")
         self.end_offset = end_offset
+
+
+class StoreNotWritableError(ServiceNotAvailable):
+    """The commit-log fsync covering a send failed (ENOSPC, EIO): the send is not acknowledged and
+    the store refuses sends until space is back. Carries SERVICE_NOT_AVAILABLE."""

@@ -10,6 +10,7 @@ which callers run in a thread (`flush_paths` says which files a byte range touch
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import mmap
 import os
@@ -35,11 +36,13 @@ class Segment:
 
     def __init__(self, path: Path, start_offset: int, size: int, *, preallocate: bool = False) -> None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        created = False
         try:
             actual = os.fstat(fd).st_size
             if actual not in (0, size):      # 0: created but not yet sized when the process died
                 raise ValueError(f"{path} has {actual} bytes, not the configured segment size {size}")
             if actual == 0:
+                created = True
                 os.ftruncate(fd, size)
                 if preallocate:
                     _preallocate(fd, size)
@@ -48,6 +51,11 @@ class Segment:
                 # writing the first page through the file instead costs microseconds.
                 os.pwrite(fd, bytes(min(size, _FIRST_PAGE_BYTES)), 0)
             self.mm = mmap.mmap(fd, size)      # dups the fd; ours is closed below
+        except OSError:
+            if created:                       # e.g. ENOSPC: leave no half-made file behind
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            raise
         finally:
             os.close(fd)
         self.path, self.start_offset, self.size = path, start_offset, size
@@ -67,6 +75,17 @@ class Segment:
                 view[position:end] = bytes(end - position)
             position = end
 
+    def try_close(self) -> bool:
+        """Unmap now, unless a caller still holds a slice of `view` (a pull response not yet
+        written): then nothing changes and False is returned (retention retries later)."""
+        self.view.release()
+        try:
+            self.mm.close()
+        except BufferError:
+            self.view = memoryview(self.mm)
+            return False
+        return True
+
     def close(self) -> None:
         """Unmap. If a caller still holds a slice of `view` (e.g. a pull response not yet written),
         the map cannot be closed now; it is then unmapped when the last slice is released."""
@@ -82,10 +101,14 @@ _FIRST_PAGE_BYTES = 4096
 
 def _preallocate(fd: int, size: int) -> None:
     """Reserve the file's blocks up front: a write fault into a sparse shared mapping allocates a
-    block each time (measured ~6x slower appends on ext4). Best effort."""
+    block each time (measured ~6x slower appends on ext4), and on a full disk that fault is a
+    SIGBUS, whereas this fails cleanly. Raises `OSError` for ENOSPC, EIO and the like; a file
+    system without fallocate is tolerated."""
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
         log.debug("posix_fallocate not supported here: %s", exc)
 
 
@@ -180,6 +203,18 @@ class MappedSegments:
             segment.close()
             with contextlib.suppress(FileNotFoundError):
                 segment.path.unlink()
+
+    def delete_first(self) -> bool:
+        """Delete the first segment (retention); False, keeping it, when a reader still holds a
+        slice of it. Raises `OSError` if the file cannot be removed (it is then unmapped and
+        forgotten all the same, as its data is gone for readers)."""
+        segment = self.segments[0]
+        if not segment.try_close():
+            return False
+        del self.segments[0]
+        del self._by_start[segment.start_offset]
+        segment.path.unlink(missing_ok=True)
+        return True
 
     def paths_between(self, from_offset: int, to_offset: int) -> list[Path]:
         """Files holding any byte of [from_offset, to_offset): what an fsync of that range covers."""

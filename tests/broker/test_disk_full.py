@@ -1,0 +1,135 @@
+"""A full disk (issue 12) on a real small file system: a tmpfs mounted for the test (needs root;
+skipped otherwise). Sends are refused with SERVICE_NOT_AVAILABLE and a remark saying why, nothing
+refused is stored, every acknowledged message can still be pulled, and sends resume by themselves
+once space is freed."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.broker import Broker
+from broker.disk import disk_usage
+from client.api import ClientAPI
+from protocol.errors import ServiceNotAvailable
+from protocol.model import PullStatus
+from tests.conftest import broker_config
+from tests.helpers import pull_header, send, wait_until
+
+KIB = 1024
+DISK_BYTES = 4 * 1024 * KIB
+SEGMENT_BYTES = 256 * KIB
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size_bytes: int) -> Iterator[Path]:
+    path.mkdir(parents=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(path: Path, leave_free_bytes: int) -> Path:
+    """A filler file taking all but about `leave_free_bytes` of the file system."""
+    filler = path / "filler"
+    free = disk_usage(path).free_bytes
+    with filler.open("wb") as out:
+        out.write(bytes(max(free - leave_free_bytes, 0)))
+    return filler
+
+
+def disk_broker(tmp_path: Path, disk: Path, **store_settings: object) -> Broker:
+    config = broker_config(tmp_path)
+    store = dataclasses.replace(config.store, path=disk / "store", commit_log_segment_bytes=SEGMENT_BYTES,
+                                consume_queue_segment_units=200,     # a 4000-byte file: no sparse page
+                                disk_check_interval_ms=50, **store_settings)   # type: ignore[arg-type]
+    return Broker(dataclasses.replace(config, store=store))
+
+
+async def pull_all(api: ClientAPI, address: str) -> list[bytes]:
+    bodies: list[bytes] = []
+    queue_offset = 0
+    while True:
+        result = await api.pull_message(address, pull_header(queue_offset=queue_offset, max_msg_nums=32),
+                                        timeout_ms=3_000)
+        if result.status is not PullStatus.FOUND:
+            return bodies
+        bodies += [m.body for m in result.messages]
+        queue_offset = result.next_begin_offset
+
+
+async def test_enospc_refuses_sends_with_the_reason_loses_nothing_and_resumes(tmp_path: Path,
+                                                                          client_api: ClientAPI) -> None:
+    with small_disk(tmp_path / "disk", DISK_BYTES) as disk:
+        async with disk_broker(tmp_path, disk, disk_space_warning_level_ratio=100) as broker:
+            acknowledged: list[bytes] = []
+            body = b"x" * (8 * KIB - 200)
+            await send(client_api, broker.address, "t", b"first")
+            acknowledged.append(b"first")
+            filler = fill(disk, leave_free_bytes=SEGMENT_BYTES // 2)   # no room for the next file
+            with pytest.raises(ServiceNotAvailable) as refused:
+                for index in range(200):
+                    payload = b"%04d" % index + body
+                    await send(client_api, broker.address, "t", payload)
+                    acknowledged.append(payload)
+            assert "ENOSPC" in refused.value.remark and "resume" in refused.value.remark
+            assert 0 < len(acknowledged) < 200
+            # pulls are still served, and every acknowledged message is there
+            assert await pull_all(client_api, broker.address) == acknowledged
+            with pytest.raises(ServiceNotAvailable):          # still refused: no space yet
+                await send(client_api, broker.address, "t", b"refused")
+            filler.unlink()
+            store = broker.store
+            assert store is not None
+            await wait_until(lambda: store.disk_guard.refusal is None, timeout_s=5)
+            await send(client_api, broker.address, "t", b"after")
+            assert await pull_all(client_api, broker.address) == [*acknowledged, b"after"]
+
+
+async def test_past_the_warning_level_sends_are_refused_and_resume_below_it(tmp_path: Path,
+                                                                        client_api: ClientAPI) -> None:
+    with small_disk(tmp_path / "disk", DISK_BYTES) as disk:
+        async with disk_broker(tmp_path, disk) as broker:      # disk_space_warning_level_ratio 90
+            await send(client_api, broker.address, "t", b"before")
+            store = broker.store
+            assert store is not None
+            filler = fill(disk, leave_free_bytes=DISK_BYTES // 20)       # 95 % used
+            await wait_until(lambda: store.disk_guard.refusal is not None, timeout_s=5)
+            with pytest.raises(ServiceNotAvailable, match="past disk_space_warning_level_ratio 90%"):
+                await send(client_api, broker.address, "t", b"refused")
+            assert await pull_all(client_api, broker.address) == [b"before"]
+            filler.unlink()
+            await wait_until(lambda: store.disk_guard.refusal is None, timeout_s=5)
+            await send(client_api, broker.address, "t", b"after")
+            assert await pull_all(client_api, broker.address) == [b"before", b"after"]
+
+
+async def test_past_disk_max_used_space_ratio_the_oldest_files_go_whatever_their_age(
+        tmp_path: Path, client_api: ClientAPI) -> None:
+    with small_disk(tmp_path / "disk", DISK_BYTES) as disk:
+        async with disk_broker(tmp_path, disk, disk_max_used_space_ratio=40,
+                               disk_space_warning_level_ratio=95) as broker:
+            store = broker.store
+            assert store is not None
+            body = b"y" * (8 * KIB - 200)
+            while disk_usage(disk).used_ratio < 0.5:                # files of a few seconds' age
+                await send(client_api, broker.address, "t", body)
+            files_before = sorted((disk / "store" / "commitlog").iterdir())
+            result = await store.clean_now()
+            assert result.commit_log_files > 0
+            assert disk_usage(disk).used_ratio < 0.4                # only as much as needed went
+            assert sorted((disk / "store" / "commitlog").iterdir()) == files_before[result.commit_log_files:]
+            assert store.get_min_offset("t", 0) > 0

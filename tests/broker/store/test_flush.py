@@ -11,7 +11,7 @@ import pytest
 import broker.store.flush as flush_module
 from broker.store.checkpoint import read_checkpoint
 from broker.store.message_store import MessageStore
-from broker.store.results import FlushDiskTimeoutError
+from broker.store.results import FlushDiskTimeoutError, PutMessageStatus, StoreNotWritableError
 from tests.broker.store.conftest import eventually, open_store, put, small_config
 
 
@@ -67,13 +67,21 @@ async def test_sync_flush_timeout_raises(tmp_path: Path, monkeypatch: pytest.Mon
         await store.stop()
 
 
-async def test_failed_fsync_fails_the_waiters(store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_failed_fsync_fails_the_waiters_and_refuses_sends_until_writable(
+        store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(paths: list[Path]) -> None:
         raise OSError(5, "I/O error")
 
     monkeypatch.setattr(flush_module, "fdatasync_paths", broken)
-    with pytest.raises(FlushDiskTimeoutError, match="fsync failed"):
+    with pytest.raises(StoreNotWritableError, match="fsync failed with EIO"):
         await asyncio.wait_for(send(store), timeout=5)
+    # then sends are refused, saying why, until a disk check finds the store writable again
+    refused = store.put_message(topic="t", queue_id=0, body=b"x", properties={}, flag=0, born_timestamp=1,
+                                born_host="10.0.0.2:1")
+    assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "EIO" in refused.remark
+    monkeypatch.undo()
+    await store.check_disk()
+    await asyncio.wait_for(send(store), timeout=5)
 
 
 async def test_async_flush_acknowledges_at_once_and_flushes_on_interval(tmp_path: Path) -> None:

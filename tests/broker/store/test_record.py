@@ -13,6 +13,7 @@ from broker.store.record import (
     decode_stored_fields,
     encode_record,
     payload_commit_log_offset,
+    payload_properties,
     record_size_at,
 )
 from protocol.message import encode_stored_message
@@ -69,3 +70,22 @@ def test_payloads_that_are_not_stored_messages_raise(payload: bytes) -> None:
 def test_decode_record_raises_on_garbage() -> None:
     with pytest.raises(RecordError):
         decode_record(b"\0\0\0\x20garbage-garbage-garbage-garbage")
+
+
+
+@pytest.mark.parametrize("body_bytes", [0, 100, 16 * 1024, 1 << 20])
+def test_payload_properties_reads_the_properties_of_any_size(body_bytes: int) -> None:
+    """Small payloads are unpacked whole; from 16 KiB on only the part before the body is read."""
+    properties = {"TAGS": "a", "amount": "12", "long": "x" * 2_000}
+    payload = encode_stored_message(
+        topic="t", queue_id=0, queue_offset=0, commit_log_offset=0, flag=0, sys_flag=0, born_timestamp=0,
+        born_host="127.0.0.1:1", store_timestamp=0, store_host="127.0.0.1:2", reconsume_times=0,
+        properties=properties, body=b"b" * body_bytes)
+    assert payload_properties(payload) == properties
+    assert payload_properties(memoryview(payload)) == properties
+
+
+@pytest.mark.parametrize("garbage", [b"", b"\xc1", b"\x93\x01\x02\x03", bytes([0x9D]) + bytes(13),
+                                     b"\xdc\x00\x0d" + bytes(40_000), b"\xdc\x00\x0d" + b"\xc1" * 40_000])
+def test_payload_properties_of_garbage_is_none(garbage: bytes) -> None:
+    assert payload_properties(garbage) is None

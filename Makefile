@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test check lint typecheck bench bench-peers replay demo clean
+.PHONY: install run test check lint typecheck bench bench-peers replay demo clean chaos fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,14 @@ bench-peers: $(STAMP)
 
 replay: $(STAMP)
 	$(BIN)/python -m bench.replay
+
+# 20 fault cycles (SIGKILL / SIGSTOP broker, kill consumers, clean restarts); CHAOS_ARGS="--seed N" replays
+chaos: $(STAMP)
+	$(BIN)/python -m chaos --cycles 20 $(CHAOS_ARGS)
+
+# >= 1,000,000 random and mutated frames from several connections, then serve, RSS and store checks
+fuzz: $(STAMP)
+	$(BIN)/python -m chaos.fuzz $(FUZZ_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python -m demo

@@ -14,7 +14,19 @@ import traceback
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from bench import client_consume, client_produce, filtered_pull, held, latency, pull, replay, retry, send, sql92
+from bench import (
+    client_consume,
+    client_produce,
+    filtered_pull,
+    held,
+    latency,
+    orderly_consume,
+    pull,
+    replay,
+    retry,
+    send,
+    sql92,
+)
 from bench.common import Options, run, wait_for_quiet
 from bench.report import BenchResult, format_table, write_result, write_summary
 
@@ -29,6 +41,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "replay": replay.replay_benchmark,
     "client_produce": client_produce.client_produce,
     "client_consume": client_consume.client_consume,
+    "orderly_consume": orderly_consume.orderly_consume,
     "retry": retry.retry,
     "sql92_eval": sql92.sql92_eval,
     "filtered_wake": sql92.filtered_wake,

@@ -174,43 +174,50 @@ class OrderlyConsumeService:
         if not self._lock_ok(pq):
             self._relock_later(pq, mq, RELOCK_DELAY_OUTSIDE_MS)
             return
-        lock, began_ms, batches = self.queue_lock(mq), now_ms(), 0
-        while True:
+        lock, batches = self.queue_lock(mq), 0
+        deadline_ms = now_ms() + self._max_continuously_ms
+        clustering, lock_max_live_ms = self._clustering, self._lock_max_live_ms
+        listener, is_async, batch_max_size = self._listener, self._is_async, self._batch_max_size
+        update_offset = self._update_offset
+        while True:                          # the per-message path: kept flat on purpose
             if pq.dropped:
                 self._active.discard(pq)
                 return
-            if not self._lock_ok(pq):
+            now = time.monotonic_ns() // 1_000_000
+            if clustering and (not pq.locked or now - pq.last_lock_at_ms > lock_max_live_ms):
                 self._relock_later(pq, mq, RELOCK_DELAY_INSIDE_MS)
                 return
-            if now_ms() - began_ms > self._max_continuously_ms:
+            if now > deadline_ms:
                 self._resume_later(pq, mq, RESUME_AFTER_YIELD_MS)
                 return
             async with lock:
                 if pq.dropped:
                     continue
-                messages = pq.take_messages(self._batch_max_size, now_ms=now_ms())
+                messages = pq.take_messages(batch_max_size, now_ms=now)
                 if not messages:
                     self._active.discard(pq)
                     return
                 context = ConsumeOrderlyContext(mq)
-                if self._is_async:
-                    status = await self._call_async(messages, context)
+                status: OrderlyListenerResult
+                if is_async:
+                    try:
+                        status = await cast(Awaitable[OrderlyListenerResult], listener(messages, context))
+                    except Exception:
+                        log.exception("orderly listener of %s failed on %d messages of %s", self._group,
+                                      len(messages), mq)
+                        status = None
                 else:
                     status = await self._call_in_thread(messages, context)
-                go_on = await self._process_result(pq, mq, messages, status, context)
-            if not go_on:
-                return
+                if status is SUCCESS and context.auto_commit:
+                    self.consumed_ok += len(messages)
+                    commit_offset = pq.commit()
+                    if commit_offset >= 0 and not pq.dropped:
+                        update_offset(mq, commit_offset)
+                elif not await self._process_result(pq, mq, messages, status, context):
+                    return
             batches += 1
             if batches % YIELD_EVERY_BATCHES == 0:
                 await asyncio.sleep(0)
-
-    async def _call_async(self, messages: list[MessageExt], context: ConsumeOrderlyContext) -> OrderlyListenerResult:
-        try:
-            return await cast(Awaitable[OrderlyListenerResult], self._listener(messages, context))
-        except Exception:
-            log.exception("orderly listener of %s failed on %d messages of %s", self._group, len(messages),
-                          context.message_queue)
-            return None
 
     def _call_sync(self, messages: list[MessageExt], context: ConsumeOrderlyContext) -> OrderlyListenerResult:
         try:

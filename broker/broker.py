@@ -17,6 +17,7 @@ from broker.lag_collector import BrokerStateCollector, LagCollector
 from broker.locks.lock_manager import LockManager
 from broker.longpoll.hold_service import HoldService
 from broker.metrics import BrokerMetrics
+from broker.namesrv_register import NamesrvRegistration
 from broker.offset.consumer_offset_manager import ConsumerOffsetManager
 from broker.persist import ConfigPersistService
 from broker.processors.admin import AdminProcessor
@@ -40,10 +41,13 @@ from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfigManager
 from conf.broker import BrokerConfig
+from conf.namesrv import parse_namesrv_addr
+from protocol.bodies import TopicConfigData
 from protocol.channel import Channel
 from protocol.clock import Clock, SystemClock
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
+from protocol.headers import RegisterBrokerRequestHeader
 from protocol.topics import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
@@ -87,6 +91,7 @@ class Broker:
         self.store: MessageStore | None = None
         self.hold_service: HoldService | None = None
         self.schedule: ScheduleService | None = None
+        self.registration: NamesrvRegistration | None = None
         self._server: RemotingServer | None = None
         self._persist = ConfigPersistService(config.store.path / "config",
                                              [self.topics, self.groups, self.offsets, self.delay_offsets],
@@ -159,6 +164,8 @@ class Broker:
                                           config.max_in_flight_per_connection)
             await self.connection_guard.start()
             await server.begin_serving()
+            if config.namesrv_addr:
+                await self._start_registration(config.namesrv_addr)
         except BaseException:
             await self.stop()
             raise
@@ -168,6 +175,10 @@ class Broker:
     async def stop(self) -> None:
         """Stop accepting, answer held pulls, let in-flight requests finish (bounded), close
         connections, persist state, flush and close the store. Safe to call more than once."""
+        if self.registration is not None:       # first: clients stop being routed here
+            self.topics.on_change = None
+            await self.registration.stop()
+            self.registration = None
         if self._server is not None:
             self._server.stop_accepting()
         if self.hold_service is not None:
@@ -219,6 +230,22 @@ class Broker:
 
     # -- wiring -----------------------------------------------------------------------------------
 
+    async def _start_registration(self, namesrv_addr: str) -> None:
+        """Register with the name servers now and every `register_name_server_period_ms`, and again
+        at once whenever a topic changes."""
+        config, topics = self.config, self.topics
+        header = RegisterBrokerRequestHeader(broker_name=config.broker_name, broker_addr=self.address,
+                                             cluster_name=config.cluster_name, broker_id=0)
+
+        def topic_configs() -> list[TopicConfigData]:
+            return [TopicConfigData(topic=t.topic, read_queue_nums=t.read_queue_nums,
+                                    write_queue_nums=t.write_queue_nums, perm=t.perm) for t in topics.topics()]
+        registration = NamesrvRegistration(parse_namesrv_addr(namesrv_addr), header, topic_configs,
+                                           config.register_name_server_period_ms)
+        self.registration = registration
+        topics.on_change = registration.wakeup
+        await registration.start()
+
     def _handlers(self, store: MessageStore, hold: HoldService) -> dict[int, Handler]:
         config = self.config
         send = SendMessageProcessor(store, self.topics, self.address, config.store.max_message_bytes,
@@ -251,6 +278,7 @@ class Broker:
             RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message_by_id,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
             RequestCode.GET_ROUTEINFO_BY_TOPIC: admin.get_route_info,
+            RequestCode.GET_BROKER_CLUSTER_INFO: admin.get_broker_cluster_info,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
             RequestCode.LOCK_BATCH_MQ: locks.lock_batch_mq,
             RequestCode.UNLOCK_BATCH_MQ: locks.unlock_batch_mq,

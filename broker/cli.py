@@ -20,6 +20,8 @@ import click
 from broker.store.check import check_store
 from conf import BrokerConfig, ConfigError, load
 from conf.broker import EventLoop
+from conf.namesrv import ENV_PREFIX as NAMESRV_ENV_PREFIX
+from conf.namesrv import parse_namesrv_addr
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +65,22 @@ def resolve_config(
     store_dir: Path | None,
     sets: Sequence[str],
     env: Mapping[str, str],
+    namesrv_addr: str | None = None,
 ) -> BrokerConfig:
     """The broker's config from, lowest first: defaults < `config_path` (or `conf/broker.toml` in the
     working directory when None and it exists) < `env` (`ROCKETQ_*`) < `sets` (`KEY=VALUE`) <
-    `listen_host` / `listen_port` / `store_dir` (None: not given). Raises `ConfigError`."""
+    `listen_host` / `listen_port` / `store_dir` / `namesrv_addr` (None: not given). The name
+    server's `ROCKETQ_NAMESRV__*` variables are not the broker's and are skipped. Raises `ConfigError`."""
     if config_path is None and DEFAULT_CONFIG_PATH.is_file():
         config_path = DEFAULT_CONFIG_PATH
+    env = {k: v for k, v in env.items() if not k.startswith(NAMESRV_ENV_PREFIX)}
     config = load(BrokerConfig, file=config_path, env=env, overrides=parse_sets(sets))
+    if namesrv_addr is not None:
+        config = replace(config, namesrv_addr=namesrv_addr)
+    try:
+        parse_namesrv_addr(config.namesrv_addr)
+    except ValueError as err:
+        raise ConfigError(str(err), key="namesrv_addr") from None
     if listen_host is not None:
         config = replace(config, listen_host=listen_host)
     if listen_port is not None:
@@ -126,27 +137,30 @@ def _force_exit(code: int) -> None:
     os._exit(code)
 
 
-def describe_start_failure(config: BrokerConfig, err: OSError) -> str:
-    """One line for an `OSError` from `Broker.start()`."""
+def describe_start_failure(config: BrokerConfig | Any, err: OSError, what: str = "broker") -> str:
+    """One line for an `OSError` from `start()` of a broker (or, with `what`, a name server);
+    `config` has `listen_host` and `listen_port`."""
     if err.filename == "metrics_port":
         return str(err.strerror)
     where = f"{config.listen_host}:{config.listen_port}"
     if err.errno == errno.EADDRINUSE:
         return (f"cannot listen on {where}: address already in use "
-                f"(another broker running? pick another --listen-port)")
+                f"(another {what} running? pick another --listen-port)")
     if err.errno == errno.EADDRNOTAVAIL:
         return f"cannot listen on {where}: {config.listen_host} is not an address of this machine"
-    return f"broker failed to start on {where}: {err.strerror or err}"
+    return f"{what} failed to start on {where}: {err.strerror or err}"
 
 
-async def serve(config: BrokerConfig, broker_factory: BrokerFactory,
-                force_exit: Callable[[int], None] = _force_exit) -> int:
-    """Start a broker and run it until SIGTERM or SIGINT, then stop it gracefully.
+async def serve_until_signalled(daemon: BrokerLike, describe_failure: Callable[[OSError], str],
+                                describe_started: Callable[[], str], name: str, stop_timeout_ms: int,
+                                force_exit: Callable[[int], None] = _force_exit) -> int:
+    """Start `daemon` (a broker or a name server) and run it until SIGTERM or SIGINT, then stop it
+    gracefully.
 
     Returns the exit code: 0 after a graceful stop; 1 when `start()` raises `OSError` (reported as
-    one line on stderr). Signal handlers are installed before `start()`, so a signal during recovery
-    stops the broker as soon as it is up; a second SIGINT calls `force_exit(1)` (default: log and
-    `os._exit(1)`). Handlers are removed before returning. Must run in the main thread."""
+    one line on stderr by `describe_failure`). Signal handlers are installed before `start()`, so a
+    signal during recovery stops it as soon as it is up; a second SIGINT calls `force_exit(1)`
+    (default: log and `os._exit(1)`). Handlers are removed before returning. Main thread only."""
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     signals = ShutdownSignals(stop_requested.set, force_exit)
@@ -154,22 +168,32 @@ async def serve(config: BrokerConfig, broker_factory: BrokerFactory,
     for signum in handled:
         loop.add_signal_handler(signum, signals.on_signal, signum)
     try:
-        broker = broker_factory(config)
         try:
-            await broker.start()
+            await daemon.start()
         except OSError as err:
-            click.echo(f"rocketq: {describe_start_failure(config, err)}", err=True)
+            click.echo(f"rocketq: {describe_failure(err)}", err=True)
             return 1
-        log.info("rocketq broker %s listening on %s (store %s, flush %s)", config.broker_name,
-                 broker.address, config.store.path, config.store.flush_disk_type)
+        log.info("%s", describe_started())
         await stop_requested.wait()
-        log.info("stopping broker %s (up to %d ms)", config.broker_name, config.graceful_shutdown_timeout_ms)
-        await broker.stop()
-        log.info("broker %s stopped", config.broker_name)
+        log.info("stopping %s (up to %d ms)", name, stop_timeout_ms)
+        await daemon.stop()
+        log.info("%s stopped", name)
         return 0
     finally:
         for signum in handled:
             loop.remove_signal_handler(signum)
+
+
+async def serve(config: BrokerConfig, broker_factory: BrokerFactory,
+                force_exit: Callable[[int], None] = _force_exit) -> int:
+    """Start a broker and run it until SIGTERM or SIGINT, then stop it gracefully (see
+    `serve_until_signalled`); logs `listening on HOST:PORT` once it accepts connections."""
+    broker = broker_factory(config)
+    return await serve_until_signalled(
+        broker, lambda err: describe_start_failure(config, err),
+        lambda: (f"rocketq broker {config.broker_name} listening on {broker.address} "
+                 f"(store {config.store.path}, flush {config.store.flush_disk_type})"),
+        f"broker {config.broker_name}", config.graceful_shutdown_timeout_ms, force_exit)
 
 
 def run_broker(config: BrokerConfig, loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> int:
@@ -217,6 +241,11 @@ def _start_options(command: _F) -> _F:
                  f"groups); created if missing, relative to the working directory. Overrides "
                  f"store.path. [default: from the config, {defaults.store.path}]"),
         click.option(
+            "--namesrv-addr", metavar="HOST:PORT[;HOST:PORT]",
+            help="Name servers to register with (every 30 s and on every topic change), so clients "
+                 "find this broker through them. Overrides namesrv_addr. [default: from the config, "
+                 "none: a lone broker]"),
+        click.option(
             "--set", "sets", metavar="KEY=VALUE", multiple=True,
             help="Set any config key by its dotted name, e.g. --set long_polling.enable=false or "
                  "--set store.flush_disk_type=ASYNC_FLUSH. Repeatable; overrides the environment "
@@ -228,9 +257,9 @@ def _start_options(command: _F) -> _F:
 
 
 def _start(config_path: Path | None, listen_host: str | None, listen_port: int | None,
-           store_dir: Path | None, sets: tuple[str, ...]) -> None:
+           store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...]) -> None:
     try:
-        config = resolve_config(config_path, listen_host, listen_port, store_dir, sets, os.environ)
+        config = resolve_config(config_path, listen_host, listen_port, store_dir, sets, os.environ, namesrv_addr)
         loop_factory = event_loop_factory(config.event_loop)
     except ConfigError as err:
         raise click.UsageError(str(err)) from None
@@ -250,17 +279,17 @@ def broker_group() -> None:
 @broker_group.command("start", epilog=_PRECEDENCE)
 @_start_options
 def start(config_path: Path | None, listen_host: str | None, listen_port: int | None,
-          store_dir: Path | None, sets: tuple[str, ...]) -> None:
+          store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...]) -> None:
     """Start a broker in the foreground and serve until stopped."""
-    _start(config_path, listen_host, listen_port, store_dir, sets)
+    _start(config_path, listen_host, listen_port, store_dir, namesrv_addr, sets)
 
 
 @click.command("mqbroker", context_settings=_CONTEXT_SETTINGS, epilog=_PRECEDENCE)
 @_start_options
 def mqbroker(config_path: Path | None, listen_host: str | None, listen_port: int | None,
-             store_dir: Path | None, sets: tuple[str, ...]) -> None:
+             store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...]) -> None:
     """Start a broker in the foreground (same as `rocketq broker start`)."""
-    _start(config_path, listen_host, listen_port, store_dir, sets)
+    _start(config_path, listen_host, listen_port, store_dir, namesrv_addr, sets)
 
 
 @main.group("store")

@@ -13,10 +13,12 @@ from enum import Enum
 from client.remoting.remoting_client import RemotingClient
 from protocol.bodies import (
     CheckClientRequestBody,
+    ClusterInfo,
     ConsumerListBody,
     HeartbeatData,
     LockBatchBody,
     LockBatchResponseBody,
+    TopicList,
     TopicRouteData,
     decode_body,
     encode_body,
@@ -258,6 +260,17 @@ class ClientAPI:
         header = CreateTopicRequestHeader(topic=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums,
                                           perm=perm)
         await self._call(address, request(RequestCode.UPDATE_AND_CREATE_TOPIC, header), timeout_ms)
+
+    async def get_broker_cluster_info(self, address: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> ClusterInfo:
+        """GET_BROKER_CLUSTER_INFO: a name server's brokers by name and cluster (a broker answers
+        with itself)."""
+        response = await self._call(address, request(RequestCode.GET_BROKER_CLUSTER_INFO), timeout_ms)
+        return decode_body(ClusterInfo, response.body_bytes())
+
+    async def get_all_topic_list(self, address: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[str]:
+        """GET_ALL_TOPIC_LIST_FROM_NAMESERVER: every topic a name server's live brokers serve."""
+        response = await self._call(address, request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), timeout_ms)
+        return decode_body(TopicList, response.body_bytes()).topic_list
 
     async def get_route_info(self, address: str, topic: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> TopicRouteData:
         response = await self._call(address, request(RequestCode.GET_ROUTEINFO_BY_TOPIC,

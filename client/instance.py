@@ -21,6 +21,7 @@ from client.remoting.remoting_client import RemotingClient
 from client.route import RouteTable, merge_routes
 from conf.client import ClientConfig
 from protocol.bodies import (
+    BrokerData,
     CheckClientRequestBody,
     ConsumerData,
     HeartbeatData,
@@ -31,11 +32,12 @@ from protocol.bodies import (
 from protocol.channel import Channel
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
-from protocol.errors import MQError, TopicNotExist
+from protocol.errors import MQError, RequestCodeNotSupported, TopicNotExist
 from protocol.model import ExpressionType
 from protocol.service import PeriodicService
 
 log = logging.getLogger(__name__)
+ROUTE_REFRESH_ON_ERROR_MIN_S = 1.0
 
 
 class MemberConsumer(Protocol):
@@ -103,6 +105,8 @@ class ClientInstance:
         self.api = ClientAPI(self.remoting)
         self.routes = RouteTable()
         self.consumers: dict[str, MemberConsumer] = {}
+        self.name_servers: set[str] = set()       # endpoints found not to be brokers (see `update_route`)
+        self._route_refreshed_at: dict[str, float] = {}
         self.producer_groups: set[str] = set()
         self.closed = False
         self._started = False
@@ -170,11 +174,14 @@ class ClientInstance:
         errors: list[MQError] = []
         for address in self.endpoints:
             try:
-                answers.append(await self.api.get_route_info(address, topic, self.config.request_timeout_ms))
+                answer = await self.api.get_route_info(address, topic, self.config.request_timeout_ms)
             except TopicNotExist:
                 continue
             except MQError as exc:
                 errors.append(exc)
+                continue
+            self._classify(address, answer)
+            answers.append(answer)
         if not answers:
             if errors and len(errors) == len(self.endpoints):
                 raise errors[-1]
@@ -182,6 +189,54 @@ class ClientInstance:
         route = merge_routes(answers)
         self.routes.update(topic, route)
         return route
+
+    def _classify(self, endpoint: str, route: TopicRouteData) -> None:
+        """An endpoint whose route answer does not list itself is a name server (a broker answers
+        for itself); one that does is a broker. A broker reached under another name than it
+        advertises is classed a name server too, which is harmless: it is then reached at the
+        address its route gives."""
+        if endpoint in {addr for broker in route.broker_datas for addr in broker.broker_addrs.values()}:
+            self.name_servers.discard(endpoint)
+        else:
+            self.name_servers.add(endpoint)
+
+    def broker_addresses(self) -> list[str]:
+        """Every broker to heartbeat, check subscriptions with and unregister from: the endpoints
+        that are not name servers and every broker of every known route."""
+        return sorted((set(self.endpoints) - self.name_servers) | self.routes.broker_addresses())
+
+    def route_failed(self, topic: str) -> None:
+        """A send or pull on `topic` failed: fetch its route again now (at most once a second per
+        topic, in the background), so a broker that left is dropped without waiting for the poll."""
+        now = time.monotonic()
+        if now - self._route_refreshed_at.get(topic, 0.0) < ROUTE_REFRESH_ON_ERROR_MIN_S or self.closed:
+            return
+        self._route_refreshed_at[topic] = now
+
+        async def refresh() -> None:
+            try:
+                await self.update_route(topic)
+            except MQError as exc:
+                log.info("route refresh of %s after an error failed: %s", topic, exc)
+        task = asyncio.get_running_loop().create_task(refresh())
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    async def cluster_brokers(self) -> list[BrokerData]:
+        """Every broker the endpoints know (GET_BROKER_CLUSTER_INFO: a name server lists its
+        cluster, a broker itself), added to the route table's addresses; [] when none answers."""
+        brokers: dict[str, BrokerData] = {}
+        for address in self.endpoints:
+            try:
+                info = await self.api.get_broker_cluster_info(address, self.config.request_timeout_ms)
+            except MQError as exc:
+                log.debug("cluster info from %s failed: %s", address, exc)
+                continue
+            for name, data in info.broker_addr_table.items():
+                brokers.setdefault(name, data)
+        result = [brokers[name] for name in sorted(brokers)]
+        self.routes.add_brokers(result)
+        return result
 
     async def refresh_routes(self) -> None:
         topics = set(self.routes.topics())
@@ -204,9 +259,11 @@ class ClientInstance:
         data = self.heartbeat_data()
         if not data.consumer_data_set and not data.producer_data_set:
             return
-        for address in sorted(set(self.endpoints) | self.routes.broker_addresses()):
+        for address in self.broker_addresses():
             try:
                 await self.api.send_heartbeat(address, data, self.config.request_timeout_ms)
+            except RequestCodeNotSupported:
+                self.name_servers.add(address)
             except MQError as exc:
                 log.info("heartbeat to %s failed: %s", address, exc)
 
@@ -219,8 +276,11 @@ class ClientInstance:
             if sub.expression_type == ExpressionType.TAG:
                 continue
             body = CheckClientRequestBody(client_id=self.client_id, group=consumer_group, subscription_data=sub)
-            for address in sorted(set(self.endpoints) | self.routes.broker_addresses()):
-                await self.api.check_client_config(address, body, self.config.request_timeout_ms)
+            for address in self.broker_addresses():
+                try:
+                    await self.api.check_client_config(address, body, self.config.request_timeout_ms)
+                except RequestCodeNotSupported:
+                    self.name_servers.add(address)
 
     async def persist_all_offsets(self) -> None:
         for consumer in list(self.consumers.values()):

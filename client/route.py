@@ -42,6 +42,11 @@ class RouteTable:
             self._brokers[broker.broker_name] = dict(broker.broker_addrs)
         return changed
 
+    def add_brokers(self, brokers: Sequence[BrokerData]) -> None:
+        """Learn broker addresses without a topic route (from GET_BROKER_CLUSTER_INFO)."""
+        for broker in brokers:
+            self._brokers.setdefault(broker.broker_name, dict(broker.broker_addrs))
+
     def topics(self) -> list[str]:
         return list(self._routes)
 

@@ -23,6 +23,8 @@ class BrokerConfig:
     listen_port: int = 10911
     broker_name: str = "broker-a"
     cluster_name: str = "DefaultCluster"
+    namesrv_addr: str = ""                        # "host:port;host:port": name servers to register with
+    register_name_server_period_ms: int = 30_000  # registerNameServerPeriod (RocketMQ clamps to 10-60 s)
     graceful_shutdown_timeout_ms: int = 5_000
     max_frame_bytes: int = 16 * 1024 * 1024
     max_in_flight_per_connection: int = 4096      # past it the broker stops reading that connection

@@ -95,6 +95,39 @@ class BrokerData:
 
 
 @body
+class TopicConfigData:
+    """One topic as a broker registers it with the name servers."""
+
+    topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+
+
+@body
+class RegisterBrokerBody:
+    """REGISTER_BROKER: every topic the broker serves (all of them, each time: the name server
+    replaces what it knew of this broker)."""
+
+    topic_configs: list[TopicConfigData] = field(default_factory=list)
+
+
+@body
+class ClusterInfo:
+    """GET_BROKER_CLUSTER_INFO: brokers by name and broker names by cluster."""
+
+    broker_addr_table: dict[str, BrokerData] = field(default_factory=dict)
+    cluster_addr_table: dict[str, list[str]] = field(default_factory=dict)
+
+
+@body
+class TopicList:
+    """GET_ALL_TOPIC_LIST_FROM_NAMESERVER: every topic some live broker registered, sorted."""
+
+    topic_list: list[str] = field(default_factory=list)
+
+
+@body
 class TopicRouteData:
     queue_datas: list[QueueData]
     broker_datas: list[BrokerData]

@@ -196,3 +196,14 @@ class CreateSubscriptionGroupRequestHeader(Header):
 class GetConsumeStatsRequestHeader(Header):
     consumer_group: str
     topic: str | None = None
+
+
+@header
+class RegisterBrokerRequestHeader(Header):
+    """REGISTER_BROKER / UNREGISTER_BROKER: who the broker is; REGISTER's body is a
+    `RegisterBrokerBody` with its topic configs."""
+
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int = 0

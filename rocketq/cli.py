@@ -1,5 +1,5 @@
 """`rocketq`: one click group over every command family. `broker.cli.main` holds `broker ...`; this
-adds `admin ...` (and, later, `namesrv ...`) without making `broker` import `client`."""
+adds `admin ...` and `namesrv ...` without making `broker` import `client`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import click
 
 from admin.cli import admin_group, register_commands
 from broker.cli import main as broker_main
+from namesrv.cli import namesrv_group
 
 main: click.Group = broker_main
 register_commands()
 main.add_command(admin_group)
+main.add_command(namesrv_group)

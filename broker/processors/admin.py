@@ -7,7 +7,7 @@ from broker.remoting.context import RequestContext
 from broker.store.message_store import MessageStore
 from broker.topics.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfig, TopicConfigManager
-from protocol.bodies import BrokerData, QueueData, TopicRouteData, encode_body
+from protocol.bodies import BrokerData, ClusterInfo, QueueData, TopicRouteData, encode_body
 from protocol.command import RemotingCommand
 from protocol.errors import QueryNotFound, SystemError_
 from protocol.headers import (
@@ -86,6 +86,15 @@ class AdminProcessor:
             broker_datas=[BrokerData(cluster=self._cluster_name, broker_name=self._broker_name,
                                      broker_addrs={0: self._address})])
         return request.response(body=encode_body(route))
+
+    async def get_broker_cluster_info(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CLUSTER_INFO answered for this broker alone (a name server answers for its
+        whole cluster), so clients find brokers the same way with or without name servers."""
+        broker = BrokerData(cluster=self._cluster_name, broker_name=self._broker_name,
+                            broker_addrs={0: self._address})
+        info = ClusterInfo(broker_addr_table={self._broker_name: broker},
+                           cluster_addr_table={self._cluster_name: [self._broker_name]})
+        return request.response(body=encode_body(info))
 
     async def update_and_create_subscription_group(self, ctx: RequestContext,
                                                    request: RemotingCommand) -> RemotingCommand:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -36,7 +37,14 @@ class TopicConfigManager(DirtyState):
         self._topics: dict[str, TopicConfig] = {}
         self._auto_create = auto_create_topic
         self._default_queue_nums = default_queue_nums
+        self.on_change: Callable[[], None] | None = None    # e.g. register with the name servers now
         super().__init__()
+
+    def touch(self) -> None:
+        """A topic was created, changed or deleted: persist it, and tell `on_change`."""
+        super().touch()
+        if self.on_change is not None:
+            self.on_change()
 
     def get(self, topic: str) -> TopicConfig | None:
         return self._topics.get(topic)

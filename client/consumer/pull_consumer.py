@@ -243,7 +243,7 @@ class PullConsumer:
         run.rebalancer.process_queues.clear()
         if run.registered:
             instance = run.instance
-            for address in sorted(set(instance.endpoints) | instance.routes.broker_addresses()):
+            for address in instance.broker_addresses():
                 try:
                     await instance.api.unregister_client(address, instance.client_id,
                                                          consumer_group=self.consumer_group, timeout_ms=1_000)

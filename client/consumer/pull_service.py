@@ -126,10 +126,12 @@ class PullService:
                  consume_service: ConsumeService,
                  subscription_of: Callable[[str], TopicSubscription | None],
                  remove_queue: Callable[[MessageQueue], Awaitable[None]],
-                 paused: Callable[[], bool], *, orderly: bool = False) -> None:
+                 paused: Callable[[], bool], *, orderly: bool = False,
+                 route_failed: Callable[[str], None] | None = None) -> None:
         self._api, self._address_of, self._group = api, address_of, consumer_group
         self._retry_topic = retry_topic(consumer_group)
         self._orderly = orderly
+        self._route_failed = route_failed          # a pull error asks for a fresh route of the topic
         self._needs_lock = orderly and message_model is MessageModel.CLUSTERING
         self._options, self._model = options, message_model
         self._offsets, self._consume = offset_store, consume_service
@@ -203,6 +205,8 @@ class PullService:
             except MQError as exc:
                 log.info("pull of %s failed: %s; retrying in %d ms", mq, exc,
                          options.pull_time_delay_when_exception_ms)
+                if self._route_failed is not None:
+                    self._route_failed(mq.topic)
                 await asyncio.sleep(options.pull_time_delay_when_exception_ms / 1000)
                 continue
             if pq.dropped:

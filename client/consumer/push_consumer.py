@@ -201,7 +201,7 @@ class PushConsumer:
                 consume_timeout_ms=consume_timeout_ms)
         self._pulls = PullService(instance.api, address_of, self.consumer_group, self.options, self.message_model,
                                   self._offsets, self._consume, self._subscriptions.get, self._remove_queue,
-                                  lambda: self._paused, orderly=self._orderly)
+                                  lambda: self._paused, orderly=self._orderly, route_failed=instance.route_failed)
         timestamp_ms = (parse_consume_timestamp(self.options.consume_timestamp) if self.options.consume_timestamp
                         else int(time.time() * 1000) - 30 * 60 * 1000)
         self._rebalancer = Rebalancer(
@@ -264,7 +264,7 @@ class PushConsumer:
         for pq in self._rebalancer.process_queues.values():
             pq.dropped = True
         self._rebalancer.process_queues.clear()
-        for address in sorted(set(instance.endpoints) | instance.routes.broker_addresses()):
+        for address in instance.broker_addresses():
             try:
                 await instance.api.unregister_client(address, instance.client_id,
                                                      consumer_group=self.consumer_group, timeout_ms=1_000)

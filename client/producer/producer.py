@@ -6,13 +6,14 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any
 
 from client.api import SendResult
 from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance, local_ip, parse_endpoints
+from client.producer.latency_fault import LatencyFaultTolerance, select_queue
 from client.producer.selector import MessageQueueSelector
 from client.producer.uniq_id import UniqIdGenerator
 from conf.client import ClientConfig
@@ -36,7 +37,7 @@ class Producer:
     def __init__(self, producer_group: str, endpoints: str | Sequence[str], *,
                  retry_times_when_send_failed: int = 2, send_msg_timeout_ms: int = 3_000,
                  default_topic_queue_nums: int = 4, max_message_bytes: int = 4 * 1024 * 1024,
-                 client_config: ClientConfig | None = None) -> None:
+                 send_latency_fault_enable: bool = False, client_config: ClientConfig | None = None) -> None:
         remark = check_group(producer_group)
         if remark is not None:
             raise ValueError(remark)
@@ -49,6 +50,8 @@ class Producer:
         self.client_config = client_config or ClientConfig()
         self._instance: ClientInstance | None = None
         self._round_robin = itertools.count()
+        self.send_latency_fault_enable = send_latency_fault_enable
+        self._faults = LatencyFaultTolerance() if send_latency_fault_enable else None
         self._uniq = UniqIdGenerator(local_ip())
 
     async def start(self) -> None:
@@ -66,7 +69,7 @@ class Producer:
         if instance is None:
             return
         instance.producer_groups.discard(self.producer_group)
-        for address in set(instance.endpoints) | instance.routes.broker_addresses():
+        for address in instance.broker_addresses():
             try:
                 await instance.api.unregister_client(address, instance.client_id,
                                                      producer_group=self.producer_group, timeout_ms=1_000)
@@ -90,8 +93,10 @@ class Producer:
         return self._instance
 
     async def _publish_queues(self, topic: str) -> list[MessageQueue]:
-        """The topic's write queues; for a topic no broker knows yet, the first endpoint's default
-        queues (the broker creates the topic on the first send when `auto_create_topic` is on)."""
+        """The topic's write queues; for a topic no broker knows yet, `default_topic_queue_nums`
+        queues on every broker the endpoints know (GET_BROKER_CLUSTER_INFO: a broker creates the
+        topic on the first send when `auto_create_topic` is on; RocketMQ's TBW102 route does the
+        same), else on the first endpoint."""
         instance = self._require_instance()
         queues = instance.routes.publish_queues(topic)
         if queues:
@@ -100,7 +105,9 @@ class Producer:
         queues = instance.routes.publish_queues(topic)
         if queues:
             return queues
-        return [MessageQueue(topic, "", i) for i in range(self.default_topic_queue_nums)]
+        brokers = await instance.cluster_brokers()
+        names = [broker.broker_name for broker in brokers] or [""]
+        return [MessageQueue(topic, name, i) for name in names for i in range(self.default_topic_queue_nums)]
 
     def _address_of(self, mq: MessageQueue) -> str:
         instance = self._require_instance()
@@ -127,19 +134,40 @@ class Producer:
         if queue is not None or selector is not None:
             target = queue if queue is not None else selector.select(queues, message, arg)  # type: ignore[union-attr]
             return await self._send_to(target, message, properties)
+        return await self._with_retries(message.topic, queues, lambda mq: self._send_to(mq, message, properties))
+
+    async def _with_retries(self, topic: str, queues: list[MessageQueue],
+                            attempt: Callable[[MessageQueue], Awaitable[SendResult]],
+                            fixed: MessageQueue | None = None) -> SendResult:
+        """Up to 1 + `retry_times_when_send_failed` attempts (1 with a `fixed` queue), each on the
+        queue `select_queue` picks: round-robin, never the broker that just failed when there is
+        another, avoiding slow or failed brokers with `send_latency_fault_enable`. A failure asks
+        the client for a fresh route. Raises the last error."""
+        instance = self._require_instance()
         last_error: MQError | None = None
-        for attempt in range(1 + self.retry_times_when_send_failed):
-            target = queues[next(self._round_robin) % len(queues)]
+        failed_broker: str | None = None
+        for attempt_no in range(1 if fixed is not None else 1 + self.retry_times_when_send_failed):
+            started = time.monotonic_ns() // 1_000_000
+            target = fixed or select_queue(queues, next(self._round_robin), failed_broker, self._faults, started)
             try:
-                return await self._send_to(target, message, properties)
+                result = await attempt(target)
             except (ConnectionClosed, RequestTimeout) as exc:
                 last_error = exc
             except ResponseError as exc:
                 if exc.code not in _RETRY_CODES:
                     raise
                 last_error = exc
-            log.info("send to %s failed (attempt %d): %s", target, attempt + 1, last_error)
-            queues = await self._publish_queues(message.topic)
+            else:
+                if self._faults is not None:
+                    now = time.monotonic_ns() // 1_000_000
+                    self._faults.update(target.broker_name, now - started, now)
+                return result
+            if self._faults is not None:
+                self._faults.update(target.broker_name, 0, time.monotonic_ns() // 1_000_000, isolation=True)
+            failed_broker = target.broker_name
+            log.info("send to %s failed (attempt %d): %s", target, attempt_no + 1, last_error)
+            instance.route_failed(topic)
+            queues = await self._publish_queues(topic)
         assert last_error is not None
         raise last_error
 
@@ -174,24 +202,12 @@ class Producer:
         body = encode_batch_body(messages)
         instance = self._require_instance()
         queues = await self._publish_queues(topic)
-        last_error: MQError | None = None
-        for _ in range(1 + (0 if queue is not None else self.retry_times_when_send_failed)):
-            target = queue or queues[next(self._round_robin) % len(queues)]
+
+        async def attempt(target: MessageQueue) -> SendResult:
             header = SendBatchMessageRequestHeader(producer_group=self.producer_group, topic=topic,
                                                    queue_id=target.queue_id,
                                                    born_timestamp=time.time_ns() // 1_000_000)
-            try:
-                result = await instance.api.send_batch(self._address_of(target), header, body,
-                                                       self.send_msg_timeout_ms)
-            except (ConnectionClosed, RequestTimeout) as exc:
-                last_error = exc
-                continue
-            except ResponseError as exc:
-                if exc.code not in _RETRY_CODES:
-                    raise
-                last_error = exc
-                continue
+            result = await instance.api.send_batch(self._address_of(target), header, body, self.send_msg_timeout_ms)
             return SendResult(result.status, result.msg_id, result.queue_id, result.queue_offset, topic=topic,
                               broker_name=target.broker_name, msg_ids=result.msg_ids, uniq_keys=tuple(uniq_keys))
-        assert last_error is not None
-        raise last_error
+        return await self._with_retries(topic, queues, attempt, fixed=queue)

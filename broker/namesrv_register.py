@@ -1,0 +1,77 @@
+"""`NamesrvRegistration`: the broker's side of the name servers (RocketMQ `BrokerOuterAPI`,
+REFERENCE.md §15). Registers with every name server of `namesrv_addr` at start, every
+`register_name_server_period_ms` after, and at once when a topic is created, changed or deleted
+(`wakeup`); unregisters at a clean stop. A name server that is down is retried on the next round
+(a warning when it goes down, an info line when it is back); the broker serves regardless."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from protocol.bodies import RegisterBrokerBody, TopicConfigData, encode_body
+from protocol.codes import RequestCode
+from protocol.command import request
+from protocol.errors import MQError, error_for
+from protocol.headers import RegisterBrokerRequestHeader
+from protocol.remoting_client import RemotingClient
+from protocol.service import Service
+
+log = logging.getLogger(__name__)
+REQUEST_TIMEOUT_MS = 3_000
+UNREGISTER_TIMEOUT_MS = 1_000
+
+
+class NamesrvRegistration(Service):
+    name = "namesrv-registration"
+
+    def __init__(self, namesrv_addrs: Sequence[str], header: RegisterBrokerRequestHeader,
+                 topic_configs: Callable[[], list[TopicConfigData]], period_ms: int) -> None:
+        super().__init__()
+        self._addrs, self._header, self._topic_configs = list(namesrv_addrs), header, topic_configs
+        self._period_ms = period_ms
+        self._remoting = RemotingClient(connect_timeout_ms=REQUEST_TIMEOUT_MS)
+        self._down: set[str] = set()
+        self.registrations = 0
+
+    async def run(self) -> None:
+        while True:
+            await self.register_all()
+            if not await self.wait(self._period_ms):
+                return
+
+    async def register_all(self) -> None:
+        """REGISTER_BROKER with every name server, in parallel, with every topic config."""
+        body = encode_body(RegisterBrokerBody(topic_configs=self._topic_configs()))
+        await asyncio.gather(*(self._register(addr, body) for addr in self._addrs))
+        self.registrations += 1
+
+    async def _register(self, addr: str, body: bytes) -> None:
+        try:
+            response = await self._remoting.invoke(addr, request(RequestCode.REGISTER_BROKER, self._header, body),
+                                                   REQUEST_TIMEOUT_MS)
+            if response.code != 0:
+                raise error_for(response.code, response.remark)
+        except MQError as exc:
+            if addr not in self._down:
+                log.warning("cannot register with name server %s: %s (retrying every %d ms)", addr, exc,
+                            self._period_ms)
+                self._down.add(addr)
+            return
+        if addr in self._down:
+            log.info("registered with name server %s again", addr)
+            self._down.discard(addr)
+
+    async def stop(self) -> None:
+        """Stop re-registering, UNREGISTER_BROKER from every name server (bounded), close."""
+        await super().stop()
+
+        async def unregister(addr: str) -> None:
+            try:
+                await self._remoting.invoke(addr, request(RequestCode.UNREGISTER_BROKER, self._header),
+                                            UNREGISTER_TIMEOUT_MS)
+            except MQError as exc:
+                log.info("could not unregister from name server %s: %s", addr, exc)
+        await asyncio.gather(*(unregister(addr) for addr in self._addrs))
+        await self._remoting.close()

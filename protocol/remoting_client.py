@@ -1,0 +1,110 @@
+"""`RemotingClient`: one channel per address, opened on demand and reopened after a drop. Used by
+clients (to brokers and name servers), and by brokers (to name servers).
+
+Inbound requests from the peer (NOTIFY_CONSUMER_IDS_CHANGED) go to the handler registered for their
+code. Everything runs on the caller's event loop; like `channel.py`, this is one of protocol's few
+asyncio modules."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from protocol.channel import Channel, connect
+from protocol.command import RemotingCommand
+from protocol.errors import ConnectionClosed
+
+log = logging.getLogger(__name__)
+InboundHandler = Callable[[Channel, RemotingCommand], None]
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"address {address!r} is not host:port")
+    return host, int(port)
+
+
+class RemotingClient:
+    def __init__(self, *, connect_timeout_ms: int = 3_000, max_frame_bytes: int = 64 * 1024 * 1024) -> None:
+        self._channels: dict[str, Channel] = {}
+        self._connecting: dict[str, asyncio.Future[Channel]] = {}
+        self._handlers: dict[int, InboundHandler] = {}
+        self._connect_timeout_ms = connect_timeout_ms
+        self._max_frame_bytes = max_frame_bytes
+        self._closed = False
+        self._ever_connected: set[str] = set()
+        self.on_disconnect: Callable[[str], None] | None = None
+        self.on_reconnect: Callable[[str], None] | None = None   # a new channel to a known address
+
+    def register_handler(self, code: int, handler: InboundHandler) -> None:
+        self._handlers[code] = handler
+
+    def _on_request(self, channel: Channel, cmd: RemotingCommand) -> None:
+        handler = self._handlers.get(cmd.code)
+        if handler is None:
+            log.debug("no handler for broker request code %d from %s", cmd.code, channel)
+            return
+        handler(channel, cmd)
+
+    async def channel(self, address: str) -> Channel:
+        """The open channel to `address`, connecting if needed; raises `ConnectionClosed`."""
+        if self._closed:
+            raise ConnectionClosed(address, "client is shut down")
+        channel = self._channels.get(address)
+        if channel is not None and not channel.closed:
+            return channel
+        pending = self._connecting.get(address)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Channel] = asyncio.get_running_loop().create_future()
+        self._connecting[address] = future
+        try:
+            host, port = split_address(address)
+            channel = await connect(host, port, on_request=self._on_request, on_close=self._closed_channel,
+                                    max_frame_bytes=self._max_frame_bytes, timeout_ms=self._connect_timeout_ms)
+            channel.attributes["address"] = address
+            self._channels[address] = channel
+            future.set_result(channel)
+            if address in self._ever_connected and self.on_reconnect is not None:
+                self.on_reconnect(address)
+            self._ever_connected.add(address)
+            return channel
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()   # mark retrieved: waiters re-raise it
+            raise
+        finally:
+            del self._connecting[address]
+
+    def _closed_channel(self, channel: Channel) -> None:
+        address = channel.attributes.get("address")
+        if address is not None and self._channels.get(address) is channel:
+            del self._channels[address]
+            if self.on_disconnect is not None and not self._closed:
+                self.on_disconnect(address)
+
+    async def invoke(self, address: str, cmd: RemotingCommand, timeout_ms: int) -> RemotingCommand:
+        channel = await self.channel(address)
+        return await channel.invoke(cmd, timeout_ms)
+
+    async def invoke_oneway(self, address: str, cmd: RemotingCommand) -> None:
+        channel = await self.channel(address)
+        channel.invoke_oneway(cmd)
+
+    def connected_addresses(self) -> list[str]:
+        return [a for a, ch in self._channels.items() if not ch.closed]
+
+    async def close(self) -> None:
+        self._closed = True
+        channels = list(self._channels.values())
+        self._channels.clear()
+        for channel in channels:
+            channel.close()
+        for channel in channels:
+            try:
+                async with asyncio.timeout(2):
+                    await channel.wait_closed()
+            except TimeoutError:
+                log.warning("channel %s did not close within 2 s", channel)

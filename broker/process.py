@@ -38,7 +38,7 @@ def cli_command() -> list[str]:
 
 
 class BrokerSubprocess:
-    def __init__(self, store_dir: Path, *, settings: Mapping[str, str] | None = None,
+    def __init__(self, store_dir: Path | None, *, settings: Mapping[str, str] | None = None,
                  command: Sequence[str] | None = None, cwd: Path | None = None,
                  preexec_fn: Callable[[], None] | None = None, keep_lines: int = 200, listen_port: int = 0) -> None:
         self.store_dir = store_dir
@@ -72,7 +72,9 @@ class BrokerSubprocess:
     async def start(self) -> None:
         """Spawn the broker and return once it logged its address; raises `RuntimeError` (with the
         log tail) when it exits first or stays silent for `START_TIMEOUT_S`."""
-        args = [*self._command, "--listen-port", str(self.listen_port), "--store-dir", str(self.store_dir)]
+        args = [*self._command, "--listen-port", str(self.listen_port)]
+        if self.store_dir is not None:        # None: a name server (`python -m namesrv`), which has no store
+            args += ["--store-dir", str(self.store_dir)]
         for key, value in {"metrics_port": "0", **self._settings}.items():
             args += ["--set", f"{key}={value}"]
         self._process = await asyncio.create_subprocess_exec(

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test check lint typecheck bench bench-peers replay demo clean chaos fuzz
+.PHONY: install run test check lint typecheck bench bench-peers replay demo clean chaos fuzz cluster
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,18 @@ bench-peers: $(STAMP)
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq redis-server; fi; }
 	$(BIN)/python -m bench.peers
 
+# A name server (127.0.0.1:9876) and two brokers (broker-a :10911, broker-b :10921) in the
+# foreground, stores under ./store-cluster; Ctrl-C stops all three gracefully.
+cluster: $(STAMP)
+	@echo "name server 127.0.0.1:9876; broker-a 127.0.0.1:10911 (metrics :5557); broker-b 127.0.0.1:10921 (metrics :5558); Ctrl-C stops all"
+	@trap 'wait' INT; trap 'kill -TERM $$ns $$a $$b 2>/dev/null; wait' TERM; \
+	$(BIN)/rocketq namesrv start --config conf/namesrv.toml & ns=$$!; \
+	$(BIN)/rocketq broker start --config conf/broker.toml --listen-port 10911 --store-dir ./store-cluster/broker-a \
+	  --namesrv-addr 127.0.0.1:9876 --set broker_name=broker-a & a=$$!; \
+	$(BIN)/rocketq broker start --config conf/broker.toml --listen-port 10921 --store-dir ./store-cluster/broker-b \
+	  --namesrv-addr 127.0.0.1:9876 --set broker_name=broker-b --set metrics_port=5558 & b=$$!; \
+	wait
+
 replay: $(STAMP)
 	$(BIN)/python -m bench.replay
 
@@ -53,4 +65,4 @@ demo: $(STAMP)
 	$(BIN)/python -m demo
 
 clean:
-	rm -rf $(VENV) store bench/results .pytest_cache .mypy_cache
+	rm -rf $(VENV) store store-cluster bench/results .pytest_cache .mypy_cache

@@ -1,8 +1,9 @@
 """`NamesrvRegistration`: the broker's side of the name servers (RocketMQ `BrokerOuterAPI`,
 REFERENCE.md §15). Registers with every name server of `namesrv_addr` at start, every
 `register_name_server_period_ms` after, and at once when a topic is created, changed or deleted
-(`wakeup`); unregisters at a clean stop. A name server that is down is retried on the next round
-(a warning when it goes down, an info line when it is back); the broker serves regardless."""
+(`wakeup`); unregisters at a clean stop. A name server that does not answer is tried again every
+second until it does (a warning when it goes down, an info line when it is back), so brokers and
+name servers can start in any order; the broker serves regardless."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from protocol.service import Service
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_MS = 3_000
 UNREGISTER_TIMEOUT_MS = 1_000
+DOWN_RETRY_MS = 1_000          # a name server that did not answer is tried again this soon
 
 
 class NamesrvRegistration(Service):
@@ -38,7 +40,7 @@ class NamesrvRegistration(Service):
     async def run(self) -> None:
         while True:
             await self.register_all()
-            if not await self.wait(self._period_ms):
+            if not await self.wait(min(self._period_ms, DOWN_RETRY_MS) if self._down else self._period_ms):
                 return
 
     async def register_all(self) -> None:
@@ -56,7 +58,7 @@ class NamesrvRegistration(Service):
         except MQError as exc:
             if addr not in self._down:
                 log.warning("cannot register with name server %s: %s (retrying every %d ms)", addr, exc,
-                            self._period_ms)
+                            min(self._period_ms, DOWN_RETRY_MS))
                 self._down.add(addr)
             return
         if addr in self._down:

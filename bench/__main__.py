@@ -17,6 +17,7 @@ from typing import Any
 from bench import (
     client_consume,
     client_produce,
+    cluster,
     filtered_pull,
     held,
     latency,
@@ -43,6 +44,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "client_consume": client_consume.client_consume,
     "orderly_consume": orderly_consume.orderly_consume,
     "retry": retry.retry,
+    "cluster": cluster.cluster,
     "sql92_eval": sql92.sql92_eval,
     "filtered_wake": sql92.filtered_wake,
     "filtered_pull": filtered_pull.filtered_pull,

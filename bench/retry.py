@@ -3,7 +3,8 @@ the copy in the schedule topic, fsync, answer) and the schedule service's delive
 100,000 due messages (issue 7's target: >= 50,000 msg/s on the 2-core machine).
 
 Send-back: messages are stored and pulled once, then handed back one request at a time (latency
-and broker CPU per round trip) and with 32 in flight (throughput), against a SYNC_FLUSH broker.
+and broker CPU per round trip) and with 32 in flight (throughput), against a SYNC_FLUSH broker (each
+send-back waits for its fsync, whose kernel time counts as broker CPU) and an ASYNC_FLUSH one.
 
 Delivery: 100,000 messages are sent with delay level 1 to a broker whose level 1 is one hour, the
 broker is stopped and restarted with level 1 = 1 ms. Every stored due time is then more than one
@@ -63,9 +64,10 @@ async def _stored_messages(api: ClientAPI, address: str, count: int) -> list[Mes
     return messages
 
 
-async def send_back_cost(result: BenchResult, opts: Options, params: RetryParams) -> None:
+async def send_back_cost(result: BenchResult, opts: Options, params: RetryParams, flush: str) -> None:
     with tempfile.TemporaryDirectory(prefix="rocketq-bench-", dir=store_root()) as directory:
-        broker = BrokerProcess(Path(directory) / "store", cpus=opts.broker_cpus)
+        broker = BrokerProcess(Path(directory) / "store", cpus=opts.broker_cpus,
+                               settings={"store.flush_disk_type": flush})
         async with broker, connected(broker.address, 2) as clients:
             api, address = clients[0], broker.address
             messages = await _stored_messages(api, address, params.send_backs)
@@ -88,14 +90,14 @@ async def send_back_cost(result: BenchResult, opts: Options, params: RetryParams
             stats = await drive(range(len(concurrent)), one, workers=32, time_limit_s=params.time_limit_s)
             cpu_conc = meter.stop()
     latencies.sort()
-    result.add("send_back_p50", percentile(latencies, 0.5) * 1000, "ms")
-    result.add("send_back_p99", percentile(latencies, 0.99) * 1000, "ms")
-    result.add("send_back_broker_cpu_per_request", cpu_seq["broker_cores"] * elapsed_seq / len(sequential) * 1e6,
-               "µs")
-    result.add("send_back_32_in_flight", stats.rate, "msg/s")
-    result.details.update(send_back_sequential_cpu=cpu_seq, send_back_concurrent_cpu=cpu_conc,
-                          send_back_errors=stats.error_samples)
-    note_neighbours(result, "send-back", cpu_conc)
+    result.add(f"send_back.{flush}.p50", percentile(latencies, 0.5) * 1000, "ms")
+    result.add(f"send_back.{flush}.p99", percentile(latencies, 0.99) * 1000, "ms")
+    result.add(f"send_back.{flush}.broker_cpu_per_request",
+               cpu_seq["broker_cores"] * elapsed_seq / len(sequential) * 1e6, "µs")
+    result.add(f"send_back.{flush}.32_in_flight", stats.rate, "msg/s")
+    result.details[f"send_back_{flush}"] = {"sequential_cpu": cpu_seq, "concurrent_cpu": cpu_conc,
+                                            "errors": stats.error_samples}
+    note_neighbours(result, f"send-back {flush}", cpu_conc)
     if stats.errors:
         raise RuntimeError(f"{stats.errors} send-backs failed: {stats.error_samples}")
 
@@ -160,5 +162,6 @@ async def delivery_rate(result: BenchResult, opts: Options, params: RetryParams)
 async def retry(result: BenchResult, opts: Options) -> None:
     params = QUICK if opts.quick else FULL
     result.params.update(send_backs=params.send_backs, due_messages=params.due_messages)
-    await send_back_cost(result, opts, params)
+    for flush in ("SYNC_FLUSH", "ASYNC_FLUSH"):
+        await send_back_cost(result, opts, params, flush)
     await delivery_rate(result, opts, params)

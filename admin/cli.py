@@ -34,8 +34,13 @@ def admin_group() -> None:
 
 def register_commands() -> None:
     """Import each command family so that it adds itself to `admin_group`. Called once by `main`."""
+    import admin.broker_status
+    import admin.consumer
     import admin.dlq
-    import admin.filter  # noqa: F401
+    import admin.filter
+    import admin.group
+    import admin.offset
+    import admin.topic  # noqa: F401
 
 
 def main() -> None:

@@ -16,12 +16,14 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from client.admin_api import AdminAPI
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
 from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseError
@@ -101,3 +103,85 @@ def emit(rows: Sequence[dict[str, Any]], as_json: bool, *, title: str, columns: 
     console.print(table)
     if footer:
         console.print(footer)
+
+
+# -- shared by topic, group, consumer, offset, message, broker status and top ---------------------
+
+
+def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], timeout_s: float = 60.0) -> T:
+    """`run` for commands that need the admin requests: `work(admin_api, address)` with the first
+    endpoint's address; the same one-line errors and exit codes (2 unreachable, 1 refused), the
+    unreachable line naming the address."""
+    address = first_endpoint(endpoints)
+
+    async def main() -> T:
+        remoting = RemotingClient()
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await work(AdminAPI(remoting), address)
+        finally:
+            await remoting.close()
+    try:
+        return asyncio.run(main())
+    except (ConnectionClosed, RequestTimeout, ConnectionError, TimeoutError, OSError) as exc:
+        reason = str(exc).removeprefix(f"{address}: ") or type(exc).__name__
+        fail(f"cannot reach the broker at {address}: {reason}", EXIT_UNREACHABLE)
+    except ResponseError as exc:
+        fail(f"the broker at {address} refused: {exc.code.name}: {exc.remark}", EXIT_REFUSED)
+    except (CommandError, MQError) as exc:
+        fail(str(exc), EXIT_REFUSED)
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
+    """A rich table; numeric columns are right-aligned and never wrapped, the first column keeps its
+    full width (names), other text columns fold when the terminal is narrow."""
+    result = Table(title=title, title_justify="left", show_lines=False)
+    for index, name in enumerate(columns):
+        numeric = bool(rows) and all(isinstance(row[index], int | float) for row in rows)
+        widest = max((len(str(row[index])) for row in rows), default=0)
+        result.add_column(name, justify="right" if numeric else "left", no_wrap=numeric, overflow="fold",
+                          min_width=min(widest, 48) if index == 0 else None)
+    for row in rows:
+        result.add_row(*("" if cell is None else str(cell) for cell in row))
+    return result
+
+
+def print_tables(*tables: Table) -> None:
+    console = Console(width=max(120, Console().width))
+    for item in tables:
+        console.print(item)
+
+
+def format_time_ms(epoch_ms: int) -> str:
+    """Local time "YYYY-MM-DD HH:MM:SS.mmm"; "-" for 0 or less."""
+    if epoch_ms <= 0:
+        return "-"
+    return datetime.fromtimestamp(epoch_ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def format_duration_ms(duration_ms: int) -> str:
+    """"1h02m03s", "4.2s", "0"."""
+    if duration_ms <= 0:
+        return "0"
+    seconds = duration_ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours:02d}h{minutes:02d}m"
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def format_bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"

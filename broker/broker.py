@@ -22,11 +22,14 @@ from broker.offset.consumer_offset_manager import ConsumerOffsetManager
 from broker.persist import ConfigPersistService
 from broker.processors.admin import AdminProcessor
 from broker.processors.client_manage import ClientManageProcessor
+from broker.processors.consumer_admin import ConsumerAdminProcessor
 from broker.processors.consumer_manage import ConsumerManageProcessor
 from broker.processors.pull_message import PullMessageProcessor
 from broker.processors.queue_lock import QueueLockProcessor
+from broker.processors.runtime_info import RuntimeInfoProcessor
 from broker.processors.send_back import SendBackProcessor
 from broker.processors.send_message import SendMessageProcessor
+from broker.processors.topic_group_admin import TopicGroupAdminProcessor
 from broker.registry.consumer_manager import ConsumerManager
 from broker.registry.housekeeping import HousekeepingService
 from broker.registry.ids_changed import notify_consumer_ids_changed
@@ -104,6 +107,7 @@ class Broker:
             channel_expired_timeout_ms=config.channel_expired_timeout_ms), self.clock.monotonic_ms)
         self._address: str | None = None
         self.metrics_port: int | None = None
+        self.started_at_ms = 0
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -111,6 +115,7 @@ class Broker:
         """Load state, recover the store, start services, then listen (last). Raises `OSError` when
         the port is taken (everything started is stopped again)."""
         config = self.config
+        self.started_at_ms = self.clock.now_ms()
         try:
             self._persist.load()
             host = advertised_host(config.listen_host)
@@ -260,7 +265,22 @@ class Broker:
         admin = AdminProcessor(store, self.topics, self.groups, config.broker_name, config.cluster_name,
                                self.address)
         locks = QueueLockProcessor(self.locks)
+        topic_group = TopicGroupAdminProcessor(store, self.topics, self.groups, self.offsets, config.broker_name)
+        consumer_admin = ConsumerAdminProcessor(store, self.topics, self.consumers, self.offsets, config.broker_name,
+                                                self.clock.now_ms)
+        runtime = RuntimeInfoProcessor(config, store, self.topics, self.groups, self.address, self.started_at_ms,
+                                       self.clock.now_ms, lambda: hold.held_count, self._connection_count)
         return {
+            RequestCode.GET_ALL_TOPIC_CONFIG: topic_group.get_all_topic_config,
+            RequestCode.DELETE_TOPIC_IN_BROKER: topic_group.delete_topic,
+            RequestCode.GET_TOPIC_STATS_INFO: topic_group.get_topic_stats_info,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: topic_group.get_all_subscription_group_config,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: topic_group.delete_subscription_group,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: consumer_admin.get_consumer_connection_list,
+            RequestCode.GET_CONSUME_STATS: consumer_admin.get_consume_stats,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: consumer_admin.get_consumer_running_info,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: consumer_admin.reset_offset,
+            RequestCode.GET_BROKER_RUNTIME_INFO: runtime.get_broker_runtime_info,
             RequestCode.SEND_MESSAGE: send.process,
             RequestCode.SEND_BATCH_MESSAGE: send.process_batch,
             RequestCode.PULL_MESSAGE: pull.process,

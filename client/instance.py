@@ -26,14 +26,18 @@ from protocol.bodies import (
     ConsumerData,
     HeartbeatData,
     ProducerData,
+    ResetOffsetBody,
     SubscriptionData,
     TopicRouteData,
+    decode_body,
+    encode_body,
 )
 from protocol.channel import Channel
-from protocol.codes import RequestCode
+from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import MQError, RequestCodeNotSupported, TopicNotExist
-from protocol.model import ExpressionType
+from protocol.headers import ResetConsumerClientOffsetRequestHeader
+from protocol.model import ExpressionType, MessageQueue
 from protocol.service import PeriodicService
 
 log = logging.getLogger(__name__)
@@ -118,6 +122,8 @@ class ClientInstance:
         ]
         self._rebalance = PeriodicService("rebalance", config.rebalance_interval_ms, self.do_rebalance)
         self.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
+        self.remoting.register_handler(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
+        self.remoting.register_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
         self.remoting.on_reconnect = self._on_reconnect
         self._side_tasks: set[asyncio.Task[None]] = set()
 
@@ -312,6 +318,44 @@ class ClientInstance:
                 await self.api.send_heartbeat(address, data, self.config.request_timeout_ms)
             except MQError as exc:
                 log.info("heartbeat to %s after reconnect failed: %s", address, exc)
+
+    def _on_running_info(self, channel: Channel, cmd: RemotingCommand) -> None:
+        """GET_CONSUMER_RUNNING_INFO forwarded by a broker: answer with the group's consumer state."""
+        group = str(cmd.fields.get("consumer_group"))
+        consumer = self.consumers.get(group)
+        running_info = getattr(consumer, "running_info", None)
+        if running_info is None:
+            response = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"no consumer of group {group!r} in "
+                                                                      f"client {self.client_id}")
+        else:
+            response = cmd.response(body=encode_body(running_info(self.client_id)))
+        try:
+            channel.send(response)
+        except MQError as exc:
+            log.info("running info for %s not sent: %s", group, exc)
+
+    def _on_reset_offset(self, channel: Channel, cmd: RemotingCommand) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (one-way): the group's consumer drops and reloads the queues."""
+        try:
+            header = ResetConsumerClientOffsetRequestHeader.from_fields(cmd.fields)
+            body = decode_body(ResetOffsetBody, cmd.body_bytes())
+        except MQError as exc:
+            log.warning("malformed offset reset from %s: %s", channel, exc)
+            return
+        reset = getattr(self.consumers.get(header.group), "reset_offset", None)
+        if reset is None:
+            log.info("offset reset of %s on %s: no push consumer of that group here", header.group, header.topic)
+            return
+        new_offsets = {MessageQueue(q.topic, q.broker_name, q.queue_id): q.after for q in body.offset_table}
+        async def reset_logged() -> None:
+            try:
+                await reset(new_offsets)
+            except MQError as exc:
+                log.warning("offset reset of %s on %s failed: %s", header.group, header.topic, exc)
+
+        task = asyncio.get_running_loop().create_task(reset_logged())
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
 
     def _on_ids_changed(self, channel: Channel, cmd: RemotingCommand) -> None:
         log.debug("%s: consumers of %s changed", self.client_id, cmd.fields.get("consumer_group"))

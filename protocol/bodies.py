@@ -133,6 +133,161 @@ class TopicRouteData:
     broker_datas: list[BrokerData]
 
 
+@body
+class TopicConfigTable:
+    """GET_ALL_TOPIC_CONFIG."""
+
+    topic_config_table: list[TopicConfigData]
+
+
+@body
+class SubscriptionGroupData:
+    group_name: str
+    consume_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+
+
+@body
+class SubscriptionGroupTable:
+    """GET_ALL_SUBSCRIPTIONGROUP_CONFIG."""
+
+    subscription_group_table: list[SubscriptionGroupData]
+
+
+@body
+class TopicQueueStats:
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int      # store time of the last message (epoch ms); 0 when empty
+
+
+@body
+class TopicStatsTable:
+    """GET_TOPIC_STATS_INFO."""
+
+    offset_table: list[TopicQueueStats]
+
+
+@body
+class Connection:
+    client_id: str
+    client_addr: str
+    language: str = "PYTHON"
+    version: int = 1
+    last_heartbeat_ms: int = 0
+
+
+@body
+class ConsumerConnection:
+    """GET_CONSUMER_CONNECTION_LIST."""
+
+    connection_set: list[Connection]
+    subscription_table: list[SubscriptionData]
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+
+
+@body
+class QueueConsumeStats:
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    pull_offset: int = -1           # next pull of the group starts here; -1 unknown (not pulled)
+    last_timestamp: int = 0         # store time of the last consumed message (epoch ms); 0 none
+    lag_latency_ms: int = 0         # age of the oldest unconsumed message; 0 none
+
+
+@body
+class ConsumeStats:
+    """GET_CONSUME_STATS: `consume_tps` is committed messages per second since the previous
+    GET_CONSUME_STATS of the group (0.0 on the first, or after a minute without one)."""
+
+    offset_table: list[QueueConsumeStats]
+    consume_tps: float = 0.0
+
+
+@body
+class ProcessQueueInfo:
+    """One queue of a consumer's process-queue table (RocketMQ `ProcessQueueInfo`)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    committed_offset: int
+    cached_msg_count: int
+    cached_msg_size_bytes: int
+    cached_min_offset: int
+    cached_max_offset: int
+    locked: bool
+    dropped: bool
+    last_lock_at_ms: int
+    last_pull_at_ms: int
+    last_consume_at_ms: int
+
+
+@body
+class ConsumerRunningInfo:
+    """GET_CONSUMER_RUNNING_INFO, answered by the client instance."""
+
+    client_id: str
+    consumer_group: str
+    consume_type: str
+    message_model: str
+    properties: dict[str, str]
+    subscriptions: list[SubscriptionData]
+    mq_table: list[ProcessQueueInfo]
+
+
+@body
+class ResetQueueOffset:
+    topic: str
+    broker_name: str
+    queue_id: int
+    before: int                     # committed offset before the reset; -1 none
+    after: int
+
+
+@body
+class ResetOffsetBody:
+    """INVOKE_BROKER_TO_RESET_OFFSET's answer and RESET_CONSUMER_CLIENT_OFFSET's body."""
+
+    offset_table: list[ResetQueueOffset]
+
+
+@body
+class BrokerRuntimeInfo:
+    """GET_BROKER_RUNTIME_INFO (rocketq's fields; RocketMQ answers a string map)."""
+
+    version: str
+    broker_name: str
+    cluster_name: str
+    address: str
+    started_at_ms: int
+    uptime_ms: int
+    commit_log_min_offset: int
+    commit_log_max_offset: int
+    flush_behind_bytes: int
+    dispatch_behind_bytes: int
+    store_path: str
+    store_bytes: int
+    disk_total_bytes: int
+    disk_used_bytes: int
+    disk_free_bytes: int
+    disk_used_ratio: float
+    held_pulls: int
+    connections: int
+    topic_count: int
+    group_count: int
+    config_diff: dict[str, list[str]]   # dotted key → [default, value], for keys not at default
+
+
 def encode_body(obj: Any) -> bytes:
     """One dataclass (or plain value) as a msgpack body."""
     return msgpack.packb(to_value(obj), use_bin_type=True)  # type: ignore[no-any-return]

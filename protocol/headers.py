@@ -207,3 +207,65 @@ class RegisterBrokerRequestHeader(Header):
     broker_addr: str
     cluster_name: str
     broker_id: int = 0
+
+
+@header
+class TopicRequestHeader(Header):
+    """DELETE_TOPIC_IN_BROKER and GET_TOPIC_STATS_INFO: one topic."""
+
+    topic: str
+
+
+DeleteTopicRequestHeader = GetTopicStatsInfoRequestHeader = TopicRequestHeader
+
+
+@header
+class DeleteSubscriptionGroupRequestHeader(Header):
+    group_name: str
+    clean_offset: bool = True      # also forget the group's committed offsets
+
+
+@header
+class QueryMessageRequestHeader(Header):
+    """QUERY_MESSAGE: messages of `topic` whose KEYS (or UNIQ_KEY) include `key`, newest first, at most
+    `max_num`, stored within [begin_timestamp, end_timestamp] (epoch ms; end 0 = no upper bound)."""
+
+    topic: str
+    key: str
+    max_num: int = 32
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+
+
+@header
+class GetConsumerRunningInfoRequestHeader(Header):
+    """GET_CONSUMER_RUNNING_INFO: admin → broker, which forwards it to the client's connection."""
+
+    consumer_group: str
+    client_id: str
+    jstack_enable: bool = False
+
+
+@header
+class ResetOffsetRequestHeader(Header):
+    """INVOKE_BROKER_TO_RESET_OFFSET (admin → broker). Exactly one target: `timestamp` ≥ 0 (epoch ms;
+    each queue moves to the offset `SEARCH_OFFSET_BY_TIMESTAMP` gives), `to_where` "EARLIEST" or
+    "LATEST" (rocketq: the queue's min or max offset), or `queue_id` ≥ 0 with `offset` ≥ 0 (that
+    queue only, RocketMQ 5's fields)."""
+
+    topic: str
+    group: str
+    timestamp: int = -1
+    is_force: bool = True
+    queue_id: int = -1
+    offset: int = -1
+    to_where: str | None = None
+
+
+@header
+class ResetConsumerClientOffsetRequestHeader(Header):
+    """RESET_CONSUMER_CLIENT_OFFSET (broker → client); body `ResetOffsetBody` (the `after` offsets)."""
+
+    topic: str
+    group: str
+    timestamp: int = -1

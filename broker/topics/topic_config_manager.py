@@ -52,6 +52,13 @@ class TopicConfigManager(DirtyState):
     def topics(self) -> list[TopicConfig]:
         return list(self._topics.values())
 
+    def delete(self, topic: str) -> bool:
+        """Remove a topic's config; False when there was none."""
+        if self._topics.pop(topic, None) is None:
+            return False
+        self.touch()
+        return True
+
     def require(self, topic: str) -> TopicConfig:
         """The config of an existing topic; raises `TopicNotExist`."""
         config = self._topics.get(topic)

@@ -144,6 +144,12 @@ class ProcessQueue:
         """True when the broker lock was last confirmed more than `max_live_ms` before `now_ms`."""
         return now_ms - self.last_lock_at_ms > max_live_ms
 
+    def cached_offset_range(self) -> tuple[int, int] | None:
+        """(lowest, highest) cached offset, messages taken for orderly consumption not counted;
+        None when nothing is cached (admin running info)."""
+        offsets = self._offsets
+        return (offsets[0], offsets[-1]) if offsets else None
+
     def has_temp_message(self) -> bool:
         """Whether any message is cached (taken ones not counted), RocketMQ `hasTempMessage`."""
         return bool(self._msgs)

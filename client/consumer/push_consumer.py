@@ -19,6 +19,7 @@ from dataclasses import fields
 from types import TracebackType
 from typing import Any
 
+from client.consumer.admin_hooks import reset_queues, running_info
 from client.consumer.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
 from client.consumer.consume_concurrently import ConcurrentConsumeService
 from client.consumer.consume_orderly import OrderlyConsumeService
@@ -33,7 +34,7 @@ from client.consumer.send_back import SendBack
 from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
 from conf.client import ClientConfig, PushConsumerOptions
-from protocol.bodies import ConsumerData
+from protocol.bodies import ConsumerData, ConsumerRunningInfo
 from protocol.errors import MQError
 from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, MessageQueue
 from protocol.service import PeriodicService
@@ -136,6 +137,21 @@ class PushConsumer:
         async with self._rebalance_lock:
             if self._rebalancer is not None and await self._rebalancer.do_rebalance() and self._instance:
                 await self._instance.send_heartbeat_to_all_brokers()
+
+    def running_info(self, client_id: str) -> ConsumerRunningInfo:
+        """GET_CONSUMER_RUNNING_INFO: subscriptions, options and the process-queue table."""
+        queues = self._rebalancer.process_queues if self._rebalancer is not None else {}
+        properties = {f.name: getattr(self.options, f.name) for f in fields(self.options)}
+        properties |= {"consume_from_where": self.consume_from_where.value,
+                       "allocate_strategy": self.allocate_strategy.name}
+        return running_info(client_id, self.consumer_data(), queues, self._offsets, properties)
+
+    async def reset_offset(self, new_offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: drop the named queues this consumer holds, store the new
+        offsets and reload them (see `admin_hooks.reset_queues`)."""
+        async with self._rebalance_lock:
+            if self._rebalancer is not None and self._offsets is not None:
+                await reset_queues(self._rebalancer, self._offsets, new_offsets)
 
     async def persist_offsets(self) -> None:
         if self._offsets is not None and self._rebalancer is not None:

@@ -1,0 +1,141 @@
+"""`rocketq admin consumer progress|connection|status` (mqadmin `consumerProgress`,
+`consumerConnection`, `consumerStatus`).
+
+`progress`: per queue the broker offset, the committed offset, the lag in messages and in time, and
+the client owning the queue now (asked of each client through GET_CONSUMER_RUNNING_INFO), with
+totals. `status`: each client's subscriptions and process queues (cached count and bytes, locked,
+last pull and consume time)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import click
+
+from admin.cli import admin_group
+from admin.common import (
+    endpoints_option,
+    format_bytes,
+    format_duration_ms,
+    format_time_ms,
+    json_option,
+    print_json,
+    print_tables,
+    run_admin,
+    table,
+)
+from client.admin_api import AdminAPI
+from protocol.bodies import ConsumerConnection, ConsumerRunningInfo, ConsumeStats
+from protocol.errors import ConsumerNotOnline, MQError
+
+
+@admin_group.group("consumer")
+def consumer_group() -> None:
+    """Inspect a consumer group: progress (lag), connections, and each client's state."""
+
+
+async def running_infos(api: AdminAPI, address: str, group: str) -> tuple[ConsumerConnection | None,
+                                                                          list[ConsumerRunningInfo]]:
+    """The group's connections (None when no consumer is online) and each client's running info
+    (clients that do not answer are left out)."""
+    try:
+        connection = await api.get_consumer_connection_list(address, group)
+    except ConsumerNotOnline:
+        return None, []
+    infos = []
+    for client in connection.connection_set:
+        try:
+            infos.append(await api.get_consumer_running_info(address, group, client.client_id))
+        except MQError:
+            continue
+    return connection, infos
+
+
+def owners(infos: list[ConsumerRunningInfo]) -> dict[tuple[str, int], str]:
+    """(topic, queue_id) → client id holding that process queue (not dropped)."""
+    return {(q.topic, q.queue_id): info.client_id for info in infos for q in info.mq_table if not q.dropped}
+
+
+async def _progress(api: AdminAPI, address: str, group: str, topic: str | None
+                    ) -> tuple[ConsumeStats, dict[tuple[str, int], str]]:
+    stats = await api.get_consume_stats(address, group, topic)
+    _, infos = await running_infos(api, address, group)
+    return stats, owners(infos)
+
+
+@consumer_group.command("progress")
+@click.option("--group", "-g", required=True, help="Consumer group name.")
+@click.option("--topic", "-t", default=None, help="Only this topic.")
+@endpoints_option
+@json_option
+def progress(group: str, topic: str | None, endpoints: str, as_json: bool) -> None:
+    """Per queue: broker offset, consumer offset, lag (messages and time) and owning client."""
+    stats, owner = run_admin(endpoints, lambda api, address: _progress(api, address, group, topic))
+    rows = [dataclasses.asdict(q) | {"lag": max(0, q.broker_offset - q.consumer_offset),
+                                     "owner": owner.get((q.topic, q.queue_id), "")} for q in stats.offset_table]
+    total_lag = sum(int(r["lag"]) for r in rows)
+    if as_json:
+        print_json({"consumer_group": group, "queues": rows, "total_lag": total_lag, "consume_tps": stats.consume_tps})
+        return
+    lines = [[q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset, row["lag"],
+              format_duration_ms(q.lag_latency_ms), format_time_ms(q.last_timestamp), row["owner"]]
+             for q, row in zip(stats.offset_table, rows, strict=True)]
+    max_latency = max((q.lag_latency_ms for q in stats.offset_table), default=0)
+    print_tables(table(f"group {group}: total lag {total_lag}, oldest unconsumed {format_duration_ms(max_latency)}",
+                       ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "lag time",
+                        "last consumed", "owner"], lines))
+
+
+@consumer_group.command("connection")
+@click.option("--group", "-g", required=True, help="Consumer group name.")
+@endpoints_option
+@json_option
+def connection(group: str, endpoints: str, as_json: bool) -> None:
+    """The group's connected clients, its subscriptions and message model."""
+    data = run_admin(endpoints, lambda api, address: api.get_consumer_connection_list(address, group))
+    if as_json:
+        print_json(dataclasses.asdict(data))
+        return
+    print_tables(
+        table(f"group {group}: {len(data.connection_set)} client(s), {data.consume_type} {data.message_model}, "
+              f"{data.consume_from_where}", ["client id", "address", "language", "version", "last heartbeat"],
+              [[c.client_id, c.client_addr, c.language, c.version, format_time_ms(c.last_heartbeat_ms)]
+               for c in data.connection_set]),
+        table("subscriptions", ["topic", "expression", "type", "version"],
+              [[s.topic, s.sub_string, s.expression_type, s.sub_version] for s in data.subscription_table]))
+
+
+@consumer_group.command("status")
+@click.option("--group", "-g", required=True, help="Consumer group name.")
+@endpoints_option
+@json_option
+def status(group: str, endpoints: str, as_json: bool) -> None:
+    """Each client's subscriptions and process queues: cached messages and bytes, locked, last
+    pull and last consume time."""
+    connection_data, infos = run_admin(endpoints, lambda api, address: running_infos(api, address, group))
+    if connection_data is None:
+        raise click.ClickException(f"consumer group {group!r} has no consumer online")
+    if as_json:
+        print_json({"consumer_group": group, "message_model": connection_data.message_model,
+                    "clients": [dataclasses.asdict(i) for i in infos]})
+        return
+    now_ms = int(time.time() * 1000)
+    tables = []
+    for info in infos:
+        subscriptions = ", ".join(f"{s.topic} ({s.sub_string})" for s in info.subscriptions)
+        rows = [[q.topic, q.queue_id, q.committed_offset, q.cached_msg_count, format_bytes(q.cached_msg_size_bytes),
+                 "yes" if q.locked else "no", "yes" if q.dropped else "no",
+                 f"{format_duration_ms(now_ms - q.last_pull_at_ms)} ago" if q.last_pull_at_ms else "-",
+                 f"{format_duration_ms(now_ms - q.last_consume_at_ms)} ago" if q.last_consume_at_ms else "-"]
+                for q in info.mq_table]
+        tables.append(table(f"client {info.client_id} ({info.message_model}) subscribes {subscriptions}",
+                            ["topic", "queue", "committed", "cached msgs", "cached bytes", "locked", "dropped",
+                             "last pull", "last consume"], rows))
+    print_tables(*tables)
+
+
+admin_group.aliases.update({
+    "consumerProgress": ["consumer", "progress"], "consumerConnection": ["consumer", "connection"],
+    "consumerStatus": ["consumer", "status"],
+})

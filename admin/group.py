@@ -1,0 +1,123 @@
+"""`rocketq admin group create|update|delete|list` (mqadmin `updateSubGroup`, `deleteSubGroup`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from admin.cli import admin_group
+from admin.common import endpoints_option, json_option, print_json, print_tables, run_admin, table
+from client.admin_api import AdminAPI
+from protocol.errors import SystemError_
+from protocol.headers import CreateSubscriptionGroupRequestHeader
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+@admin_group.group("group")
+def group_group() -> None:
+    """Create, change, delete and list subscription (consumer) groups."""
+
+
+def _group_options(command: _F) -> _F:
+    for option in reversed([
+        click.option("--group", "-g", required=True, help="Consumer group name."),
+        click.option("--consume-enable/--consume-disable", default=None,
+                     help="Whether the group may consume. [default: enabled for create]"),
+        click.option("--broadcast-enable/--broadcast-disable", default=None,
+                     help="Whether the group may consume in broadcasting mode. [default: enabled]"),
+        click.option("--retry-queues", type=click.IntRange(0, 1024), default=None,
+                     help="Queues of the group's %RETRY% topic. [default: 1]"),
+        click.option("--retry-max-times", type=click.IntRange(0, 10_000), default=None,
+                     help="Redeliveries before a message goes to the DLQ. [default: 16]"),
+    ]):
+        command = option(command)
+    return command
+
+
+async def _write_group(api: AdminAPI, address: str, group: str, consume_enable: bool | None,
+                       broadcast_enable: bool | None, retry_queues: int | None, retry_max_times: int | None,
+                       *, refuse_existing: bool) -> CreateSubscriptionGroupRequestHeader:
+    existing = {g.group_name: g for g in await api.get_all_subscription_groups(address)}.get(group)
+    if refuse_existing and existing is not None:
+        raise SystemError_(f"group {group!r} already exists (use `group update`)")
+    base = existing if existing is not None else CreateSubscriptionGroupRequestHeader(group_name=group)
+    header = CreateSubscriptionGroupRequestHeader(
+        group_name=group,
+        consume_enable=base.consume_enable if consume_enable is None else consume_enable,
+        consume_broadcast_enable=base.consume_broadcast_enable if broadcast_enable is None else broadcast_enable,
+        retry_queue_nums=base.retry_queue_nums if retry_queues is None else retry_queues,
+        retry_max_times=base.retry_max_times if retry_max_times is None else retry_max_times)
+    await api.create_subscription_group(address, header)
+    return header
+
+
+def _print_written(header: CreateSubscriptionGroupRequestHeader, as_json: bool, verb: str) -> None:
+    if as_json:
+        print_json(header.to_fields())
+    else:
+        click.echo(f"{verb} group {header.group_name}: consume {'on' if header.consume_enable else 'off'}, "
+                   f"broadcast {'on' if header.consume_broadcast_enable else 'off'}, "
+                   f"{header.retry_queue_nums} retry queue(s), retry max {header.retry_max_times}")
+
+
+@group_group.command("create")
+@_group_options
+@endpoints_option
+@json_option
+def create(group: str, consume_enable: bool | None, broadcast_enable: bool | None, retry_queues: int | None,
+           retry_max_times: int | None, endpoints: str, as_json: bool) -> None:
+    """Create a subscription group (refused when it exists)."""
+    header = run_admin(endpoints, lambda api, address: _write_group(
+        api, address, group, consume_enable, broadcast_enable, retry_queues, retry_max_times, refuse_existing=True))
+    _print_written(header, as_json, "created")
+
+
+@group_group.command("update")
+@_group_options
+@endpoints_option
+@json_option
+def update(group: str, consume_enable: bool | None, broadcast_enable: bool | None, retry_queues: int | None,
+           retry_max_times: int | None, endpoints: str, as_json: bool) -> None:
+    """Create a subscription group or change it (what is not given is kept)."""
+    header = run_admin(endpoints, lambda api, address: _write_group(
+        api, address, group, consume_enable, broadcast_enable, retry_queues, retry_max_times, refuse_existing=False))
+    _print_written(header, as_json, "updated")
+
+
+@group_group.command("delete")
+@click.option("--group", "-g", required=True, help="Consumer group name.")
+@click.option("--keep-offsets", is_flag=True, help="Keep the group's committed offsets.")
+@endpoints_option
+@json_option
+def delete(group: str, keep_offsets: bool, endpoints: str, as_json: bool) -> None:
+    """Delete a subscription group (and, unless --keep-offsets, its committed offsets)."""
+    run_admin(endpoints,
+              lambda api, address: api.delete_subscription_group(address, group, clean_offset=not keep_offsets))
+    if as_json:
+        print_json({"deleted": group, "offsets_kept": keep_offsets})
+    else:
+        click.echo(f"deleted group {group}" + (" (offsets kept)" if keep_offsets else ""))
+
+
+@group_group.command("list")
+@endpoints_option
+@json_option
+def list_groups(endpoints: str, as_json: bool) -> None:
+    """Every subscription group of the broker."""
+    groups = run_admin(endpoints, lambda api, address: api.get_all_subscription_groups(address))
+    if as_json:
+        print_json([dataclasses.asdict(g) for g in groups])
+        return
+    rows = [[g.group_name, "on" if g.consume_enable else "off", "on" if g.consume_broadcast_enable else "off",
+             g.retry_queue_nums, g.retry_max_times] for g in groups]
+    print_tables(table(f"{len(groups)} groups", ["group", "consume", "broadcast", "retry queues", "retry max times"],
+                       rows))
+
+
+admin_group.aliases.update({
+    "updateSubGroup": ["group", "update"], "deleteSubGroup": ["group", "delete"], "groupList": ["group", "list"],
+})

@@ -1,0 +1,156 @@
+"""`rocketq admin topic create|update|delete|list|status|route` (mqadmin `updateTopic`,
+`deleteTopic`, `topicList`, `topicStatus`, `topicRoute`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from admin.cli import admin_group
+from admin.common import endpoints_option, format_time_ms, json_option, print_json, print_tables, run_admin, table
+from client.admin_api import AdminAPI
+from protocol.codes import Perm
+from protocol.errors import SystemError_
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+@admin_group.group("topic")
+def topic_group() -> None:
+    """Create, change, delete and inspect topics."""
+
+
+def _perm_text(perm: int) -> str:
+    letters = "".join(letter if perm & bit else "-" for letter, bit in (("R", Perm.READ), ("W", Perm.WRITE)))
+    return f"{letters} ({perm})"
+
+
+def _queue_options(command: _F) -> _F:
+    for option in reversed([
+        click.option("--topic", "-t", required=True, help="Topic name."),
+        click.option("--queues", "-q", type=click.IntRange(1, 1024), default=None,
+                     help="Read and write queue count. [default: 4 for create]"),
+        click.option("--read-queues", "-r", type=click.IntRange(1, 1024), default=None, help="Read queue count."),
+        click.option("--write-queues", "-w", type=click.IntRange(1, 1024), default=None, help="Write queue count."),
+        click.option("--perm", "-p", type=click.IntRange(0, 15), default=None,
+                     help="Permission bits: READ 4, WRITE 2 (6 = both). [default: 6 for create]"),
+    ]):
+        command = option(command)
+    return command
+
+
+async def _write_topic(api: AdminAPI, address: str, topic: str, queues: int | None, read_queues: int | None,
+                       write_queues: int | None, perm: int | None, *, refuse_existing: bool) -> dict[str, object]:
+    existing = {c.topic: c for c in await api.get_all_topic_config(address)}.get(topic)
+    if refuse_existing and existing is not None:
+        raise SystemError_(f"topic {topic!r} already exists (use `topic update`)")
+    read = read_queues or queues or (existing.read_queue_nums if existing is not None else 4)
+    write = write_queues or queues or (existing.write_queue_nums if existing is not None else read)
+    final_perm = perm if perm is not None else (existing.perm if existing is not None else Perm.READ | Perm.WRITE)
+    await api.update_topic(address, topic, read, write, final_perm)
+    return {"topic": topic, "read_queue_nums": read, "write_queue_nums": write, "perm": final_perm}
+
+
+def _print_written(result: dict[str, object], as_json: bool, verb: str) -> None:
+    if as_json:
+        print_json(result)
+    else:
+        click.echo(f"{verb} topic {result['topic']}: {result['read_queue_nums']} read / "
+                   f"{result['write_queue_nums']} write queues, perm {_perm_text(int(str(result['perm'])))}")
+
+
+@topic_group.command("create")
+@_queue_options
+@endpoints_option
+@json_option
+def create(topic: str, queues: int | None, read_queues: int | None, write_queues: int | None, perm: int | None,
+           endpoints: str, as_json: bool) -> None:
+    """Create a topic (refused when it exists)."""
+    result = run_admin(endpoints, lambda api, address: _write_topic(api, address, topic, queues, read_queues,
+                                                              write_queues, perm, refuse_existing=True))
+    _print_written(result, as_json, "created")
+
+
+@topic_group.command("update")
+@_queue_options
+@endpoints_option
+@json_option
+def update(topic: str, queues: int | None, read_queues: int | None, write_queues: int | None, perm: int | None,
+           endpoints: str, as_json: bool) -> None:
+    """Create a topic or change its queue counts or permission (what is not given is kept)."""
+    result = run_admin(endpoints, lambda api, address: _write_topic(api, address, topic, queues, read_queues,
+                                                              write_queues, perm, refuse_existing=False))
+    _print_written(result, as_json, "updated")
+
+
+@topic_group.command("delete")
+@click.option("--topic", "-t", required=True, help="Topic name.")
+@endpoints_option
+@json_option
+def delete(topic: str, endpoints: str, as_json: bool) -> None:
+    """Delete a topic's config and every group's offsets on it (stored messages age out)."""
+    run_admin(endpoints, lambda api, address: api.delete_topic(address, topic))
+    if as_json:
+        print_json({"deleted": topic})
+    else:
+        click.echo(f"deleted topic {topic}")
+
+
+@topic_group.command("list")
+@endpoints_option
+@json_option
+def list_topics(endpoints: str, as_json: bool) -> None:
+    """Every topic of the broker with its queue counts and permission."""
+    topics = run_admin(endpoints, lambda api, address: api.get_all_topic_config(address))
+    if as_json:
+        print_json([dataclasses.asdict(t) for t in topics])
+        return
+    print_tables(table(f"{len(topics)} topics", ["topic", "read queues", "write queues", "perm"],
+                       [[t.topic, t.read_queue_nums, t.write_queue_nums, _perm_text(t.perm)] for t in topics]))
+
+
+@topic_group.command("status")
+@click.option("--topic", "-t", required=True, help="Topic name.")
+@endpoints_option
+@json_option
+def status(topic: str, endpoints: str, as_json: bool) -> None:
+    """Per queue: min and max offset, messages held, and when the last message was stored."""
+    stats = run_admin(endpoints, lambda api, address: api.get_topic_stats(address, topic))
+    if as_json:
+        print_json(dataclasses.asdict(stats))
+        return
+    rows = [[q.broker_name, q.queue_id, q.min_offset, q.max_offset, q.max_offset - q.min_offset,
+             format_time_ms(q.last_update_timestamp)] for q in stats.offset_table]
+    total = sum(q.max_offset - q.min_offset for q in stats.offset_table)
+    print_tables(table(f"topic {topic}: {total} messages", ["broker", "queue", "min offset", "max offset",
+                                                            "messages", "last stored"], rows))
+
+
+@topic_group.command("route")
+@click.option("--topic", "-t", required=True, help="Topic name.")
+@endpoints_option
+@json_option
+def route(topic: str, endpoints: str, as_json: bool) -> None:
+    """Which brokers serve the topic, at which address, with how many queues."""
+    data = run_admin(endpoints, lambda api, address: api.get_route_info(address, topic))
+    if as_json:
+        print_json(dataclasses.asdict(data))
+        return
+    addresses = {b.broker_name: b for b in data.broker_datas}
+    rows = []
+    for queue in data.queue_datas:
+        broker = addresses.get(queue.broker_name)
+        rows.append([broker.cluster if broker else "", queue.broker_name,
+                     ", ".join(f"{i}={a}" for i, a in sorted(broker.broker_addrs.items())) if broker else "",
+                     queue.read_queue_nums, queue.write_queue_nums, _perm_text(queue.perm)])
+    print_tables(table(f"route of {topic}", ["cluster", "broker", "addresses (id=host:port)", "read queues",
+                                             "write queues", "perm"], rows))
+
+
+admin_group.aliases.update({
+    "updateTopic": ["topic", "update"], "deleteTopic": ["topic", "delete"], "topicList": ["topic", "list"],
+    "topicStatus": ["topic", "status"], "topicRoute": ["topic", "route"],
+})

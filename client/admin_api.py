@@ -1,0 +1,101 @@
+"""`AdminAPI`: the admin requests of `rocketq admin` (and `rocketq top`) on top of `ClientAPI`,
+one method per request code, typed bodies in and out. Errors as `ClientAPI`: the `ResponseError` of
+the response code, `RequestTimeout` or `ConnectionClosed`."""
+
+from __future__ import annotations
+
+from client.api import DEFAULT_TIMEOUT_MS, ClientAPI
+from protocol.bodies import (
+    BrokerRuntimeInfo,
+    ConsumerConnection,
+    ConsumerRunningInfo,
+    ConsumeStats,
+    ResetOffsetBody,
+    SubscriptionGroupData,
+    SubscriptionGroupTable,
+    TopicConfigData,
+    TopicConfigTable,
+    TopicStatsTable,
+    decode_body,
+)
+from protocol.codes import RequestCode
+from protocol.command import request
+from protocol.headers import (
+    ConsumerGroupRequestHeader,
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
+    GetConsumeStatsRequestHeader,
+    QueryMessageRequestHeader,
+    ResetOffsetRequestHeader,
+    TopicRequestHeader,
+)
+from protocol.message import MessageExt, decode_message_batch
+
+
+class AdminAPI(ClientAPI):
+    async def get_all_topic_config(self, address: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[TopicConfigData]:
+        response = await self._call(address, request(RequestCode.GET_ALL_TOPIC_CONFIG), timeout_ms)
+        return decode_body(TopicConfigTable, response.body_bytes()).topic_config_table
+
+    async def update_topic(self, address: str, topic: str, read_queue_nums: int, write_queue_nums: int, perm: int,
+                           timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        """UPDATE_AND_CREATE_TOPIC with distinct read and write queue counts."""
+        header = CreateTopicRequestHeader(topic=topic, read_queue_nums=read_queue_nums,
+                                          write_queue_nums=write_queue_nums, perm=perm)
+        await self._call(address, request(RequestCode.UPDATE_AND_CREATE_TOPIC, header), timeout_ms)
+
+    async def delete_topic(self, address: str, topic: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        await self._call(address, request(RequestCode.DELETE_TOPIC_IN_BROKER, TopicRequestHeader(topic=topic)),
+                         timeout_ms)
+
+    async def get_topic_stats(self, address: str, topic: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> TopicStatsTable:
+        response = await self._call(address, request(RequestCode.GET_TOPIC_STATS_INFO,
+                                                      TopicRequestHeader(topic=topic)), timeout_ms)
+        return decode_body(TopicStatsTable, response.body_bytes())
+
+    async def get_all_subscription_groups(self, address: str,
+                                          timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[SubscriptionGroupData]:
+        response = await self._call(address, request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), timeout_ms)
+        return decode_body(SubscriptionGroupTable, response.body_bytes()).subscription_group_table
+
+    async def delete_subscription_group(self, address: str, group: str, *, clean_offset: bool = True,
+                                        timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        header = DeleteSubscriptionGroupRequestHeader(group_name=group, clean_offset=clean_offset)
+        await self._call(address, request(RequestCode.DELETE_SUBSCRIPTIONGROUP, header), timeout_ms)
+
+    async def get_consumer_connection_list(self, address: str, group: str,
+                                           timeout_ms: int = DEFAULT_TIMEOUT_MS) -> ConsumerConnection:
+        """Raises `ConsumerNotOnline` when no consumer of the group is connected."""
+        response = await self._call(address, request(RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                                      ConsumerGroupRequestHeader(consumer_group=group)), timeout_ms)
+        return decode_body(ConsumerConnection, response.body_bytes())
+
+    async def get_consume_stats(self, address: str, group: str, topic: str | None = None,
+                                timeout_ms: int = DEFAULT_TIMEOUT_MS) -> ConsumeStats:
+        header = GetConsumeStatsRequestHeader(consumer_group=group, topic=topic)
+        response = await self._call(address, request(RequestCode.GET_CONSUME_STATS, header), timeout_ms)
+        return decode_body(ConsumeStats, response.body_bytes())
+
+    async def get_consumer_running_info(self, address: str, group: str, client_id: str,
+                                        timeout_ms: int = 10_000) -> ConsumerRunningInfo:
+        header = GetConsumerRunningInfoRequestHeader(consumer_group=group, client_id=client_id)
+        response = await self._call(address, request(RequestCode.GET_CONSUMER_RUNNING_INFO, header), timeout_ms)
+        return decode_body(ConsumerRunningInfo, response.body_bytes())
+
+    async def reset_offset(self, address: str, header: ResetOffsetRequestHeader,
+                           timeout_ms: int = DEFAULT_TIMEOUT_MS) -> ResetOffsetBody:
+        response = await self._call(address, request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header), timeout_ms)
+        return decode_body(ResetOffsetBody, response.body_bytes())
+
+    async def query_message(self, address: str, topic: str, key: str, max_num: int = 32,
+                            timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[MessageExt]:
+        """Messages of `topic` with `key` among their KEYS (or as UNIQ_KEY), newest first; raises
+        `QueryNotFound` when there is none."""
+        header = QueryMessageRequestHeader(topic=topic, key=key, max_num=max_num)
+        response = await self._call(address, request(RequestCode.QUERY_MESSAGE, header), timeout_ms)
+        return decode_message_batch(response.body_bytes())
+
+    async def get_broker_runtime_info(self, address: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> BrokerRuntimeInfo:
+        response = await self._call(address, request(RequestCode.GET_BROKER_RUNTIME_INFO), timeout_ms)
+        return decode_body(BrokerRuntimeInfo, response.body_bytes())

@@ -1,0 +1,67 @@
+"""`rocketq admin topic ...` and `group ...` against a real broker, plus the unreachable-broker rule."""
+
+from __future__ import annotations
+
+import socket
+
+from broker.broker import Broker
+from client.api import ClientAPI
+from tests.admin.cli_runner import rocketq, rocketq_json
+from tests.helpers import send
+
+
+async def test_topic_create_update_list_status_route_delete(broker: Broker, client_api: ClientAPI) -> None:
+    ep = ("--endpoints", broker.address)
+    created = await rocketq("admin", "topic", "create", "--topic", "orders", "--queues", "2", *ep)
+    assert created.exit_code == 0 and "created topic orders: 2 read / 2 write queues" in created.output
+    again = await rocketq("admin", "topic", "create", "--topic", "orders", *ep)
+    assert again.exit_code == 1 and "already exists" in again.output
+    updated = await rocketq_json("admin", "updateTopic", "-t", "orders", "--write-queues", "3", *ep)
+    assert updated == {"topic": "orders", "read_queue_nums": 2, "write_queue_nums": 3, "perm": 6}
+    await send(client_api, broker.address, "orders", b"a", queue_id=1)
+    await send(client_api, broker.address, "orders", b"b", queue_id=1)
+    listed = await rocketq_json("admin", "topic", "list", *ep)
+    assert {"topic": "orders", "read_queue_nums": 2, "write_queue_nums": 3, "perm": 6} in listed
+    table = await rocketq("admin", "topicList", *ep)
+    assert table.exit_code == 0 and "orders" in table.output and "RW (6)" in table.output
+    status = await rocketq_json("admin", "topic", "status", "-t", "orders", *ep)
+    queue_1 = next(q for q in status["offset_table"] if q["queue_id"] == 1)
+    assert (queue_1["min_offset"], queue_1["max_offset"]) == (0, 2) and queue_1["last_update_timestamp"] > 0
+    assert "2 messages" in (await rocketq("admin", "topic", "status", "-t", "orders", *ep)).output
+    route = await rocketq_json("admin", "topic", "route", "-t", "orders", *ep)
+    assert route["broker_datas"][0]["broker_addrs"] == {"0": broker.address}
+    assert (await rocketq("admin", "topic", "delete", "-t", "orders", *ep)).exit_code == 0
+    assert "orders" not in [t["topic"] for t in await rocketq_json("admin", "topic", "list", *ep)]
+    missing = await rocketq("admin", "topic", "delete", "-t", "orders", *ep)
+    assert missing.exit_code == 1 and "TOPIC_NOT_EXIST" in missing.output
+
+
+async def test_group_create_update_list_delete(broker: Broker, client_api: ClientAPI) -> None:
+    ep = ("--endpoints", broker.address)
+    created = await rocketq("admin", "group", "create", "-g", "billing", "--retry-max-times", "3", *ep)
+    assert created.exit_code == 0 and "created group billing" in created.output and "retry max 3" in created.output
+    updated = await rocketq_json("admin", "updateSubGroup", "-g", "billing", "--consume-disable", *ep)
+    assert updated["consume_enable"] is False and updated["retry_max_times"] == 3
+    listed = {g["group_name"]: g for g in await rocketq_json("admin", "group", "list", *ep)}
+    assert listed["billing"]["consume_enable"] is False
+    await send(client_api, broker.address, "t", b"x")
+    await client_api.update_consumer_offset(broker.address, "billing", "t", 0, 1)
+    assert (await rocketq("admin", "group", "delete", "-g", "billing", *ep)).exit_code == 0
+    assert "billing" not in {g["group_name"] for g in await rocketq_json("admin", "group", "list", *ep)}
+    assert broker.offsets.query("billing", "t", 0) is None, "delete cleans the group's offsets"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_an_unreachable_broker_is_one_line_and_exit_code_2() -> None:
+    for args in (["admin", "topic", "list"], ["admin", "consumer", "progress", "-g", "g"],
+                 ["admin", "broker", "status"], ["admin", "offset", "reset", "-g", "g", "-t", "t", "--to-latest"]):
+        result = await rocketq(*args, "--endpoints", f"127.0.0.1:{_closed_port()}")
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("rocketq admin: cannot reach the broker at 127.0.0.1:"), lines
+        assert "Traceback" not in result.output

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.broker_proc import free_port
 from broker.process import BrokerSubprocess
 from chaos.checker import GroupResult, check_group
 from chaos.schedule import FaultStep, fault_schedule
@@ -159,7 +160,7 @@ async def run_chaos(workdir: Path, *, cycles: int, seed: int, consumers_per_grou
     say(f"chaos seed {seed} (replay with --seed {seed}):")
     for step in steps:
         say("  " + step.describe())
-    port = _free_port()
+    port = free_port()
     broker = BrokerSubprocess(workdir / "store", listen_port=port, settings=BROKER_SETTINGS)
     await broker.start()
     address = broker.address
@@ -222,11 +223,3 @@ async def _apply(step: FaultStep, broker: BrokerSubprocess, consumers: list[Cons
         await broker.stop()
         await broker.start()
         await asyncio.gather(*(c.start() for c in consumers))
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

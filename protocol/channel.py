@@ -232,15 +232,19 @@ class ChannelProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         channel = self.channel
-        assert channel is not None
-        if channel.closed:
+        if channel is None or channel.closed:    # None: a connection refused before it got a channel
             return
         try:
             commands = self._decoder.feed(data)
         except FrameError as err:
             channel._frame_error(err)
             return
+        self._fed(bool(commands))
         channel._received(commands)
+
+    def _fed(self, decoded: bool) -> None:
+        """After each read that raised no error; `decoded`: at least one whole frame came out.
+        A hook for the broker's connection guard (no-op here)."""
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._decoder.clear()       # the channel and its protocol form a cycle: free the bytes now

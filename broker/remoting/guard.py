@@ -28,7 +28,6 @@ from broker.remoting.ratelimit import RateLimitedLog
 from protocol.channel import Channel, ChannelProtocol, CloseHandler, RequestHandler
 from protocol.codes import CommandFlag, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import FrameError
 from protocol.frame import encode_frame_bytes
 from protocol.service import Service
 
@@ -191,17 +190,9 @@ class GuardedProtocol(ChannelProtocol):
         assert self.channel is not None
         self._conn = self._guard.opened(self, self.channel)
 
-    def data_received(self, data: bytes) -> None:
-        channel, conn = self.channel, self._conn
-        if channel is None or conn is None or channel.closed:
-            return
-        try:
-            commands = self._decoder.feed(data)
-        except FrameError as err:
-            channel._frame_error(err)
-            return
-        self._guard.received(conn, bool(commands))
-        channel._received(commands)
+    def _fed(self, decoded: bool) -> None:
+        if self._conn is not None:
+            self._guard.received(self._conn, decoded)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._conn is not None:

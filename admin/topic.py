@@ -10,7 +10,16 @@ from typing import Any, TypeVar
 import click
 
 from admin.cli import admin_group
-from admin.common import endpoints_option, format_time_ms, json_option, print_json, print_tables, run_admin, table
+from admin.common import (
+    CommandError,
+    endpoints_option,
+    format_time_ms,
+    json_option,
+    print_json,
+    print_tables,
+    run_admin,
+    table,
+)
 from client.admin_api import AdminAPI
 from protocol.codes import Perm
 from protocol.errors import SystemError_
@@ -54,36 +63,81 @@ async def _write_topic(api: AdminAPI, address: str, topic: str, queues: int | No
     return {"topic": topic, "read_queue_nums": read, "write_queue_nums": write, "perm": final_perm}
 
 
+async def _write_topic_on_cluster(api: AdminAPI, address: str, cluster: str, topic: str, queues: int | None,
+                                  read_queues: int | None, write_queues: int | None, perm: int | None, *,
+                                  refuse_existing: bool) -> list[dict[str, object]]:
+    """`_write_topic` on the master of every broker of `cluster`, as a name server at `address`
+    lists them (GET_BROKER_CLUSTER_INFO; a broker given as the endpoint lists itself). Each
+    broker registers the change with its name servers at once."""
+    info = await api.get_broker_cluster_info(address)
+    names = info.cluster_addr_table.get(cluster)
+    if not names:
+        known = ", ".join(sorted(info.cluster_addr_table)) or "none"
+        raise CommandError(f"no broker of cluster {cluster!r} is registered at {address} (clusters: {known})")
+    results = []
+    for name in names:
+        broker_address = info.broker_addr_table[name].broker_addrs.get(0)
+        if broker_address is None:
+            raise CommandError(f"broker {name!r} of cluster {cluster!r} has no master address")
+        result = await _write_topic(api, broker_address, topic, queues, read_queues, write_queues, perm,
+                                    refuse_existing=refuse_existing)
+        results.append({"broker_name": name, "broker_addr": broker_address, **result})
+    return results
+
+
 def _print_written(result: dict[str, object], as_json: bool, verb: str) -> None:
     if as_json:
         print_json(result)
     else:
-        click.echo(f"{verb} topic {result['topic']}: {result['read_queue_nums']} read / "
+        where = f" on {result['broker_name']} ({result['broker_addr']})" if "broker_name" in result else ""
+        click.echo(f"{verb} topic {result['topic']}{where}: {result['read_queue_nums']} read / "
                    f"{result['write_queue_nums']} write queues, perm {_perm_text(int(str(result['perm'])))}")
+
+
+def _write(endpoints: str, cluster: str | None, topic: str, queues: int | None, read_queues: int | None,
+           write_queues: int | None, perm: int | None, as_json: bool, *, refuse_existing: bool) -> None:
+    verb = "created" if refuse_existing else "updated"
+    if cluster is None:
+        result = run_admin(endpoints, lambda api, address: _write_topic(
+            api, address, topic, queues, read_queues, write_queues, perm, refuse_existing=refuse_existing))
+        _print_written(result, as_json, verb)
+        return
+    results = run_admin(endpoints, lambda api, address: _write_topic_on_cluster(
+        api, address, cluster, topic, queues, read_queues, write_queues, perm, refuse_existing=refuse_existing))
+    if as_json:
+        print_json(results)
+        return
+    for result in results:
+        _print_written(result, False, verb)
+
+
+_CLUSTER_OPTION = click.option(
+    "--cluster", "-c", default=None, metavar="NAME",
+    help="Create or change the topic on every broker of this cluster (--endpoints then names a name "
+         "server, e.g. 127.0.0.1:9876); without it, on the one broker of --endpoints.")
 
 
 @topic_group.command("create")
 @_queue_options
+@_CLUSTER_OPTION
 @endpoints_option
 @json_option
 def create(topic: str, queues: int | None, read_queues: int | None, write_queues: int | None, perm: int | None,
-           endpoints: str, as_json: bool) -> None:
-    """Create a topic (refused when it exists)."""
-    result = run_admin(endpoints, lambda api, address: _write_topic(api, address, topic, queues, read_queues,
-                                                              write_queues, perm, refuse_existing=True))
-    _print_written(result, as_json, "created")
+           cluster: str | None, endpoints: str, as_json: bool) -> None:
+    """Create a topic (refused when it exists), on one broker or on every broker of a cluster."""
+    _write(endpoints, cluster, topic, queues, read_queues, write_queues, perm, as_json, refuse_existing=True)
 
 
 @topic_group.command("update")
 @_queue_options
+@_CLUSTER_OPTION
 @endpoints_option
 @json_option
 def update(topic: str, queues: int | None, read_queues: int | None, write_queues: int | None, perm: int | None,
-           endpoints: str, as_json: bool) -> None:
-    """Create a topic or change its queue counts or permission (what is not given is kept)."""
-    result = run_admin(endpoints, lambda api, address: _write_topic(api, address, topic, queues, read_queues,
-                                                              write_queues, perm, refuse_existing=False))
-    _print_written(result, as_json, "updated")
+           cluster: str | None, endpoints: str, as_json: bool) -> None:
+    """Create a topic or change its queue counts or permission (what is not given is kept), on one
+    broker or on every broker of a cluster."""
+    _write(endpoints, cluster, topic, queues, read_queues, write_queues, perm, as_json, refuse_existing=False)
 
 
 @topic_group.command("delete")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import sys
 import tomllib
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -166,3 +168,21 @@ def test_name_server_and_broker_environments_do_not_mix() -> None:
     assert (broker.listen_port, broker.namesrv_addr) == (10912, "127.0.0.1:9877")
     with pytest.raises(ConfigError, match="namesrv_addr"):
         resolve_config(None, None, None, None, [], {}, namesrv_addr="no-port")
+
+
+async def test_admin_topic_create_with_a_cluster_creates_it_on_every_broker(tmp_path: Path,
+                                                                            client_api: ClientAPI) -> None:
+    async with cluster(tmp_path, ["broker-a", "broker-b"]) as (ns, _):
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "rocketq", "admin", "topic", "create", "--topic", "spread", "--queues", "3",
+            "--cluster", "DefaultCluster", "--endpoints", ns.address, "--json",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
+        assert process.returncode == 0, stderr.decode()
+        assert [row["broker_name"] for row in json.loads(stdout)] == ["broker-a", "broker-b"]
+        await wait_route(client_api, ns.address, "spread", ["broker-a", "broker-b"], 2)
+        unknown = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "rocketq", "admin", "topic", "create", "--topic", "x", "--cluster", "nope",
+            "--endpoints", ns.address, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        _, stderr = await asyncio.wait_for(unknown.communicate(), 30)
+        assert unknown.returncode == 1 and b"no broker of cluster 'nope'" in stderr

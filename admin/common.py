@@ -6,7 +6,7 @@ refuses the request), and table or JSON output.
     @endpoints_option
     @json_option
     def example(endpoints: str, as_json: bool) -> None:
-        rows = run(lambda api: fetch(api, first_endpoint(endpoints)))
+        rows = run_admin(endpoints, lambda api, address: fetch(api, address))
         emit(rows, as_json, title="Example", columns=["a", "b"])
 """
 
@@ -24,7 +24,6 @@ from rich.console import Console
 from rich.table import Table
 
 from client.admin_api import AdminAPI
-from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
 from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseError
 
@@ -60,29 +59,6 @@ class CommandError(Exception):
 def fail(message: str, exit_code: int) -> NoReturn:
     click.echo(f"rocketq admin: {message}", err=True)
     sys.exit(exit_code)
-
-
-def run(work: Callable[[ClientAPI], Awaitable[T]], timeout_s: float = 60.0) -> T:
-    """Run `work(api)` on a fresh event loop with its own connections, closed afterwards. A broker
-    that cannot be reached (refused, timed out, closed) ends the command with one line and exit
-    code 2; a request the broker answers with an error, with its remark and exit code 1."""
-    async def main() -> T:
-        remoting = RemotingClient()
-        try:
-            async with asyncio.timeout(timeout_s):
-                return await work(ClientAPI(remoting))
-        finally:
-            await remoting.close()
-    try:
-        return asyncio.run(main())
-    except (ConnectionClosed, RequestTimeout, ConnectionError, TimeoutError, OSError) as exc:
-        fail(f"cannot reach the broker: {exc or type(exc).__name__}", EXIT_UNREACHABLE)
-    except ResponseError as exc:
-        fail(f"the broker refused the request: {exc}", EXIT_REFUSED)
-    except CommandError as exc:
-        fail(str(exc), EXIT_REFUSED)
-    except MQError as exc:
-        fail(str(exc), EXIT_REFUSED)
 
 
 def emit(rows: Sequence[dict[str, Any]], as_json: bool, *, title: str, columns: Sequence[str],

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from admin.cli import admin_group
-from admin.common import CommandError, emit, endpoints_option, first_endpoint, json_option, run
+from admin.common import CommandError, emit, endpoints_option, json_option, run_admin
 from client.api import ClientAPI
 from protocol.codes import PullSysFlag
 from protocol.errors import QueryNotFound, TopicNotExist
@@ -142,8 +142,7 @@ def dlq_group() -> None:
 @json_option
 def list_command(group: str, limit: int, endpoints: str, as_json: bool) -> None:
     """List the messages in the group's dead-letter queue, oldest first."""
-    address = first_endpoint(endpoints)
-    letters = run(lambda api: read_dead_letters(api, address, group, 0, limit))
+    letters = run_admin(endpoints, lambda api, address: read_dead_letters(api, address, group, 0, limit))
     rows = [_row(m, letters.resend_mark) for m in letters.messages]
     emit(rows, as_json, title=f"{dlq_topic(group)} ({letters.max_offset - letters.min_offset} messages)",
          columns=["dlq_offset", "msg_id", "origin_msg_id", "topic", "reconsume_times", "stored_at", "keys",
@@ -162,9 +161,7 @@ def resend_command(group: str, msg_id: str | None, resend_all: bool, endpoints: 
     """Send dead letters back to their original topics with reconsume_times reset to 0."""
     if bool(msg_id) == resend_all:
         raise click.UsageError("give exactly one of --msg-id ID or --all")
-    address = first_endpoint(endpoints)
-
-    async def work(api: ClientAPI) -> list[dict[str, Any]]:
+    async def work(api: ClientAPI, address: str) -> list[dict[str, Any]]:
         letters = await read_dead_letters(api, address, group, None if resend_all else 0, 1_000_000)
         chosen = letters.messages if resend_all else [
             m for m in letters.messages if msg_id in (m.msg_id, m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID))]
@@ -175,7 +172,7 @@ def resend_command(group: str, msg_id: str | None, resend_all: bool, endpoints: 
             await api.update_consumer_offset(address, group, dlq_topic(group), 0, letters.max_offset)
         return rows
 
-    rows = run(work)
+    rows = run_admin(endpoints, work)
     emit(rows, as_json, title=f"resent from {dlq_topic(group)}",
          columns=["dlq_offset", "dlq_msg_id", "origin_msg_id", "topic", "queue_id", "new_msg_id"],
          empty="nothing to resend", footer=f"{sum(1 for r in rows if r['queue_id'] != '')} message(s) resent")

@@ -161,6 +161,9 @@ class Broker:
             await self._housekeeping.start()
             await self._persist.start()
             self.metrics.track(lambda: hold.held_count, lambda: store.reput_lag_bytes)
+            self.metrics.track_limits(lambda: store.disk_guard.refusal is None,
+                                      lambda reason: self.connection_guard.closed[reason],
+                                      lambda: self.connection_guard.buffered_bytes)
             store.set_fsync_observer(self.metrics.observe_fsync)
             self.metrics.track_schedule(len(store.delay_levels), schedule.backlog)
             if config.metrics_port > 0:

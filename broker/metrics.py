@@ -51,6 +51,16 @@ class BrokerMetrics:
         self.schedule_backlog = Gauge("rocketq_schedule_backlog_messages",
                                       "Delayed messages stored but not yet delivered, per delay level.",
                                       [*common, "delay_level"], registry=self.registry)
+        self.store_writable = Gauge("rocketq_store_writable",
+                                    "1 while the store takes sends; 0 when refused (disk full or a write error).",
+                                    common, registry=self.registry)
+        self.connections_closed = Gauge("rocketq_connections_closed",
+                                        "Connections the broker refused or closed, by reason "
+                                        "(refused, frame_timeout, expired).", [*common, "reason"],
+                                        registry=self.registry)
+        self.buffered_bytes = Gauge("rocketq_connection_buffered_bytes",
+                                    "Bytes held in partial frames and unsent responses, all connections.",
+                                    common, registry=self.registry)
         self._state: BrokerStateCollector | None = None
         self._store_path = store_path
         self._http: MetricsHttpServer | None = None
@@ -102,6 +112,16 @@ class BrokerMetrics:
     def track(self, held_pulls: Callable[[], int], reput_lag_bytes: Callable[[], int]) -> None:
         self.held_pulls.labels(**self._labels).set_function(held_pulls)
         self.reput_lag_bytes.labels(**self._labels).set_function(reput_lag_bytes)
+
+    def track_limits(self, writable: Callable[[], bool], closed: Callable[[str], int],
+                     buffered_bytes: Callable[[], int]) -> None:
+        """Issue 12's gauges: whether the store takes sends, connections closed per reason, and
+        the bytes the connection guard holds; all read at scrape time."""
+        self.store_writable.labels(**self._labels).set_function(lambda: float(writable()))
+        for reason in ("refused", "frame_timeout", "expired"):
+            self.connections_closed.labels(reason=reason, **self._labels).set_function(
+                lambda reason=reason: closed(reason))  # type: ignore[misc]
+        self.buffered_bytes.labels(**self._labels).set_function(buffered_bytes)
 
     async def render(self) -> bytes:
         """The text exposition: disk numbers sampled in a thread, then every collector on the loop."""

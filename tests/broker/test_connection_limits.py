@@ -90,6 +90,8 @@ async def test_connection_past_max_connections_is_refused_with_a_reason(tmp_path
         with pytest.raises(ConnectionClosed, match="max_connections 2"):
             await send(client_api, broker.address)
         assert broker.connection_guard.closed["refused"] == 1
+        text = (await broker.metrics.render()).decode()
+        assert 'rocketq_connections_closed{cluster="DefaultCluster",node_id="broker-a",reason="refused"} 1.0' in text
         held[0][1].close()
         await wait_until(lambda: len(broker.connection_guard.connections) == 1)
         assert (await send(client_api, broker.address)).queue_offset == 0

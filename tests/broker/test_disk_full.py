@@ -110,11 +110,14 @@ async def test_past_the_warning_level_sends_are_refused_and_resume_below_it(tmp_
             await wait_until(lambda: store.disk_guard.refusal is not None, timeout_s=5)
             with pytest.raises(ServiceNotAvailable, match="past disk_space_warning_level_ratio 90%"):
                 await send(client_api, broker.address, "t", b"refused")
+            writable = 'rocketq_store_writable{cluster="DefaultCluster",node_id="broker-a"}'
+            assert f"{writable} 0.0" in (await broker.metrics.render()).decode()
             assert await pull_all(client_api, broker.address) == [b"before"]
             filler.unlink()
             await wait_until(lambda: store.disk_guard.refusal is None, timeout_s=5)
             await send(client_api, broker.address, "t", b"after")
             assert await pull_all(client_api, broker.address) == [b"before", b"after"]
+            assert f"{writable} 1.0" in (await broker.metrics.render()).decode()
 
 
 async def test_past_disk_max_used_space_ratio_the_oldest_files_go_whatever_their_age(

@@ -39,6 +39,7 @@ def register_commands() -> None:
     import admin.dlq
     import admin.filter
     import admin.group
+    import admin.message
     import admin.offset
     import admin.topic  # noqa: F401
 

@@ -84,7 +84,7 @@ def emit(rows: Sequence[dict[str, Any]], as_json: bool, *, title: str, columns: 
 # -- shared by topic, group, consumer, offset, message, broker status and top ---------------------
 
 
-def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], timeout_s: float = 60.0) -> T:
+def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], timeout_s: float | None = 60.0) -> T:
     """`run` for commands that need the admin requests: `work(admin_api, address)` with the first
     endpoint's address; the same one-line errors and exit codes (2 unreachable, 1 refused), the
     unreachable line naming the address."""

@@ -25,6 +25,7 @@ from broker.processors.client_manage import ClientManageProcessor
 from broker.processors.consumer_admin import ConsumerAdminProcessor
 from broker.processors.consumer_manage import ConsumerManageProcessor
 from broker.processors.pull_message import PullMessageProcessor
+from broker.processors.query_message import QueryMessageProcessor
 from broker.processors.queue_lock import QueueLockProcessor
 from broker.processors.runtime_info import RuntimeInfoProcessor
 from broker.processors.send_back import SendBackProcessor
@@ -284,6 +285,7 @@ class Broker:
             RequestCode.GET_CONSUMER_RUNNING_INFO: consumer_admin.get_consumer_running_info,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: consumer_admin.reset_offset,
             RequestCode.GET_BROKER_RUNTIME_INFO: runtime.get_broker_runtime_info,
+            RequestCode.QUERY_MESSAGE: QueryMessageProcessor(store).query_message,
             RequestCode.SEND_MESSAGE: send.process,
             RequestCode.SEND_BATCH_MESSAGE: send.process_batch,
             RequestCode.PULL_MESSAGE: pull.process,

@@ -25,6 +25,7 @@ from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable, is_valid_topic_name
 from broker.store.disk_guard import DiskGuard
 from broker.store.flush import CommitLogFlushService, flush_consume_queues
+from broker.store.key_index import KeyIndex, indexed_records
 from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields, payload_properties
 from broker.store.recovery import recover_store
 from broker.store.reput import ArrivalListener, DispatchEntry, ReputService
@@ -98,6 +99,8 @@ class MessageStore:
                                    safe_end=self._retention_safe_end, clock_ms=clock_ms)
         self._topic_queue_table: dict[tuple[str, int], int] = {}
         self._tags_cache: dict[str, int] = {}
+        self.key_index = KeyIndex(config.key_index_max_entries)
+        self._reput.key_index = self.key_index
         self._packer = msgpack.Packer(use_bin_type=True)
         self._running = False
 
@@ -116,6 +119,9 @@ class MessageStore:
         recovered = await asyncio.to_thread(
             recover_store, self._commit_log, self._consume_queues, checkpoint, crashed=crashed)
         end = recovered.commit_log_end
+        # the key index lives in memory: rebuild it from what reput will not dispatch again
+        await asyncio.to_thread(self.key_index.rebuild, indexed_records(
+            self._commit_log, self._commit_log.min_offset, recovered.reput_from_offset))
         self._reput.begin(recovered.reput_from_offset, end)
         await asyncio.to_thread(self._reput.dispatch_available, notify=False)
         self._topic_queue_table = {key: queue.max_offset
@@ -498,6 +504,13 @@ class MessageStore:
             return []
         units = queue.read_units(queue_offset, max_units)
         return [] if units is None else list(_CQ_UNITS(units))
+
+    def query_by_key(self, topic: str, key: str, max_num: int, begin_ms: int = 0,
+                     end_ms: int = 0) -> list[memoryview | bytes]:
+        """Stored payloads of `topic`'s messages with `key` in KEYS or as UNIQ_KEY, newest first
+        (see `KeyIndex.query`); messages whose files were removed are left out."""
+        found = (self.look_message_by_offset(o) for o in self.key_index.query(topic, key, max_num, begin_ms, end_ms))
+        return [payload for payload in found if payload is not None]
 
     def look_message_by_offset(self, commit_log_offset: int) -> memoryview | bytes | None:
         """The stored payload of the record starting at `commit_log_offset` (checked: size, CRC and

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from broker.schedule.delay_levels import deliver_at_ms
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueTable
+from broker.store.key_index import KeyIndex
 from broker.store.record import RecordError, decode_stored_fields
 from protocol.message import (
     F_PROPERTIES,
@@ -57,6 +58,7 @@ class ReputService(Service):
         self._handoff_from = 0
         self._pending: list[DispatchEntry] = []
         self.listener: ArrivalListener | None = None
+        self.key_index: KeyIndex | None = None          # filled as messages are dispatched
 
     def begin(self, reput_from_offset: int, handoff_from: int) -> None:
         """Set the recovered start; records in [reput_from_offset, handoff_from) come from disk,
@@ -116,12 +118,16 @@ class ReputService(Service):
         queue: ConsumeQueue | None = None
         done = 0
         try:
-            for topic, queue_id, queue_offset, commit_log_offset, size, tags_code, _, properties in pending:
+            key_index = self.key_index
+            for topic, queue_id, queue_offset, commit_log_offset, size, tags_code, stored_at, properties in pending:
                 if last_key != (topic, queue_id):
                     queue = consume_queues.get_or_create(topic, queue_id)
                     last_key = (topic, queue_id)
                 assert queue is not None
-                if queue.append(commit_log_offset, size, tags_code, queue_offset) and listener is not None:
+                appended = queue.append(commit_log_offset, size, tags_code, queue_offset)
+                if appended and key_index is not None:
+                    key_index.add(topic, properties, commit_log_offset, stored_at)
+                if appended and listener is not None:
                     try:
                         listener(topic, queue_id, queue_offset + 1, tags_code, properties)
                     except Exception:
@@ -150,6 +156,8 @@ class ReputService(Service):
             except (RecordError, ValueError, TypeError, AttributeError) as exc:
                 log.error("reput: skipping undecodable record at %d: %s", commit_log_offset, exc)
             else:
+                if self.key_index is not None:
+                    self.key_index.add(topic, properties, commit_log_offset, fields[F_STORE_TIMESTAMP])
                 if queue.append(commit_log_offset, size, tags_code, queue_offset) and listener is not None:
                     _notify(listener, topic, queue_id, queue_offset + 1, tags_code, properties)
             self.reput_from_offset = commit_log_offset + size

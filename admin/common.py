@@ -127,7 +127,7 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
 
 
 def print_tables(*tables: Table) -> None:
-    console = Console(width=max(120, Console().width))
+    console = Console(width=max(160, Console().width))
     for item in tables:
         console.print(item)
 

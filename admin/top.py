@@ -106,7 +106,8 @@ async def watch(api: AdminAPI, address: str, group: str | None, iterations: int 
         try:
             previous: Snapshot | None = None
             shown = 0
-            with Live(console=Console(), auto_refresh=False, transient=False) as live:
+            console = Console() if sys.stdout.isatty() else Console(width=160)
+            with Live(console=console, auto_refresh=False, transient=False) as live:
                 while iterations is None or shown < iterations:
                     snapshot = await take_snapshot(api, address, group)
                     live.update(render(snapshot, previous, address), refresh=True)

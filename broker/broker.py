@@ -271,7 +271,7 @@ class Broker:
         locks = QueueLockProcessor(self.locks)
         topic_group = TopicGroupAdminProcessor(store, self.topics, self.groups, self.offsets, config.broker_name)
         consumer_admin = ConsumerAdminProcessor(store, self.topics, self.consumers, self.offsets, config.broker_name,
-                                                self.clock.now_ms)
+                                                self.clock.now_ms, self.clock.monotonic_ms)
         runtime = RuntimeInfoProcessor(config, store, self.topics, self.groups, self.address, self.started_at_ms,
                                        self.clock.now_ms, lambda: hold.held_count, self._connection_count)
         return {

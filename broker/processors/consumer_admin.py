@@ -78,9 +78,10 @@ def reset_target(header: ResetOffsetRequestHeader, queue_id: int, before: int, m
 
 class ConsumerAdminProcessor:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, consumers: ConsumerManager,
-                 offsets: ConsumerOffsetManager, broker_name: str, now_ms: Callable[[], int]) -> None:
+                 offsets: ConsumerOffsetManager, broker_name: str, now_ms: Callable[[], int],
+                 monotonic_ms: Callable[[], int]) -> None:
         self._store, self._topics, self._consumers, self._offsets = store, topics, consumers, offsets
-        self._broker_name, self._now_ms = broker_name, now_ms
+        self._broker_name, self._now_ms, self._monotonic_ms = broker_name, now_ms, monotonic_ms
         self._tps_samples: dict[str, tuple[int, int]] = {}     # group → (at_ms, sum of committed offsets)
 
     async def get_consumer_connection_list(self, ctx: RequestContext,
@@ -88,8 +89,9 @@ class ConsumerAdminProcessor:
         """CONSUMER_NOT_ONLINE when the group has no connection."""
         header = ConsumerGroupRequestHeader.from_fields(request.fields)
         info = _online(self._consumers, header.consumer_group)
+        to_epoch_ms = self._now_ms() - self._monotonic_ms()        # heartbeats are stamped on the monotonic clock
         connections = [Connection(client_id=c.client_id, client_addr=c.channel.remote_address,
-                                  last_heartbeat_ms=c.last_update_ms)
+                                  last_heartbeat_ms=c.last_update_ms + to_epoch_ms)
                        for c in sorted(info.channels.values(), key=lambda c: c.client_id)]
         subscriptions = [SubscriptionData(topic=s.topic, sub_string=s.sub_string, expression_type=s.expression_type,
                                           tags_set=sorted(s.tags_set), code_set=sorted(s.code_set),

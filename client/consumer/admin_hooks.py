@@ -24,7 +24,13 @@ log = logging.getLogger(__name__)
 
 
 def running_info(client_id: str, data: ConsumerData, process_queues: Mapping[MessageQueue, ProcessQueue],
-                 offsets: OffsetStore | None, properties: Mapping[str, object]) -> ConsumerRunningInfo:
+                 offsets: OffsetStore | None, properties: Mapping[str, object],
+                 monotonic_to_epoch_ms: int = 0) -> ConsumerRunningInfo:
+    """`monotonic_to_epoch_ms` is added to the process queues' instants (monotonic ms) to report
+    epoch ms; 0 where none was stamped."""
+    def epoch(instant_ms: int) -> int:
+        return instant_ms + monotonic_to_epoch_ms if instant_ms > 0 else 0
+
     table = []
     for mq, pq in sorted(process_queues.items()):
         cached = pq.cached_offset_range()
@@ -34,8 +40,8 @@ def running_info(client_id: str, data: ConsumerData, process_queues: Mapping[Mes
             committed_offset=-1 if committed is None else committed, cached_msg_count=pq.msg_count,
             cached_msg_size_bytes=pq.msg_size_bytes, cached_min_offset=cached[0] if cached else -1,
             cached_max_offset=cached[1] if cached else -1, locked=pq.locked, dropped=pq.dropped,
-            last_lock_at_ms=pq.last_lock_at_ms, last_pull_at_ms=pq.last_pull_at_ms,
-            last_consume_at_ms=pq.last_consume_at_ms))
+            last_lock_at_ms=epoch(pq.last_lock_at_ms), last_pull_at_ms=epoch(pq.last_pull_at_ms),
+            last_consume_at_ms=epoch(pq.last_consume_at_ms)))
     return ConsumerRunningInfo(client_id=client_id, consumer_group=data.group_name, consume_type=data.consume_type,
                                message_model=data.message_model,
                                properties={key: str(value) for key, value in sorted(properties.items())},

@@ -144,7 +144,8 @@ class PushConsumer:
         properties = {f.name: getattr(self.options, f.name) for f in fields(self.options)}
         properties |= {"consume_from_where": self.consume_from_where.value,
                        "allocate_strategy": self.allocate_strategy.name}
-        return running_info(client_id, self.consumer_data(), queues, self._offsets, properties)
+        offset_ms = time.time_ns() // 1_000_000 - time.monotonic_ns() // 1_000_000   # PQ instants are monotonic
+        return running_info(client_id, self.consumer_data(), queues, self._offsets, properties, offset_ms)
 
     async def reset_offset(self, new_offsets: dict[MessageQueue, int]) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET: drop the named queues this consumer holds, store the new

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from client.api import ClientAPI
+from client.metrics import ClientMetrics
 from client.remoting.remoting_client import RemotingClient
 from client.route import RouteTable, merge_routes
 from conf.client import ClientConfig
@@ -126,6 +127,19 @@ class ClientInstance:
         self.remoting.register_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
         self.remoting.on_reconnect = self._on_reconnect
         self._side_tasks: set[asyncio.Task[None]] = set()
+        self._metrics: ClientMetrics | None = None
+
+    @property
+    def metrics(self) -> ClientMetrics | None:
+        return self._metrics
+
+    def serve_metrics(self, port: int) -> ClientMetrics:
+        """This client's metrics (one registry per client instance), served on
+        `config.metrics_host`:`port` from the first call on. Raises `OSError` when the port is taken."""
+        if self._metrics is None:
+            self._metrics = ClientMetrics(self.client_id)
+        self._metrics.serve(self.config.metrics_host, port)
+        return self._metrics
 
     def add_endpoints(self, endpoints: Sequence[str]) -> None:
         for endpoint in endpoints:
@@ -156,6 +170,8 @@ class ClientInstance:
         for task in list(self._side_tasks):
             task.cancel()
         await self.remoting.close()
+        if self._metrics is not None:
+            self._metrics.close()
         for key, instance in list(_INSTANCES.items()):
             if instance is self:
                 del _INSTANCES[key]

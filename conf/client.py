@@ -18,6 +18,7 @@ class ClientConfig:
     rebalance_interval_ms: int = 20_000          # rocketmq.client.rebalance.waitInterval
     request_timeout_ms: int = 3_000              # mqClientApiTimeout
     connect_timeout_ms: int = 3_000
+    metrics_host: str = "127.0.0.1"              # where a `metrics_port=` endpoint listens; "0.0.0.0" for all
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +48,7 @@ class PushConsumerOptions:
     pull_time_delay_when_suspend_ms: int = 1_000
     reconsume_later_delay_ms: int = 5_000        # local retry when the send-back and the resend both fail
     offset_store_dir: Path | None = None         # broadcasting offsets; default ~/.rocketq/offsets
+    metrics_port: int = 0                        # > 0: serve this client's Prometheus metrics there; 0: off
     # Orderly consumption (RocketMQ's system properties rocketmq.client.rebalance.lockInterval,
     # .lockMaxLiveTime, rocketmq.client.unlockDelayTimeMills, .maxTimeConsumeContinuously). Keep
     # lock_max_live_time_ms below the broker's lock_max_live_ms (60 s) and above lock_interval_ms.

@@ -41,6 +41,7 @@ from protocol.model import MessageModel, MessageQueue
 
 log = logging.getLogger(__name__)
 OffsetUpdate = Callable[[MessageQueue, int], None]
+JobObserver = Callable[[str, int, float, float], None]
 SendBackFn = Callable[[MessageExt, MessageQueue, int], Awaitable[bool]]   # (message, mq, delay_level)
 SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 FAST_LISTENER_S = 50e-6
@@ -74,7 +75,7 @@ class ConcurrentConsumeService:
         self.consume_timeout_ms = consume_timeout_ms
         self._slots = asyncio.Semaphore(consume_thread_max)
         self._workers = SyncWorkers(consume_thread_max, f"consume-{consumer_group}")
-        self._gathered: list[tuple[ProcessQueue, MessageQueue, list[Chunk]]] = []
+        self._gathered: list[tuple[ProcessQueue, MessageQueue, list[Chunk], float]] = []
         self.listener_seconds_per_message = 0.0     # EWMA, written by worker threads
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
@@ -82,6 +83,7 @@ class ConcurrentConsumeService:
         self.consumed_ok = 0
         self.consumed_failed = 0
         self.expired = 0
+        self.observe: JobObserver | None = None     # metrics: (topic, count, await_s, process_s) per job
 
     def submit(self, pq: ProcessQueue, mq: MessageQueue, messages: list[MessageExt]) -> None:
         """Start consuming `messages` (already in `pq`); returns at once."""
@@ -90,19 +92,23 @@ class ConcurrentConsumeService:
         size = self._batch_max_size
         chunks = [[m] for m in messages] if size == 1 else [messages[i:i + size]
                                                              for i in range(0, len(messages), size)]
+        submitted = time.perf_counter()
         if not self._is_async:
-            self._gathered.append((pq, mq, chunks))
+            self._gathered.append((pq, mq, chunks, submitted))
             if len(self._gathered) == 1:
                 asyncio.get_running_loop().call_soon(self._hand_to_workers)
             return
-        self._spawn(self._run_job(pq, mq, chunks))
+        self._spawn(self._run_job(pq, mq, chunks, submitted))
 
-    async def _run_job(self, pq: ProcessQueue, mq: MessageQueue, chunks: list[Chunk]) -> None:
+    async def _run_job(self, pq: ProcessQueue, mq: MessageQueue, chunks: list[Chunk], submitted: float) -> None:
         async with self._slots:
             if pq.dropped:
                 return
             _stamp_start(chunks)
+            started = time.perf_counter()
             results = [await self._call_async(mq, chunk) for chunk in chunks]
+            if self.observe is not None:
+                self.observe(mq.topic, sum(map(len, chunks)), started - submitted, time.perf_counter() - started)
         self._process_results(pq, mq, chunks, results)
 
     def _hand_to_workers(self) -> None:
@@ -115,16 +121,21 @@ class ConcurrentConsumeService:
             group = jobs[i:i + step]
             self._workers.submit(lambda group=group: self._sync_jobs(group))  # type: ignore[misc]
 
-    def _sync_jobs(self, jobs: list[tuple[ProcessQueue, MessageQueue, list[Chunk]]]) -> Callable[[], None]:
+    def _sync_jobs(self, jobs: list[tuple[ProcessQueue, MessageQueue, list[Chunk], float]]) -> Callable[[], None]:
         """Runs in a worker thread; returns the completion that applies the results on the loop."""
         done: list[tuple[ProcessQueue, MessageQueue, list[Chunk], list[Outcome]]] = []
         started, count = time.perf_counter(), 0
-        for pq, mq, chunks in jobs:
+        observe = self.observe
+        for pq, mq, chunks, submitted in jobs:
             if pq.dropped:
                 continue
             _stamp_start(chunks)
+            job_started = time.perf_counter()
             done.append((pq, mq, chunks, [self._call_sync(mq, chunk) for chunk in chunks]))
-            count += sum(len(c) for c in chunks)
+            job_count = sum(len(c) for c in chunks)
+            count += job_count
+            if observe is not None:
+                observe(mq.topic, job_count, job_started - submitted, time.perf_counter() - job_started)
         if count:
             per_message = (time.perf_counter() - started) / count
             self.listener_seconds_per_message += (per_message - self.listener_seconds_per_message) * 0.2

@@ -104,6 +104,7 @@ class OrderlyConsumeService:
         self._clustering = message_model is MessageModel.CLUSTERING
         self._update_offset = update_offset
         self._group = consumer_group
+        self.observe: Callable[[str, int, float, float], None] | None = None   # metrics, per listener call
         self.max_reconsume_times = orderly_max_reconsume_times(max_reconsume_times)
         self._suspend_ms = suspend_current_queue_time_ms
         self._lock_max_live_ms = lock_max_live_time_ms
@@ -199,6 +200,7 @@ class OrderlyConsumeService:
                     return
                 context = ConsumeOrderlyContext(mq)
                 status: OrderlyListenerResult
+                started = time.perf_counter()
                 if is_async:
                     try:
                         status = await cast(Awaitable[OrderlyListenerResult], listener(messages, context))
@@ -208,6 +210,9 @@ class OrderlyConsumeService:
                         status = None
                 else:
                     status = await self._call_in_thread(messages, context)
+                if self.observe is not None:         # waited: since the pull that cached the messages
+                    self.observe(mq.topic, len(messages), max(now - pq.last_pull_at_ms, 0) / 1000,
+                                 time.perf_counter() - started)
                 if status is SUCCESS and context.auto_commit:
                     self.consumed_ok += len(messages)
                     commit_offset = pq.commit()

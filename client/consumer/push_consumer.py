@@ -230,6 +230,10 @@ class PushConsumer:
             request_timeout_ms=self.client_config.request_timeout_ms, locking=orderly)
         instance.register_consumer(self)
         self._instance = instance
+        if self.options.metrics_port > 0:
+            rebalancer = self._rebalancer
+            metrics = instance.serve_metrics(self.options.metrics_port)
+            self._consume.observe = metrics.track_consumer(self.consumer_group, lambda: rebalancer.process_queues)
         await instance.start()
         for topic in self._subscriptions:
             try:
@@ -267,6 +271,8 @@ class PushConsumer:
         if instance is None:
             return
         instance.unregister_consumer(self.consumer_group)
+        if instance.metrics is not None:
+            instance.metrics.untrack_consumer(self.consumer_group)
         if self._expiry is not None:
             await self._expiry.stop()
             self._expiry = None

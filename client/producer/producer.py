@@ -13,6 +13,7 @@ from typing import Any
 from client.api import SendResult
 from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance, local_ip, parse_endpoints
+from client.metrics import ClientMetrics
 from client.producer.latency_fault import LatencyFaultTolerance, select_queue
 from client.producer.selector import MessageQueueSelector
 from client.producer.uniq_id import UniqIdGenerator
@@ -37,7 +38,8 @@ class Producer:
     def __init__(self, producer_group: str, endpoints: str | Sequence[str], *,
                  retry_times_when_send_failed: int = 2, send_msg_timeout_ms: int = 3_000,
                  default_topic_queue_nums: int = 4, max_message_bytes: int = 4 * 1024 * 1024,
-                 send_latency_fault_enable: bool = False, client_config: ClientConfig | None = None) -> None:
+                 send_latency_fault_enable: bool = False, metrics_port: int = 0,
+                 client_config: ClientConfig | None = None) -> None:
         remark = check_group(producer_group)
         if remark is not None:
             raise ValueError(remark)
@@ -52,6 +54,8 @@ class Producer:
         self._round_robin = itertools.count()
         self.send_latency_fault_enable = send_latency_fault_enable
         self._faults = LatencyFaultTolerance() if send_latency_fault_enable else None
+        self.metrics_port = metrics_port           # > 0: serve the client's metrics (send cost) there
+        self._metrics: ClientMetrics | None = None
         self._uniq = UniqIdGenerator(local_ip())
 
     async def start(self) -> None:
@@ -60,6 +64,8 @@ class Producer:
         client_id = build_client_id(self.client_config.instance_name, unique_default=True)
         instance = get_instance(client_id, self.endpoints, self.client_config)
         instance.producer_groups.add(self.producer_group)
+        if self.metrics_port > 0:
+            self._metrics = instance.serve_metrics(self.metrics_port)
         await instance.start()
         self._instance = instance
         await instance.send_heartbeat_to_all_brokers()
@@ -152,12 +158,15 @@ class Producer:
             try:
                 result = await attempt(target)
             except (ConnectionClosed, RequestTimeout) as exc:
+                self._observe(topic, started, ok=False)
                 last_error = exc
             except ResponseError as exc:
+                self._observe(topic, started, ok=False)
                 if exc.code not in _RETRY_CODES:
                     raise
                 last_error = exc
             else:
+                self._observe(topic, started, ok=True)
                 if self._faults is not None:
                     now = time.monotonic_ns() // 1_000_000
                     self._faults.update(target.broker_name, now - started, now)
@@ -170,6 +179,10 @@ class Producer:
             queues = await self._publish_queues(topic)
         assert last_error is not None
         raise last_error
+
+    def _observe(self, topic: str, started_ms: int, *, ok: bool) -> None:
+        if self._metrics is not None:
+            self._metrics.observe_send(topic, (time.monotonic_ns() // 1_000_000 - started_ms) / 1000, ok)
 
     async def _send_to(self, mq: MessageQueue, message: Message, properties: dict[str, str]) -> SendResult:
         instance = self._require_instance()

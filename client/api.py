@@ -132,15 +132,24 @@ class ClientAPI:
     async def pull_message(self, address: str, header: PullMessageRequestHeader, timeout_ms: int) -> PullResult:
         """One PULL_MESSAGE; response codes map to `PullStatus` as RocketMQ's
         `MQClientAPIImpl.processPullResponse` (§2.3); any other code raises its `ResponseError`."""
+        result, body = await self.pull_message_raw(address, header, timeout_ms)
+        if result.status is PullStatus.FOUND and body:
+            result.messages = decode_message_batch(body)
+        return result
+
+    async def pull_message_raw(self, address: str, header: PullMessageRequestHeader,
+                               timeout_ms: int) -> tuple[PullResult, bytes]:
+        """`pull_message` with the body's messages left encoded (PROTOCOL.md "Messages in a body"):
+        the result has no `messages`, the body comes beside it (b"" unless FOUND). For readers
+        that decode straight into columns (the Spark source)."""
         response = await self.remoting.invoke(address, request(RequestCode.PULL_MESSAGE, header), timeout_ms)
         status = _PULL_STATUS.get(response.code)  # type: ignore[call-overload]
         if status is None:
             raise error_for(response.code, response.remark)
         h = PullMessageResponseHeader.from_fields(response.fields)
-        body = response.body_bytes()
-        messages = decode_message_batch(body) if status is PullStatus.FOUND and body else []
-        return PullResult(status, h.next_begin_offset, h.min_offset, h.max_offset, messages,
-                          h.suggest_which_broker_id)
+        body = response.body_bytes() if status is PullStatus.FOUND else b""
+        return PullResult(status, h.next_begin_offset, h.min_offset, h.max_offset, [],
+                          h.suggest_which_broker_id), body
 
     async def consumer_send_msg_back(self, address: str, message: MessageExt, consumer_group: str,
                                      delay_level: int, max_reconsume_times: int,

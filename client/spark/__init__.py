@@ -1,0 +1,80 @@
+"""Read and write rocketq topics from PySpark: a Spark 4 Python data source named `rocketq`.
+
+    from client.spark import register
+    register(spark)
+    df = (spark.read.format("rocketq").option("endpoints", "127.0.0.1:10911").option("topic", "orders")
+          .option("startingOffsets", "earliest").load())
+
+Needs the `spark` extra (`pip install 'rocketq[spark]'`: pyspark >= 4.2, pyarrow). The schema is
+`SCHEMA_DDL`. Options (case-insensitive):
+
+- `endpoints` (required): broker addresses "host:port;host:port"; `topic` (required).
+- `startingOffsets`: `earliest` (batch default), `latest` (streaming default), or JSON queue id →
+  queue offset, -2 earliest, -1 latest: `{"0": 10, "1": -2}`; or `startingTimestamp` (epoch ms):
+  each queue from its first message stored at or after it.
+- `endingOffsets` (batch only): `latest` (default), `earliest` or JSON as above.
+- `tags` (a TAG expression, "A || B") or `sql` (an SQL92 expression), evaluated by the broker.
+- `maxRecordsPerPartition` (100,000): longer queue ranges are split into several tasks.
+- `maxRecordsPerTrigger` (streaming): offsets admitted per micro-batch over all queues.
+- `commitToGroup` (streaming): copy committed offsets to this consumer group on the broker.
+- `failOnDataLoss` (true): fail when a range is no longer (or not yet) on the broker.
+- tuning: `pullBatchSize` (32), `pullDepth` (8 pulls in flight per task), `pullTimeoutMs`,
+  `arrowBatchRows` (8,192).
+
+Writes (`df.write.format("rocketq")`, `df.writeStream.format("rocketq")`): see `client.spark.sink`.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from client.spark.arrow import ARROW_SCHEMA, SCHEMA, SCHEMA_DDL
+from client.spark.options import SinkOptions, SourceOptions
+from client.spark.reader import BatchReader
+from client.spark.sink import BatchWriter, StreamWriter, check_columns
+from client.spark.stream import StreamReader
+
+SHORT_NAME = "rocketq"
+
+
+class RocketqDataSource(DataSource):
+    """The `rocketq` format: batch and streaming reads, batch and streaming writes."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SHORT_NAME
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return BatchReader(SourceOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StreamReader(SourceOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        check_columns(schema)
+        return BatchWriter(SinkOptions.parse(self.options), job_id=uuid.uuid4().hex)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        check_columns(schema)
+        return StreamWriter(SinkOptions.parse(self.options))
+
+
+def register(spark: SparkSession) -> None:
+    """Make `format("rocketq")` available in `spark` (reads and writes, batch and streaming)."""
+    spark.dataSource.register(RocketqDataSource)
+
+
+__all__ = ["ARROW_SCHEMA", "SCHEMA", "SCHEMA_DDL", "SHORT_NAME", "RocketqDataSource", "register"]

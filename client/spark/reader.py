@@ -1,0 +1,140 @@
+"""Batch reads of a topic, and the partition reading that streams share.
+
+Planning (driver): the topic's queues and their [min, max) offsets are looked up once; each queue's
+range [start, end) comes from startingOffsets / startingTimestamp and endingOffsets, and is cut into
+partitions of at most maxRecordsPerPartition offsets (one partition per queue when it is smaller).
+
+Reading (executor): Spark pickles the reader before it calls `read()`, so a `QueueRange` carries
+everything a task needs (endpoints, address, topic, queue, offsets, filter, pull settings) and the
+connections are opened inside `read()`, on an event loop private to that partition."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import uvloop
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from client.api import ClientAPI
+from client.remoting.remoting_client import RemotingClient
+from client.spark.arrow import record_batch
+from client.spark.options import (
+    Bound,
+    Filter,
+    OffsetSpec,
+    PullSettings,
+    SourceOptions,
+    resolve_offset,
+    split_range,
+)
+from client.spark.queues import (
+    RangePuller,
+    TopicQueues,
+    offset_for_timestamp,
+    queue_bounds,
+    run_on_private_loop,
+    topic_queues,
+)
+
+
+@dataclass(frozen=True)
+class QueueRange(InputPartition):
+    """One task's work: queue offsets [start_offset, end_offset) of `queue_id`, plain picklable data."""
+
+    address: str
+    topic: str
+    queue_id: int
+    start_offset: int
+    end_offset: int
+    message_filter: Filter
+    pull: PullSettings
+
+
+def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
+    """The Arrow batches of `part` (about `pull.arrow_batch_rows` rows each), pulled on a private
+    event loop that lives as long as this generator."""
+    loop = uvloop.new_event_loop()
+    remoting = RemotingClient()
+    puller = RangePuller(ClientAPI(remoting), part.address, part.topic, part.queue_id, part.message_filter,
+                         part.pull)
+    chunks = puller.messages(part.start_offset, part.end_offset)
+    prefixes: dict[str, str] = {}
+    pending: list[list[Any]] = []
+    try:
+        while True:
+            try:
+                pending += loop.run_until_complete(anext(chunks))
+            except StopAsyncIteration:
+                break
+            if len(pending) >= part.pull.arrow_batch_rows:
+                yield record_batch(pending, prefixes)
+                pending = []
+        if pending:
+            yield record_batch(pending, prefixes)
+    finally:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(chunks.aclose())
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(remoting.close())
+        loop.close()
+
+
+def queue_ranges(options: SourceOptions, queues: TopicQueues, ranges: dict[int, tuple[int, int]]) -> list[QueueRange]:
+    """`QueueRange`s covering each queue's [start, end), queues in id order, each cut by
+    maxRecordsPerPartition."""
+    return [QueueRange(queues.address, options.topic, queue_id, low, high, options.filter, options.pull)
+            for queue_id, (start, end) in sorted(ranges.items())
+            for low, high in split_range(start, end, options.max_records_per_partition)]
+
+
+def _offset_of(spec: OffsetSpec, queue_id: int, bounds: tuple[int, int], default: Bound) -> int:
+    min_offset, max_offset = bounds
+    if isinstance(spec, Bound):
+        return min_offset if spec is Bound.EARLIEST else max_offset
+    bound = spec.get(queue_id)
+    if bound is None:
+        return min_offset if default is Bound.EARLIEST else max_offset
+    return resolve_offset(bound, min_offset, max_offset)
+
+
+async def starting_offsets(api: ClientAPI, options: SourceOptions, queues: TopicQueues,
+                           bounds: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """queue id → first offset to read, from startingTimestamp or startingOffsets (a queue the
+    JSON does not name starts at earliest)."""
+    if options.starting_timestamp_ms is not None:
+        timestamp_ms = options.starting_timestamp_ms
+        found = await asyncio.gather(*(offset_for_timestamp(api, queues.address, options.topic, q, timestamp_ms,
+                                                            *bounds[q]) for q in queues.queue_ids))
+        return dict(zip(queues.queue_ids, found, strict=True))
+    assert options.starting is not None
+    return {q: _offset_of(options.starting, q, bounds[q], Bound.EARLIEST) for q in queues.queue_ids}
+
+
+async def plan_batch(api: ClientAPI, options: SourceOptions) -> list[QueueRange]:
+    """The partitions of a batch read; endingOffsets defaults to latest, a queue the JSON does
+    not name ends at latest, and an end before its start reads nothing."""
+    queues = await topic_queues(api, options.endpoints, options.topic)
+    bounds = await queue_bounds(api, queues.address, options.topic, queues.queue_ids)
+    starts = await starting_offsets(api, options, queues, bounds)
+    ranges = {q: (starts[q], max(starts[q], _offset_of(options.ending, q, bounds[q], Bound.LATEST)))
+              for q in queues.queue_ids}
+    return queue_ranges(options, queues, ranges)
+
+
+class BatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        options = self.options
+        return run_on_private_loop(lambda api: plan_batch(api, options))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, QueueRange):   # Spark's stand-in when there are no partitions
+            return iter(())
+        return read_range(partition)

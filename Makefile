@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test check lint typecheck bench bench-peers replay demo clean chaos fuzz cluster
+.PHONY: install run test check lint typecheck bench bench-peers replay demo clean chaos fuzz cluster pipeline
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,5 +64,9 @@ fuzz: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m demo
 
+# the flights through rocketq into Spark Structured Streaming, checked against pandas (README "Spark")
+pipeline: $(STAMP)
+	$(BIN)/python -m demo.pipeline
+
 clean:
-	rm -rf $(VENV) store store-cluster bench/results .pytest_cache .mypy_cache
+	rm -rf $(VENV) store store-cluster bench/results pipeline-out .pytest_cache .mypy_cache

@@ -26,6 +26,7 @@ from bench import (
     replay,
     retry,
     send,
+    spark,
     sql92,
 )
 from bench.common import Options, run, wait_for_quiet
@@ -48,6 +49,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "sql92_eval": sql92.sql92_eval,
     "filtered_wake": sql92.filtered_wake,
     "filtered_pull": filtered_pull.filtered_pull,
+    "spark_batch_read": spark.spark_batch_read,
+    "spark_stream_latency": spark.spark_stream_latency,
 }
 
 

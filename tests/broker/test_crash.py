@@ -62,7 +62,10 @@ async def test_kill_9_during_concurrent_sends_loses_no_acknowledged_message(tmp_
         proc.kill()
         exit_code = await proc.stop()
         await remoting.close()
-    assert exit_code == -signal.SIGKILL
+    # -SIGKILL, or 255 when the child was reaped before asyncio's watcher saw it (asyncio logs
+    # "Unknown child process ... returncode 255"; seen once in ~20 full runs, cause not found). The
+    # abort marker is what shows the broker died without a clean stop.
+    assert exit_code in (-signal.SIGKILL, 255)
     assert (store / "abort").exists(), "a crash leaves the abort marker"
 
     config = BrokerConfig(listen_port=0, metrics_port=0,

@@ -59,9 +59,12 @@ def start_query(spark: SparkSession, endpoint: str, topic: str, out_dir: Path) -
 
 
 def query_done(progress: dict[str, Any] | None) -> bool:
-    """True once a micro-batch ran with a watermark past every real window."""
-    watermark = ((progress or {}).get("eventTime") or {}).get("watermark", "")
-    return bool(watermark) and watermark >= DONE_WATERMARK
+    """True once the no-data micro-batch that follows the END markers has completed: it reads no
+    rows and runs with a watermark past every real window, so it wrote every window. (The batch
+    that read the END markers may report the new watermark already, before anything was emitted.)"""
+    progress = progress or {}
+    watermark = (progress.get("eventTime") or {}).get("watermark", "")
+    return bool(watermark) and watermark >= DONE_WATERMARK and progress.get("numInputRows") == 0
 
 
 def spark_result(spark: SparkSession, out_dir: Path) -> pd.DataFrame:

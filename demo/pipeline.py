@@ -70,9 +70,22 @@ class QueryWatch:
         return sum(self.rows_by_batch.values())
 
 
-async def _send_end_markers(producer: Producer, topic: str) -> None:
+async def _send_end_markers(producer: Producer, address: str, topic: str, flights_sent: int) -> None:
+    """One END message per queue, once every flight is in its consume queue. A send is acknowledged
+    when it is in the commit log; consume queues follow a little later (reput). An END marker seen
+    by a micro-batch before another queue's last flights are would make those flights late."""
     from demo.flights_spark import END_TAG, END_TIME_HOUR
 
+    remoting = RemotingClient()
+    api = ClientAPI(remoting)
+    try:
+        deadline = time.monotonic() + 60
+        while sum([await api.get_max_offset(address, topic, q) for q in range(QUEUES)]) < flights_sent:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the broker did not dispatch every flight to its queue within 60 s")
+            await asyncio.sleep(0.1)   # a bounded poll of the broker's dispatch
+    finally:
+        await remoting.close()
     for queue_id in range(QUEUES):
         await producer.send(Message(topic, b"{}", tags=END_TAG, properties={"time_hour": END_TIME_HOUR}),
                             queue=MessageQueue(topic, "", queue_id))
@@ -115,7 +128,7 @@ async def _run_stream(console: Console, address: str, topic: str, flights: Fligh
                         error = f"replay failed: {sending.exception()!r}"
                         break
                     if not ended:
-                        await _send_end_markers(producer, topic)
+                        await _send_end_markers(producer, address, topic, replay.sent)
                         ended = True
                         timings.phases["replay"] = replay.elapsed_s
                 if query.exception() is not None:

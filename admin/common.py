@@ -63,22 +63,16 @@ def fail(message: str, exit_code: int) -> NoReturn:
 
 def emit(rows: Sequence[dict[str, Any]], as_json: bool, *, title: str, columns: Sequence[str],
          empty: str = "(none)", footer: str | None = None) -> None:
-    """`rows` as a rich table with `columns` (keys of each row) or, with `as_json`, as a JSON array."""
+    """`rows` as one `table` with `columns` (keys of each row) or, with `as_json`, as a JSON array."""
     if as_json:
-        click.echo(json.dumps(list(rows), indent=2, default=str))
+        print_json(list(rows))
         return
-    console = Console()
     if not rows:
-        console.print(f"{title}: {empty}")
+        click.echo(f"{title}: {empty}")
         return
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*(str(row.get(column, "")) for column in columns))
-    console.print(table)
+    print_tables(table(title, columns, [[row.get(column, "") for column in columns] for row in rows]))
     if footer:
-        console.print(footer)
+        click.echo(footer)
 
 
 # -- shared by topic, group, consumer, offset, message, broker status and top ---------------------

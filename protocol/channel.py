@@ -98,6 +98,11 @@ class Channel:
         if not self._closed:
             self.transport.write(data)
 
+    @property
+    def write_paused(self) -> bool:
+        """The transport's write buffer is above its high-water mark (`drain` would wait)."""
+        return self._write_paused
+
     async def drain(self) -> None:
         """Wait while the transport's write buffer is above its high-water mark."""
         if not self._write_paused or self._closed:

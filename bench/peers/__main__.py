@@ -25,10 +25,13 @@ from bench.peers.results import RatioOp, Row, Side, format_table, write_json
 from bench.peers.servers import DURABLE, IN_MEMORY, Pairing, RedisServer, raise_fd_limit, redis_version
 
 T = TypeVar("T")
-WORKLOADS = ("send_one", "send_batch", "consume", "e2e", "wake", "blocked")
+WORKLOADS = ("send_one", "send_batch", "send_seq", "batch_seq", "consume", "consume_seq", "e2e", "wake", "blocked")
 PAIRINGS = {p.name: p for p in (IN_MEMORY, DURABLE)}
 SYSTEMS = ("rocketq", "redis")
 THROUGHPUT_TARGET: tuple[RatioOp, float] = ("≥", 1.5)
+SEQUENTIAL_SEND_TARGET: tuple[RatioOp, float] = ("≥", 1.0)
+BROKER_US_PER_SEND: tuple[RatioOp, float] = ("≤abs", 30.0)    # µs of broker CPU per single send (in-memory)
+CLIENT_US_PER_SEND: tuple[RatioOp, float] = ("≤abs", 40.0)
 log = logging.getLogger("bench.peers")
 
 
@@ -96,6 +99,15 @@ async def run_pairing(session: Session, pairing: Pairing, only: set[str]) -> Non
                 lambda: send.redis_send(redis_server, one, 128, batched=False, stream="peers_one"), _same)
             rows.append(Row(workload="send one-at-a-time 128B", pairing=p, unit="msg/s", rocketq=a, redis=b,
                             target=THROUGHPUT_TARGET))
+        if "send_seq" in only:
+            seq = send.ONE_SEQ_QUICK if quick else send.ONE_SEQ_FULL
+            a, b = await session.pair(
+                f"send_seq 128B [{p}]",
+                lambda: send.rocketq_send(broker, seq, 128, batched=False, topic="peers_seq"),
+                lambda: send.redis_send(redis_server, seq, 128, batched=False, stream="peers_seq"), _same)
+            rows.append(Row(workload="send 1 awaited at a time 128B", pairing=p, unit="msg/s", rocketq=a, redis=b,
+                            target=SEQUENTIAL_SEND_TARGET, note="one producer awaiting each send"))
+            _cpu_rows(rows, "send 1 awaited at a time", p, a, b)
         if "send_batch" in only:
             batch = send.BATCH_QUICK if quick else send.BATCH_FULL
             for size in (128, 1024):
@@ -110,8 +122,25 @@ async def run_pairing(session: Session, pairing: Pairing, only: set[str]) -> Non
                 a, b = await session.pair(f"send_batch {name} [{p}]", rq, rd, _same)
                 rows.append(Row(workload=f"send batch of 32 {name}", pairing=p, unit="msg/s", rocketq=a, redis=b,
                                 target=THROUGHPUT_TARGET))
+        if "batch_seq" in only:
+            bseq = send.BATCH_SEQ_QUICK if quick else send.BATCH_SEQ_FULL
+            a, b = await session.pair(
+                f"batch_seq 128B [{p}]",
+                lambda: send.rocketq_send(broker, bseq, 128, batched=True, topic="peers_batch_seq"),
+                lambda: send.redis_send(redis_server, bseq, 128, batched=True, stream="peers_batch_seq"), _same)
+            rows.append(Row(workload="batch of 32 awaited at a time 128B", pairing=p, unit="msg/s", rocketq=a,
+                            redis=b, target=THROUGHPUT_TARGET, note="one producer awaiting each batch"))
         if "consume" in only:
             await _consume(session, broker, redis_server, p)
+        if "consume_seq" in only:
+            cseq = consume.SEQ_QUICK if quick else consume.SEQ_FULL
+            a, b = await session.pair(
+                f"consume_seq [{p}]", lambda: consume.rocketq_fetch_loop(broker, cseq),
+                lambda: consume.redis_fetch_loop(redis_server, cseq), _same)
+            rows.append(Row(workload="1 consumer, fetch 32 + commit per fetch", pairing=p, unit="msg/s", rocketq=a,
+                            redis=b, target=THROUGHPUT_TARGET,
+                            note=f"{cseq.backlog} messages; rocketq commit carried by the next pull, "
+                                 f"Redis one XACK per read"))
         if "e2e" in only:
             cparams = consume.QUICK if quick else consume.FULL
             a, b = await session.pair(f"e2e x{cparams.consumers} [{p}]", lambda: consume.rocketq_e2e(broker, cparams),
@@ -127,6 +156,17 @@ async def run_pairing(session: Session, pairing: Pairing, only: set[str]) -> Non
             rows.append(Row(workload="wake latency p50", pairing=p, unit="ms", rocketq=a50, redis=b50))
             rows.append(Row(workload="wake latency p99", pairing=p, unit="ms", rocketq=a99, redis=b99,
                             target=("≤", 0.5)))
+
+
+def _cpu_rows(rows: list[Row], workload: str, pairing: str, a: Side, b: Side) -> None:
+    """Server and client CPU µs per call of a single-send row; the absolute targets hold in-memory."""
+    for who, target in (("server", BROKER_US_PER_SEND), ("client", CLIENT_US_PER_SEND)):
+        key = f"{who}_cpu_us_per_call"
+        name = "broker" if who == "server" else "client"
+        rows.append(Row(workload=f"{workload}: {name} CPU per send", pairing=pairing, unit="µs",
+                        rocketq=Side(value=a.details.get(key, float("nan"))),
+                        redis=Side(value=b.details.get(key, float("nan"))),
+                        target=target if pairing == IN_MEMORY.name else None))
 
 
 async def _consume(session: Session, broker: Any, redis_server: RedisServer, p: str) -> None:

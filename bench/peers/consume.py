@@ -37,6 +37,9 @@ from bench.peers.servers import RedisServer, ServerMeter
 from bench.report import percentile
 from client import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, Message, MessageExt, Producer, PushConsumer
 from client.consumer.listener import MessageListener
+from protocol.codes import PullSysFlag
+from protocol.headers import PullMessageRequestHeader
+from protocol.model import PullStatus
 
 K = TypeVar("K", bound=Hashable)
 QUEUES = 8
@@ -56,6 +59,8 @@ class ConsumeParams:
     time_limit_s: float
 
 
+SEQ_FULL = ConsumeParams(backlog=200_000, e2e=0, consumers=1, producers=0, fill_workers=32, time_limit_s=40)
+SEQ_QUICK = ConsumeParams(backlog=30_000, e2e=0, consumers=1, producers=0, fill_workers=32, time_limit_s=15)
 FULL = ConsumeParams(backlog=200_000, e2e=200_000, consumers=4, producers=4, fill_workers=32, time_limit_s=40)
 QUICK = ConsumeParams(backlog=30_000, e2e=30_000, consumers=4, producers=4, fill_workers=32, time_limit_s=15)
 
@@ -194,6 +199,65 @@ async def rocketq_e2e(broker: BrokerProcess, params: ConsumeParams) -> Side:
     if stats.errors or sum(offsets) != stats.messages:
         side.error = f"{stats.errors} failed sends, {sum(offsets)} stored of {stats.messages} acknowledged"
     return side
+
+
+async def rocketq_fetch_loop(broker: BrokerProcess, params: ConsumeParams) -> Side:
+    """The sequential consume shape: one loop fetching 32 at a time (PULL_MESSAGE awaited, queues in
+    turn) and committing once per fetch: each pull carries the queue's consumed offset
+    (COMMIT_OFFSET, as RocketMQ's push consumer commits), a last UPDATE_CONSUMER_OFFSET per queue
+    at the end; then the group's committed offsets must equal the max offsets."""
+    topic = f"peers_fetch_{time.monotonic_ns()}"
+    group = f"{GROUP}_fetch_{time.monotonic_ns()}"
+    expected, _ = await rocketq_fill(broker, topic, params)
+    address, tally = broker.address, Tally()
+    async with connected(address, 1) as clients:
+        api = clients[0]
+        offsets = [0] * QUEUES
+        done = [False] * QUEUES
+        flag = int(PullSysFlag.SUBSCRIPTION | PullSysFlag.COMMIT_OFFSET)
+        meter = ServerMeter(broker).start()
+        started = time.perf_counter()
+        deadline = started + params.time_limit_s
+        queue_id = 0
+        while not all(done) and time.perf_counter() < deadline:
+            queue_id = (queue_id + 1) % QUEUES
+            if done[queue_id]:
+                continue
+            header = PullMessageRequestHeader(
+                consumer_group=group, topic=topic, queue_id=queue_id, queue_offset=offsets[queue_id],
+                max_msg_nums=BATCH_SIZE, sys_flag=flag, commit_offset=offsets[queue_id], suspend_timeout_ms=0,
+                sub_version=0, subscription="*", expression_type="TAG")
+            result = await api.pull_message(address, header, 10_000)
+            if result.status is not PullStatus.FOUND:
+                done[queue_id] = result.next_begin_offset >= result.max_offset
+                continue
+            messages = result.messages
+            tally.seen.extend([m.queue_id << 32 | m.queue_offset for m in messages])
+            now_ms = time.time_ns() // 1_000_000
+            tally.latencies_ms.extend([now_ms - m.store_timestamp for m in messages])
+            offsets[queue_id] = result.next_begin_offset
+        done_at = time.perf_counter() if all(done) else None
+        cpu = meter.stop()
+        for q in range(QUEUES):
+            await api.update_consumer_offset(address, group, topic, q, offsets[q])
+    top = await max_offsets(address, topic, QUEUES)
+    uncommitted = await _uncommitted(address, group, topic, top)
+    side = _side(tally, expected, started, done_at, cpu, uncommitted_after=uncommitted,
+                 ack="offset commit carried by each pull")
+    if uncommitted and side.error is None:
+        side.error = f"{uncommitted} messages consumed but not committed"
+    return side
+
+
+async def redis_fetch_loop(server: RedisServer, params: ConsumeParams) -> Side:
+    """The sequential consume shape on Redis: XREADGROUP COUNT 32, then one XACK of the 32 ids
+    awaited, in one loop (the `one_xack` consumer on a fresh backlog)."""
+    stream = f"peers_fetch_{time.monotonic_ns()}"
+    expected, _ = await redis_fill(server, stream, params)
+    try:
+        return await redis_backlog(server, stream, expected, params, one_xack=True)
+    finally:
+        await redis_delete(server, stream)
 
 
 # -- Redis -------------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 
 A target bounds the ratio: `("≥", 1.5)` (rocketq at least 1.5 times Redis: throughput), `("≤", 0.5)`
 (rocketq at most half of Redis: latency, time), or `("≤+", slack)`: rocketq ≤ Redis + slack in the
-row's unit (idle CPU, where both are near zero and a ratio means nothing)."""
+row's unit (idle CPU, where both are near zero and a ratio means nothing), or `("≤abs", bound)`:
+rocketq ≤ bound in the row's unit whatever Redis does (CPU µs per request)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any, Literal
 
 from bench.report import RESULTS_DIR, machine_info
 
-RatioOp = Literal["≥", "≤", "≤+"]
+RatioOp = Literal["≥", "≤", "≤+", "≤abs"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -95,6 +96,8 @@ class Row:
         a, b, ratio = self.rocketq.value, self.redis.value, self.ratio
         if op == "≤+":
             return a == a and b == b and a <= b + bound
+        if op == "≤abs":
+            return a == a and a <= bound
         if ratio != ratio:
             return False
         return ratio >= bound if op == "≥" else ratio <= bound
@@ -125,6 +128,8 @@ def _target(target: tuple[RatioOp, float] | None) -> str:
     if target is None:
         return "-"
     op, bound = target
+    if op == "≤abs":
+        return f"≤ {bound:g}"
     return f"≤ redis+{bound:g}" if op == "≤+" else f"{op} {bound:g}x"
 
 

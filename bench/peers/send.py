@@ -43,6 +43,12 @@ ONE_FULL = SendParams(messages=100_000, workers=64, time_limit_s=8.0)
 ONE_QUICK = SendParams(messages=10_000, workers=64, time_limit_s=2.0)
 BATCH_FULL = SendParams(messages=300_000, workers=32, time_limit_s=8.0)
 BATCH_QUICK = SendParams(messages=40_000, workers=32, time_limit_s=2.0)
+# The sequential shapes: one caller awaiting each call before the next (no concurrency to hide
+# a round trip behind), as a user with one producer loop sends.
+ONE_SEQ_FULL = SendParams(messages=60_000, workers=1, time_limit_s=6.0)
+ONE_SEQ_QUICK = SendParams(messages=10_000, workers=1, time_limit_s=2.0)
+BATCH_SEQ_FULL = SendParams(messages=300_000, workers=1, time_limit_s=6.0)
+BATCH_SEQ_QUICK = SendParams(messages=40_000, workers=1, time_limit_s=2.0)
 
 
 def _side(stats: LoadStats, cpu: dict[str, float], latencies_s: list[float], delivery: Delivery) -> Side:
@@ -51,6 +57,9 @@ def _side(stats: LoadStats, cpu: dict[str, float], latencies_s: list[float], del
                "elapsed_s": round(stats.elapsed_s, 3), "stopped_by_time_limit": stats.timed_out,
                "error_samples": stats.error_samples, **cpu,
                **{f"call_p{int(q * 100)}_ms": round(percentile(ordered, q) * 1000, 3) for q in (0.5, 0.99)}}
+    calls_s = stats.requests / stats.elapsed_s if stats.elapsed_s > 0 else 0.0
+    for who in ("server", "client"):      # CPU µs per call: cores / (calls per second)
+        details[f"{who}_cpu_us_per_call"] = round(cpu[f"{who}_cores"] / calls_s * 1e6, 1) if calls_s else float("nan")
     error = f"{stats.errors} failed calls, e.g. {stats.error_samples[:1]}" if stats.errors else None
     return Side(value=round(stats.rate), delivery=delivery, details=details, error=error)
 

@@ -5,7 +5,7 @@ In SYNC_FLUSH (the default) the response is written after an fsync that covers t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import msgpack
@@ -32,19 +32,31 @@ DlqCounter = Callable[[str], None]             # (consumer_group) per message se
 MAX_BATCH_MESSAGES = 1024
 
 
-async def acknowledge(store: MessageStore, result: PutMessageResult) -> None:
-    """Raise the error a failed put is answered with, else wait until the put is durable (SYNC_FLUSH;
-    FLUSH_DISK_TIMEOUT past `sync_flush_timeout_ms`)."""
+def check_put(result: PutMessageResult) -> None:
+    """Raise the error a failed put is answered with (MESSAGE_ILLEGAL, SERVICE_NOT_AVAILABLE,
+    SYSTEM_ERROR); return for PUT_OK."""
+    if result.status is PutMessageStatus.PUT_OK:
+        return
     if result.status is PutMessageStatus.MESSAGE_ILLEGAL:
         raise MessageIllegal("message refused by the store (size, properties or DELAY level)")
     if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
         raise ServiceNotAvailable(result.remark or "store refused the message: SERVICE_NOT_AVAILABLE")
-    if result.status is not PutMessageStatus.PUT_OK:
-        raise SystemError_(f"store refused the message: {result.status.name}")
+    raise SystemError_(f"store refused the message: {result.status.name}")
+
+
+async def wait_durable(store: MessageStore, end_offset: int) -> None:
+    """Wait until the commit log is durable up to `end_offset` (SYNC_FLUSH; FLUSH_DISK_TIMEOUT past
+    `sync_flush_timeout_ms`)."""
     try:
-        await store.wait_flushed(result.end_offset)
+        await store.wait_flushed(end_offset)
     except FlushDiskTimeoutError as exc:
         raise FlushDiskTimeout(str(exc)) from None
+
+
+async def acknowledge(store: MessageStore, result: PutMessageResult) -> None:
+    """Raise the error a failed put is answered with, else wait until the put is durable."""
+    check_put(result)
+    await wait_durable(store, result.end_offset)
 
 
 class SendMessageProcessor:
@@ -56,7 +68,9 @@ class SendMessageProcessor:
         self._on_stored = on_stored
         self._retry_topics, self._on_dlq = retry_topics, on_dlq
 
-    async def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """The response at once when the put is already durable (ASYNC_FLUSH), else an awaitable
+        of it that resolves after the group commit covering the put (SYNC_FLUSH)."""
         header = SendMessageRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
         require_group_name(header.producer_group)
@@ -78,15 +92,28 @@ class SendMessageProcessor:
             topic=topic, queue_id=queue_id, body=body, properties=properties,
             flag=header.flag, born_timestamp=header.born_timestamp, born_host=ctx.client_addr,
             reconsume_times=header.reconsume_times)
-        await acknowledge(self._store, result)
-        self._on_stored(topic, 1, len(body))
-        if dlq_group is not None:
-            self._on_dlq(dlq_group)
-        return request.response(header=SendMessageResponseHeader(
+        check_put(result)
+        response = request.response(header=SendMessageResponseHeader(
             msg_id=make_msg_id(self._store_host, result.commit_log_offsets[0]),
             queue_id=header.queue_id, queue_offset=result.queue_offset))
+        if self._store.is_durable(result.end_offset):
+            self._stored(topic, 1, len(body), dlq_group)
+            return response
+        return self._when_durable(result.end_offset, response, topic, 1, len(body), dlq_group)
 
-    async def process_batch(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def _stored(self, topic: str, count: int, size_bytes: int, dlq_group: str | None) -> None:
+        self._on_stored(topic, count, size_bytes)
+        if dlq_group is not None:
+            self._on_dlq(dlq_group)
+
+    async def _when_durable(self, end_offset: int, response: RemotingCommand, topic: str, count: int,
+                            size_bytes: int, dlq_group: str | None) -> RemotingCommand:
+        await wait_durable(self._store, end_offset)
+        self._stored(topic, count, size_bytes, dlq_group)
+        return response
+
+    def process_batch(self, ctx: RequestContext,
+                      request: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         header = SendBatchMessageRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
         require_group_name(header.producer_group)
@@ -96,12 +123,15 @@ class SendMessageProcessor:
         self._topics.for_send(header.topic, header.queue_id)
         result = self._store.put_messages(topic=header.topic, queue_id=header.queue_id, messages=messages,
                                           born_timestamp=header.born_timestamp, born_host=ctx.client_addr)
-        await acknowledge(self._store, result)
-        self._on_stored(header.topic, len(messages), body_bytes)
+        check_put(result)
         prefix = msg_id_prefix(self._store_host)
-        return request.response(header=SendBatchMessageResponseHeader(
+        response = request.response(header=SendBatchMessageResponseHeader(
             msg_ids=[prefix + f"{o:016X}" for o in result.commit_log_offsets],
             queue_id=header.queue_id, queue_offset=result.queue_offset))
+        if self._store.is_durable(result.end_offset):
+            self._stored(header.topic, len(messages), body_bytes, None)
+            return response
+        return self._when_durable(result.end_offset, response, header.topic, len(messages), body_bytes, None)
 
     def _decode_batch(self, raw: bytes) -> tuple[list[tuple[dict[str, str], int, bytes]], int]:
         """The batch's (properties, flag, body) items and their total body bytes; raises

@@ -1,4 +1,10 @@
-"""`Dispatcher`: runs one owned task per inbound request and writes its response.
+"""`Dispatcher`: runs each inbound request's handler and writes its response.
+
+A handler answers in one of two ways. A *synchronous* answer (a `RemotingCommand`, or None for no
+response) is written in the same loop step, with no task: the hot requests (a send in ASYNC_FLUSH,
+a pull that finds messages, an offset commit, a heartbeat) answer this way, because a task per
+request was the largest single cost of a one-at-a-time send. An *awaitable* answer (an `async
+def` handler, or a handler that must wait: a held pull, a SYNC_FLUSH send) runs in one owned task.
 
 A `ResponseError` becomes a response with its code and remark; any other exception becomes
 SYSTEM_ERROR (logged with the request code); an unknown code is answered
@@ -13,23 +19,28 @@ from collections.abc import Awaitable, Callable
 
 from broker.remoting.context import RequestContext
 from protocol.channel import Channel
-from protocol.codes import ResponseCode
+from protocol.codes import FLAG_ONEWAY, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ConnectionClosed, ResponseError
 
 log = logging.getLogger(__name__)
 
-
-# A request handler: a processor's bound method for one request code.
-Handler = Callable[[RequestContext, RemotingCommand], Awaitable[RemotingCommand | None]]
+Reply = RemotingCommand | None
+# A request handler: a processor's bound method for one request code; returns the response now, or
+# an awaitable of it (any `async def` handler returns a coroutine).
+Handler = Callable[[RequestContext, RemotingCommand], Awaitable[Reply] | Reply]
 
 
 Observer = Callable[[int, int, float], None]   # (request code, response code, seconds)
 
+_WRITE_PAUSE = "responses"      # the pause reason while a connection does not read its responses
+
 
 class Dispatcher:
     """`max_in_flight_per_channel` bounds one connection's memory: past it the broker stops reading
-    that connection (TCP back-pressure) until half of its requests have been answered."""
+    that connection (TCP back-pressure) until half of its waiting requests have been answered. A
+    connection whose responses back up (its transport paused writing) is not read either until
+    they drain."""
 
     def __init__(self, handlers: dict[int, Handler], observe: Observer | None = None,
                  max_in_flight_per_channel: int = 4096) -> None:
@@ -42,10 +53,52 @@ class Dispatcher:
 
     @property
     def in_flight(self) -> int:
+        """Requests waiting in a task (answered-at-once requests never count)."""
         return len(self._tasks)
 
     def on_request(self, channel: Channel, request: RemotingCommand) -> None:
-        task = asyncio.get_running_loop().create_task(self._handle(channel, request))
+        started = time.perf_counter()
+        handler = self._handlers.get(request.code)
+        response: Reply
+        if handler is None:
+            response = request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                        remark=f"request code {request.code} is not supported by this broker")
+        else:
+            ctx = RequestContext(channel, channel.remote_address, int(time.monotonic() * 1000))
+            try:
+                answer = handler(ctx, request)
+            except Exception as exc:
+                response = _error_response(channel, request, exc)
+            else:
+                if answer is not None and type(answer) is not RemotingCommand:
+                    self._spawn(channel, request, answer, started)   # type: ignore[arg-type]
+                    return
+                response = answer
+        self._reply(channel, request, response, started)
+
+    def _reply(self, channel: Channel, request: RemotingCommand, response: Reply, started: float) -> None:
+        if self._observe is not None:
+            self._observe(request.code, response.code if response is not None else 0, time.perf_counter() - started)
+        if response is None or request.flag & FLAG_ONEWAY or channel.closed:
+            return
+        try:
+            channel.send(response)
+        except ConnectionClosed:
+            return
+        if channel.write_paused and not channel.closed:
+            channel.pause_reading(_WRITE_PAUSE)
+            self._watch_drain(channel)
+
+    def _watch_drain(self, channel: Channel) -> None:
+        async def resume() -> None:
+            await channel.drain()
+            channel.resume_reading(_WRITE_PAUSE)
+        task = asyncio.get_running_loop().create_task(resume())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _spawn(self, channel: Channel, request: RemotingCommand, answer: Awaitable[Reply], started: float) -> None:
+        task = asyncio.get_running_loop().create_task(self._finish(channel, request, answer, started))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         count = self._per_channel.get(channel, 0) + 1
@@ -65,41 +118,18 @@ class Dispatcher:
             self._paused.discard(channel)
             channel.resume_reading("in-flight")
 
-    async def _handle(self, channel: Channel, request: RemotingCommand) -> None:
+    async def _finish(self, channel: Channel, request: RemotingCommand, answer: Awaitable[Reply],
+                      started: float) -> None:
         try:
-            await self._answer(channel, request)
-        finally:
-            self._done(channel)
-
-    async def _answer(self, channel: Channel, request: RemotingCommand) -> None:
-        started = time.perf_counter()
-        handler = self._handlers.get(request.code)
-        response: RemotingCommand | None
-        if handler is None:
-            response = request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                        remark=f"request code {request.code} is not supported by this broker")
-        else:
-            ctx = RequestContext(channel, channel.remote_address, int(time.monotonic() * 1000))
             try:
-                response = await handler(ctx, request)
-            except ResponseError as err:
-                response = request.response(err.code, remark=err.remark)
+                response = await answer
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.exception("request code %d from %s failed", request.code, channel)
-                response = request.response(ResponseCode.SYSTEM_ERROR,
-                                            remark=f"internal error: {exc.__class__.__name__}: {exc}")
-        if self._observe is not None:
-            self._observe(request.code, response.code if response is not None else 0,
-                          time.perf_counter() - started)
-        if response is None or request.is_oneway or channel.closed:
-            return
-        try:
-            channel.send(response)
-            await channel.drain()
-        except ConnectionClosed:
-            pass
+                response = _error_response(channel, request, exc)
+            self._reply(channel, request, response, started)
+        finally:
+            self._done(channel)
 
     async def drain(self, timeout_ms: int) -> None:
         """Wait for in-flight requests for at most `timeout_ms`, then cancel the rest."""
@@ -111,3 +141,10 @@ class Dispatcher:
             for task in pending:
                 task.cancel()
             await asyncio.wait(pending)
+
+
+def _error_response(channel: Channel, request: RemotingCommand, exc: Exception) -> RemotingCommand:
+    if isinstance(exc, ResponseError):
+        return request.response(exc.code, remark=exc.remark)
+    log.error("request code %d from %s failed", request.code, channel, exc_info=exc)
+    return request.response(ResponseCode.SYSTEM_ERROR, remark=f"internal error: {exc.__class__.__name__}: {exc}")

@@ -307,6 +307,12 @@ class MessageStore:
         """Every commit-log byte before this is on disk."""
         return self._commit_log_flush.flushed_offset
 
+    def is_durable(self, commit_log_end_offset: int) -> bool:
+        """True when a put ending at `commit_log_end_offset` needs no wait: ASYNC_FLUSH, or already
+        fsynced (`wait_flushed` would return at once)."""
+        flush = self._commit_log_flush
+        return not flush.sync_flush or commit_log_end_offset <= flush.flushed_offset
+
     async def wait_flushed(self, commit_log_end_offset: int) -> None:
         """SYNC_FLUSH: return once fsynced up to `commit_log_end_offset` (a put's `end_offset`),
         sharing the fsync with concurrent puts; raises `FlushDiskTimeoutError` after

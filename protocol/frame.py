@@ -16,12 +16,15 @@ from protocol.command import Buffer, RemotingCommand
 from protocol.errors import FrameError
 
 _LENGTHS = struct.Struct(">II")
+_unpackb = msgpack.unpackb
+_packb = msgpack.packb
 _U32 = struct.Struct(">I")
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+_JOIN_BODY_BYTES = 4096      # a body up to this size is copied behind the header: one buffer to write
 
 
 def encode_header(cmd: RemotingCommand) -> bytes:
-    return msgpack.packb(  # type: ignore[no-any-return]
+    return _packb(  # type: ignore[no-any-return]
         {"code": cmd.code, "opaque": cmd.opaque, "flag": cmd.flag, "version": cmd.version,
          "remark": cmd.remark, "ext": cmd.fields},
         use_bin_type=True,
@@ -29,9 +32,15 @@ def encode_header(cmd: RemotingCommand) -> bytes:
 
 
 def encode_frame(cmd: RemotingCommand) -> list[Buffer]:
-    """The buffers of one frame: lengths + header first, then the body buffer(s) unjoined."""
+    """The buffers of one frame: lengths + header first, then the body buffer(s) unjoined; a
+    small `bytes` body is joined to the header (one buffer, one copy of a few bytes)."""
     header = encode_header(cmd)
     body = cmd.body
+    if type(body) is bytes:
+        body_len = len(body)
+        if body_len <= _JOIN_BODY_BYTES:
+            return [_LENGTHS.pack(4 + len(header) + body_len, len(header)) + header + body]
+        return [_LENGTHS.pack(4 + len(header) + body_len, len(header)) + header, body]
     if isinstance(body, bytes | bytearray | memoryview):
         body_len = len(body) if not isinstance(body, memoryview) else body.nbytes
         if body_len == 0:
@@ -53,12 +62,28 @@ def _int_field(header: dict[Any, Any], key: str, opaque: int | None) -> int:
     return value
 
 
-def decode_header(raw: bytes | memoryview) -> tuple[int, int, int, int, str | None, dict[str, Any]]:
+def decode_header(raw: bytes | bytearray | memoryview) -> tuple[int, int, int, int, str | None, dict[str, Any]]:
     """(code, opaque, flag, version, remark, ext) of a msgpack header; raises `FrameError`."""
     try:
-        header = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        header = _unpackb(raw, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises many types on garbage; all mean "not a header"
         raise FrameError(f"header is not valid msgpack: {exc.__class__.__name__}") from None
+    # The well-formed case, checked with exact types inline (this runs for every frame); anything
+    # else takes the field-by-field checks below, which name what is wrong.
+    if type(header) is dict:
+        code, opaque, flag = header.get("code"), header.get("opaque"), header.get("flag", 0)
+        version, remark, ext = header.get("version", 1), header.get("remark"), header.get("ext")
+        if (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int
+                and (remark is None or type(remark) is str) and type(ext) is dict):
+            for key in ext:
+                if type(key) is not str:
+                    break
+            else:
+                return code, opaque, flag, version, remark, ext
+    return _check_header(header)
+
+
+def _check_header(header: Any) -> tuple[int, int, int, int, str | None, dict[str, Any]]:
     if not isinstance(header, dict):
         raise FrameError("header is not a msgpack map")
     opaque_value = header.get("opaque")
@@ -101,8 +126,12 @@ class FrameDecoder:
         self._buffer = bytearray()
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
-        buf = self._buffer
-        buf += data
+        buf: bytes | bytearray
+        if not self._buffer and type(data) is bytes:
+            buf = data          # the usual read: whole frames, nothing held over; parsed in place
+        else:
+            buf = self._buffer
+            buf += data
         commands: list[RemotingCommand] = []
         pos, end = 0, len(buf)
         max_frame = self._max_frame_bytes
@@ -119,11 +148,13 @@ class FrameDecoder:
             header_start = pos + 8
             body_start = header_start + header_length
             frame_end = pos + 4 + frame_length
-            code, opaque, flag, version, remark, ext = decode_header(bytes(buf[header_start:body_start]))
+            code, opaque, flag, version, remark, ext = decode_header(buf[header_start:body_start])
             body = bytes(buf[body_start:frame_end]) if frame_end > body_start else b""
-            commands.append(RemotingCommand(code=code, opaque=opaque, flag=flag, remark=remark,
-                                            fields=ext, body=body, version=version))
+            commands.append(RemotingCommand(code, opaque, flag, remark, ext, body, version))
             pos = frame_end
-        if pos:
-            del buf[:pos]
+        if buf is not self._buffer:
+            if pos < end:
+                self._buffer += buf[pos:]       # a partial frame waits for its next bytes
+        elif pos:
+            del self._buffer[:pos]
         return commands

@@ -136,8 +136,73 @@ def _dataclass_converter(cls: type) -> Converter:
     return convert
 
 
+_FAST: dict[type, Callable[[Any], Any]] = {}
+_EXACT = (int, str, bool, bytes)
+
+
+def _fast_check(tp: Any, var: str) -> list[str] | None:
+    """Source lines rejecting (`return slow(value)`) a value `var` not exactly of type `tp`, for the
+    annotations the fast path handles (exact scalars, their `| None`, `dict[str, str]`); None for
+    any other annotation (the field goes through its generic converter)."""
+    if tp in _EXACT:
+        return [f"if type({var}) is not {tp.__name__}: return slow(value)"]
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(inner) == 1 and inner[0] in _EXACT:
+            return [f"if {var} is not None and type({var}) is not {inner[0].__name__}: return slow(value)"]
+        return None
+    if origin is dict and typing.get_args(tp) == (str, str):
+        return [f"if type({var}) is not dict: return slow(value)",
+                f"for k, x in {var}.items():",
+                "    if type(k) is not str or type(x) is not str: return slow(value)",
+                f"{var} = dict({var})"]
+    return None
+
+
+def _fast_converter(cls: type) -> Callable[[Any], Any]:
+    """A generated `value -> cls(...)` for a decoded map whose fields all have exactly their
+    declared types (the normal case on the wire): plain `type(v) is int` checks inline, no per-field
+    calls. Anything else (a missing or mistyped field, a subtype, a nested dataclass) goes to the
+    generic converter, which builds the same value or raises the same `MissingHeaderField`: the
+    fast path only ever accepts what the generic one accepts, and builds an equal value."""
+    cached = _FAST.get(cls)
+    if cached is not None:
+        return cached
+    hints = typing.get_type_hints(cls)
+    generic = _dataclass_converter(cls)
+    lines = ["def fast(value):", "    if type(value) is not dict: return slow(value)"]
+    env: dict[str, Any] = {"slow": lambda value: generic(value, ""), "cls": cls, "MISSING": _MISSING}
+    args = []
+    for i, f in enumerate(dataclasses.fields(cls)):
+        var = f"v{i}"
+        if f.default is not _MISSING:
+            env[f"d{i}"] = f.default
+            lines.append(f"    {var} = value.get({f.name!r}, d{i})")
+        elif f.default_factory is not _MISSING:
+            lines.append(f"    {var} = value.get({f.name!r}, MISSING)")
+            lines.append(f"    if {var} is MISSING: return slow(value)")
+        else:       # required: absent or nil is the generic path's MissingHeaderField
+            lines.append(f"    {var} = value.get({f.name!r}, MISSING)")
+            lines.append(f"    if {var} is MISSING or {var} is None: return slow(value)")
+        check = _fast_check(hints[f.name], var)
+        if check is None:
+            env[f"c{i}"] = converter_for(hints[f.name])
+            lines.append(f"    {var} = c{i}({var}, {f.name!r})")
+        else:
+            lines.extend(f"    {line}" for line in check)
+        args.append(f"{f.name}={var}")
+    lines.append(f"    return cls({', '.join(args)})")
+    exec("\n".join(lines), env)     # generated from the dataclass's own field list
+    fast: Callable[[Any], Any] = env["fast"]
+    _FAST[cls] = fast
+    return fast
+
+
 def from_value(cls: type[T], value: Any, path: str = "") -> T:
     """`cls` (a dataclass) built from a decoded msgpack map; raises `MissingHeaderField`."""
+    if not path:
+        return _fast_converter(cls)(value)  # type: ignore[no-any-return]
     return _dataclass_converter(cls)(value, path)  # type: ignore[no-any-return]
 
 

@@ -79,15 +79,29 @@ def _freeze_long_lived_objects() -> None:
     after every task: each walks the whole heap (~40 ms), about half the worker's CPU. Frozen
     objects are skipped by every later collection; what is frozen is what was alive after a full
     collection, so only those of its objects that later die in a reference cycle are never freed."""
-    if gc.get_freeze_count() == 0:
-        gc.collect()
-        gc.freeze()
+    gc.collect()
+    gc.freeze()
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No automatic collection in the block (unless the collector is off anyway): for building
+    a batch, which allocates ~8k acyclic tuples whose collections would walk the growing message
+    list and columns again and again."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     """The Arrow batches of `part` (about `pull.arrow_batch_rows` rows each), pulled on a private
     event loop that lives as long as this generator."""
-    _freeze_long_lived_objects()
+    freeze = gc.get_freeze_count() == 0
     loop = uvloop.new_event_loop()
     remoting = RemotingClient()
     puller = RangePuller(ClientAPI(remoting), part.address, part.topic, part.queue_id, part.message_filter,
@@ -97,7 +111,11 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     prefixes: dict[str, bytes] = {}
     try:
         while taken := loop.run_until_complete(_take(bodies, part.pull.arrow_batch_rows)):
-            batch = record_batch(taken, tags, prefixes)
+            with _collector_paused():
+                batch = record_batch(taken, tags, prefixes)
+            if freeze:
+                _freeze_long_lived_objects()
+                freeze = False
             if batch.num_rows:
                 yield batch
     finally:

@@ -70,17 +70,25 @@ async def _take(bodies: AsyncIterator[PulledBody], rows: int) -> list[PulledBody
     return taken
 
 
-def _freeze_long_lived_objects() -> None:
-    """Move this process's objects out of reach of the cyclic garbage collector, once per process.
+_long_lived_objects_frozen = False   # about this process, as the collector's own state is
 
-    A Spark Python worker holds ~90k long-lived container objects (pyspark, pyarrow, numpy, ours).
+
+def _freeze_long_lived_objects() -> None:
+    """Move this process's objects out of reach of the cyclic garbage collector, once per process
+    (after its first batch: pyarrow imports pandas on first use).
+
+    A Spark Python worker holds ~90k long-lived container objects (pyspark, pyarrow, pandas, ours).
     Reading churns through many short-lived ones (a few per pull in flight), so the collector
     promotes enough of them to run a full collection every few batches, and the daemon runs one
     after every task: each walks the whole heap (~40 ms), about half the worker's CPU. Frozen
     objects are skipped by every later collection; what is frozen is what was alive after a full
-    collection, so only those of its objects that later die in a reference cycle are never freed."""
-    gc.collect()
-    gc.freeze()
+    collection, so only those of its objects that later die in a reference cycle are never freed.
+    Once per process by a flag: `gc.get_freeze_count()` walks every frozen object (~7 ms)."""
+    global _long_lived_objects_frozen
+    if not _long_lived_objects_frozen:
+        _long_lived_objects_frozen = True
+        gc.collect()
+        gc.freeze()
 
 
 @contextlib.contextmanager
@@ -101,7 +109,6 @@ def _collector_paused() -> Iterator[None]:
 def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     """The Arrow batches of `part` (about `pull.arrow_batch_rows` rows each), pulled on a private
     event loop that lives as long as this generator."""
-    freeze = gc.get_freeze_count() == 0
     loop = uvloop.new_event_loop()
     remoting = RemotingClient()
     puller = RangePuller(ClientAPI(remoting), part.address, part.topic, part.queue_id, part.message_filter,
@@ -113,9 +120,7 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
         while taken := loop.run_until_complete(_take(bodies, part.pull.arrow_batch_rows)):
             with _collector_paused():
                 batch = record_batch(taken, tags, prefixes)
-            if freeze:
-                _freeze_long_lived_objects()
-                freeze = False
+            _freeze_long_lived_objects()
             if batch.num_rows:
                 yield batch
     finally:

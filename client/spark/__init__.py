@@ -14,7 +14,7 @@ Needs the `spark` extra (`pip install 'rocketq[spark]'`: pyspark >= 4.2, pyarrow
   each queue from its first message stored at or after it.
 - `endingOffsets` (batch only): `latest` (default), `earliest` or JSON as above.
 - `tags` (a TAG expression, "A || B") or `sql` (an SQL92 expression), evaluated by the broker.
-- `maxRecordsPerPartition` (100,000): longer queue ranges are split into several tasks.
+- `maxRecordsPerPartition` (1,000,000): longer queue ranges are split into several tasks.
 - `maxRecordsPerTrigger` (streaming): offsets admitted per micro-batch over all queues.
 - `commitToGroup` (streaming): copy committed offsets to this consumer group on the broker.
 - `failOnDataLoss` (true): fail when a range is no longer (or not yet) on the broker.

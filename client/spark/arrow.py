@@ -55,6 +55,7 @@ SCHEMA = StructType([
 ARROW_SCHEMA: pa.Schema = to_arrow_schema(SCHEMA, timezone="UTC")   # what Spark's Python worker expects
 _PROPERTIES_TYPE = ARROW_SCHEMA.field("properties").type
 _TIMESTAMP_TYPE = ARROW_SCHEMA.field("born_timestamp").type
+_NIL = msgpack.packb(None)
 _MSG_ID_DIGITS = 32                                       # 16 of store host, 16 of commit log offset
 _HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _NIBBLE_SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)   # the 16 hex digits of a u64, most significant first
@@ -82,14 +83,17 @@ def _decode(bodies: Sequence[PulledBody]) -> tuple[list[tuple[Any, ...]], list[i
     try:
         for pulled in bodies:
             unpacker = msgpack.Unpacker(raw=False, use_list=False, strict_map_key=False,
-                                        max_buffer_size=max(len(pulled.body), 1))
+                                        max_buffer_size=len(pulled.body) + 1)
             unpacker.feed(pulled.body)
             before = len(messages)
             messages.extend(unpacker)
-            if unpacker.tell() != len(pulled.body):
+            # tell() is unreliable once the unpacker stops inside a value; a nil fed after the body
+            # comes back on its own only when no cut value is pending.
+            unpacker.feed(_NIL)
+            if list(unpacker) != [None]:
                 raise ValueError("a pull body ends inside a message")
             counts.append(len(messages) - before)
-    except msgpack.UnpackException as exc:
+    except (msgpack.UnpackException, TypeError) as exc:    # TypeError: an unhashable map key
         raise ValueError(f"a pull body is not msgpack: {exc}") from exc
     return messages, counts
 
@@ -109,7 +113,7 @@ def _columns(messages: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 
 
 def _timestamps(epoch_ms: tuple[int, ...]) -> pa.Array:
-    return pa.array(np.asarray(epoch_ms, dtype=np.int64) * 1_000, _TIMESTAMP_TYPE)
+    return pc.multiply_checked(pa.array(epoch_ms, pa.int64()), 1_000).cast(_TIMESTAMP_TYPE)
 
 
 def _msg_ids(store_hosts: tuple[str, ...], commit_log_offsets: pa.Array, prefixes: dict[str, bytes]) -> pa.Array:
@@ -177,21 +181,28 @@ def record_batch(bodies: Sequence[PulledBody], tags: frozenset[str] | None,
     """One batch of `ARROW_SCHEMA` holding the messages of `bodies` in order, less those outside
     their pull's offset range and, when `tags` is set, those whose TAGS is not one of them (brokers
     filter on tags codes, which collide). `prefixes` caches message id prefixes across calls.
-    Raises `ValueError` (pyarrow's errors included) on a malformed body."""
+    Raises `ValueError` on a malformed body (not msgpack, not stored-message arrays, mistyped fields)."""
     messages, counts = _decode(bodies)
     if not messages:
         return empty_batch()
+    try:
+        return _build(messages, bodies, counts, tags, prefixes)
+    except (pa.ArrowException, TypeError, OverflowError) as exc:
+        raise ValueError(f"a pull body holds a mistyped stored message: {exc}") from exc
+
+
+def _build(messages: list[tuple[Any, ...]], bodies: Sequence[PulledBody], counts: list[int],
+           tags: frozenset[str] | None, prefixes: dict[str, bytes]) -> pa.RecordBatch:
     (topics, queue_ids, queue_offsets, commit_log_offsets, _, _, born, _, stored, store_hosts, reconsume,
      maps, payloads) = _columns(messages)
     del messages
     offsets = pa.array(queue_offsets, pa.int64())
-    commit_offsets = pa.array(commit_log_offsets, pa.uint64())
     properties, tags_column, keys_column = _properties(maps)
     batch = pa.RecordBatch.from_arrays([
         pa.array(topics, pa.string()),
         pa.array(queue_ids, pa.int32()),
         offsets,
-        _msg_ids(store_hosts, commit_offsets, prefixes),
+        _msg_ids(store_hosts, pa.array(commit_log_offsets, pa.uint64()), prefixes),
         tags_column,
         keys_column,
         properties,

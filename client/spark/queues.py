@@ -155,7 +155,8 @@ class RangePuller:
 
     async def bodies(self, start: int, end: int) -> AsyncGenerator[PulledBody, None]:
         """The found bodies, in queue order, covering [start, end) exactly (each with the offsets
-        its pull covered). Raises `DataLoss` (see its doc) when failOnDataLoss is on, and the pull's `MQError`s."""
+        its pull covered). Raises `DataLoss` (see its doc) when failOnDataLoss is on, and the
+        pull's `MQError`s."""
         in_flight: deque[tuple[int, int, asyncio.Task[tuple[PullResult, bytes]]]] = deque()
         next_low = start
         try:

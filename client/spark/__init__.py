@@ -14,12 +14,13 @@ Needs the `spark` extra (`pip install 'rocketq[spark]'`: pyspark >= 4.2, pyarrow
   each queue from its first message stored at or after it.
 - `endingOffsets` (batch only): `latest` (default), `earliest` or JSON as above.
 - `tags` (a TAG expression, "A || B") or `sql` (an SQL92 expression), evaluated by the broker.
-- `maxRecordsPerPartition` (100,000): longer queue ranges are split into several tasks.
+- `maxRecordsPerPartition` (1,000,000): longer queue ranges are split into several tasks.
 - `maxRecordsPerTrigger` (streaming): offsets admitted per micro-batch over all queues.
 - `commitToGroup` (streaming): copy committed offsets to this consumer group on the broker.
 - `failOnDataLoss` (true): fail when a range is no longer (or not yet) on the broker.
-- tuning: `pullBatchSize` (32), `pullDepth` (8 pulls in flight per task), `pullTimeoutMs`,
-  `arrowBatchRows` (8,192).
+- tuning: `pullBatchSize` (32, the broker's default per-pull cap: ask more only of a broker whose
+  `store.max_transfer_count_on_message_in_memory` is raised), `pullDepth` (8 pulls in flight per
+  task), `pullTimeoutMs`, `arrowBatchRows` (8,192).
 
 Writes (`df.write.format("rocketq")`, `df.writeStream.format("rocketq")`): see `client.spark.sink`.
 """

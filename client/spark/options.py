@@ -22,7 +22,7 @@ from protocol.subscription import SUB_ALL, is_subscribe_all, parse_tags
 
 EARLIEST = -2            # in an offsets JSON, as the Kafka source: the queue's min offset
 LATEST = -1              # the queue's max offset (the offset the next message will get)
-DEFAULT_MAX_RECORDS_PER_PARTITION = 100_000
+DEFAULT_MAX_RECORDS_PER_PARTITION = 1_000_000   # Spark spends ~50 ms per Python task on top of the read
 DEFAULT_PULL_BATCH_SIZE = 32       # the broker answers at most max_transfer_count_on_message_in_memory
 DEFAULT_PULL_DEPTH = 8             # pulls in flight per partition
 DEFAULT_PULL_TIMEOUT_MS = 10_000

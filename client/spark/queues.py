@@ -23,18 +23,18 @@ import uvloop
 from client.api import ClientAPI, PullResult
 from client.remoting.remoting_client import RemotingClient
 from client.route import RouteTable, merge_routes
+from client.spark.arrow import PulledBody
 from client.spark.options import Filter, PullSettings
 from protocol.codes import PullSysFlag
 from protocol.errors import MQError, TopicNotExist
 from protocol.headers import PullMessageRequestHeader
-from protocol.message import F_QUEUE_OFFSET, F_STORE_TIMESTAMP, PROPERTY_TAGS, STORED_FIELD_COUNT
+from protocol.message import F_STORE_TIMESTAMP, STORED_FIELD_COUNT
 from protocol.model import PullStatus
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 READER_GROUP = "rocketq-spark-reader"    # named in pulls; the broker keeps no offset for it
 _PULL_SYS_FLAG = int(PullSysFlag.SUBSCRIPTION)
-F_PROPERTIES = 11
 
 
 class DataLoss(RuntimeError):
@@ -139,23 +139,24 @@ async def offset_for_timestamp(api: ClientAPI, address: str, topic: str, queue_i
 
 class RangePuller:
     """Pulls offsets [start, end) of one queue in order, `settings.depth` pulls of
-    `settings.batch_size` in flight, and hands out the stored-message arrays that match the
-    filter (tags re-checked on the client: brokers filter on tags codes, which collide)."""
+    `settings.batch_size` in flight, and hands out the bodies of the pulls that found messages,
+    still encoded (`client.spark.arrow.record_batch` decodes them into columns and re-checks the
+    offsets and the tags)."""
 
     def __init__(self, api: ClientAPI, address: str, topic: str, queue_id: int, message_filter: Filter,
                  settings: PullSettings) -> None:
         self._api, self._address, self._topic, self._queue_id = api, address, topic, queue_id
         self._filter, self._settings = message_filter, settings
-        self._tags = message_filter.tags
 
     def _pull(self, queue_offset: int, count: int) -> asyncio.Task[tuple[PullResult, bytes]]:
         header = _header(self._topic, self._queue_id, queue_offset, count, self._filter)
         return asyncio.get_running_loop().create_task(
             self._api.pull_message_raw(self._address, header, self._settings.timeout_ms))
 
-    async def messages(self, start: int, end: int) -> AsyncGenerator[list[list[Any]], None]:
-        """Lists of stored-message arrays, in queue order, covering [start, end) exactly. Raises
-        `DataLoss` (see its doc) when failOnDataLoss is on, and the pull's `MQError`s."""
+    async def bodies(self, start: int, end: int) -> AsyncGenerator[PulledBody, None]:
+        """The found bodies, in queue order, covering [start, end) exactly (each with the offsets
+        its pull covered). Raises `DataLoss` (see its doc) when failOnDataLoss is on, and the
+        pull's `MQError`s."""
         in_flight: deque[tuple[int, int, asyncio.Task[tuple[PullResult, bytes]]]] = deque()
         next_low = start
         try:
@@ -170,7 +171,7 @@ class RangePuller:
                 result, body = await task
                 while True:
                     found, low = self._adopt(result, body, low, high)
-                    if found:
+                    if found is not None:
                         yield found
                     if low >= high:
                         break
@@ -181,27 +182,25 @@ class RangePuller:
             if in_flight:
                 await asyncio.wait([task for _, _, task in in_flight])
 
-    def _adopt(self, result: PullResult, body: bytes, low: int, high: int) -> tuple[list[list[Any]], int]:
-        """(messages of [low, high) the pull found, where the chunk goes on)."""
+    def _adopt(self, result: PullResult, body: bytes, low: int, high: int) -> tuple[PulledBody | None, int]:
+        """(the body the pull found in [low, high), if any; where the chunk goes on)."""
         where = f"{self._topic}:{self._queue_id} at {low}"
+        found = False
         if result.status is PullStatus.FOUND:
-            arrays = [a for a in decode_body(body) if low <= a[F_QUEUE_OFFSET] < high]
-            if self._tags is not None:
-                tags = self._tags
-                arrays = [a for a in arrays if a[F_PROPERTIES].get(PROPERTY_TAGS) in tags]
-            next_low = result.next_begin_offset
+            found, next_low = True, result.next_begin_offset
         elif result.status is PullStatus.NO_MATCHED_MSG:
-            arrays, next_low = [], result.next_begin_offset
+            next_low = result.next_begin_offset
         elif result.status is PullStatus.NO_NEW_MSG:
             if self._settings.fail_on_data_loss:
                 raise DataLoss(f"{where}: the queue ends at {result.max_offset}, before the planned end {high}")
-            return [], high
+            return None, high
         else:
             if self._settings.fail_on_data_loss or result.next_begin_offset <= low:
                 raise DataLoss(f"{where}: offset out of the queue's range [{result.min_offset}, "
                                f"{result.max_offset})")
             log.warning("%s is gone; skipping to %d", where, result.next_begin_offset)
-            arrays, next_low = [], result.next_begin_offset
+            next_low = result.next_begin_offset
         if next_low <= low:
             raise RuntimeError(f"{where}: the broker answered {result.status.name} without moving on")
-        return arrays, min(next_low, high)
+        next_low = min(next_low, high)
+        return PulledBody(body, low, next_low) if found else None, next_low

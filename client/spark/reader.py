@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
+import gc
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import uvloop
@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
-from client.spark.arrow import record_batch
+from client.spark.arrow import PulledBody, record_batch
 from client.spark.options import (
     Bound,
     Filter,
@@ -55,6 +55,57 @@ class QueueRange(InputPartition):
     pull: PullSettings
 
 
+async def _take(bodies: AsyncIterator[PulledBody], rows: int) -> list[PulledBody]:
+    """Bodies from `bodies` until they cover `rows` offsets or it ends ([] once it has ended).
+    Before returning it lets the loop run once more, so the pulls topped up meanwhile are on the
+    wire, and the broker answers them, while the caller converts and Spark ships the batch."""
+    taken: list[PulledBody] = []
+    covered = 0
+    async for pulled in bodies:
+        taken.append(pulled)
+        covered += pulled.high - pulled.low
+        if covered >= rows:
+            break
+    await asyncio.sleep(0)
+    return taken
+
+
+_long_lived_objects_frozen = False   # about this process, as the collector's own state is
+
+
+def _freeze_long_lived_objects() -> None:
+    """Move this process's objects out of reach of the cyclic garbage collector, once per process
+    (after its first batch: pyarrow imports pandas on first use).
+
+    A Spark Python worker holds ~90k long-lived container objects (pyspark, pyarrow, pandas, ours).
+    Reading churns through many short-lived ones (a few per pull in flight), so the collector
+    promotes enough of them to run a full collection every few batches, and the daemon runs one
+    after every task: each walks the whole heap (~40 ms), about half the worker's CPU. Frozen
+    objects are skipped by every later collection; what is frozen is what was alive after a full
+    collection, so only those of its objects that later die in a reference cycle are never freed.
+    Once per process by a flag: `gc.get_freeze_count()` walks every frozen object (~7 ms)."""
+    global _long_lived_objects_frozen
+    if not _long_lived_objects_frozen:
+        _long_lived_objects_frozen = True
+        gc.collect()
+        gc.freeze()
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No automatic collection in the block (unless the collector is off anyway): for building
+    a batch, which allocates ~8k acyclic tuples whose collections would walk the growing message
+    list and columns again and again."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     """The Arrow batches of `part` (about `pull.arrow_batch_rows` rows each), pulled on a private
     event loop that lives as long as this generator."""
@@ -62,23 +113,19 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     remoting = RemotingClient()
     puller = RangePuller(ClientAPI(remoting), part.address, part.topic, part.queue_id, part.message_filter,
                          part.pull)
-    chunks = puller.messages(part.start_offset, part.end_offset)
-    prefixes: dict[str, str] = {}
-    pending: list[list[Any]] = []
+    bodies = puller.bodies(part.start_offset, part.end_offset)
+    tags = part.message_filter.tags
+    prefixes: dict[str, bytes] = {}
     try:
-        while True:
-            try:
-                pending += loop.run_until_complete(anext(chunks))
-            except StopAsyncIteration:
-                break
-            if len(pending) >= part.pull.arrow_batch_rows:
-                yield record_batch(pending, prefixes)
-                pending = []
-        if pending:
-            yield record_batch(pending, prefixes)
+        while taken := loop.run_until_complete(_take(bodies, part.pull.arrow_batch_rows)):
+            with _collector_paused():
+                batch = record_batch(taken, tags, prefixes)
+            _freeze_long_lived_objects()
+            if batch.num_rows:
+                yield batch
     finally:
         with contextlib.suppress(Exception):
-            loop.run_until_complete(chunks.aclose())
+            loop.run_until_complete(bodies.aclose())
         with contextlib.suppress(Exception):
             loop.run_until_complete(remoting.close())
         loop.close()

@@ -5,6 +5,8 @@ thread, so the broker needs an event loop of its own)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -62,8 +64,21 @@ class BrokerThread:
         self._thread.join(START_TIMEOUT_S)
 
 
+def java_missing() -> str | None:
+    """Why Spark cannot start here (it runs on a JVM), or None when a `java` is at hand."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return None
+    if shutil.which("java") is None:
+        return "Spark needs a Java runtime: no `java` on PATH and no usable JAVA_HOME"
+    return None
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
+    reason = java_missing()
+    if reason is not None:
+        pytest.skip(reason)
     session = local_session("rocketq-tests", conf={"spark.sql.streaming.stopTimeout": "10s",
                                                    "spark.driver.memory": "1g"})
     yield session

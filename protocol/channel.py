@@ -41,6 +41,7 @@ class Channel:
         self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self.attributes: dict[str, Any] = {}   # owners keep per-connection state here (client id…)
         self._next_opaque = 0
+        self._loop = asyncio.get_running_loop()
         self._closed = False
         self._closed_event = asyncio.Event()
         self._write_paused = False
@@ -69,23 +70,30 @@ class Channel:
 
         The first frame of an event-loop step is written at once (latency); frames sent later in
         the same step are queued and leave together in one `write` at its end (a syscall per small
-        response was the top cost under load). A large body is written uncopied."""
+        response was the top cost under load). Frames sent while a read's commands are handled
+        leave in one write once they all are. A large body is written uncopied."""
         if self._closed:
             raise ConnectionClosed(self.remote_address)
         parts = encode_frame(cmd)
-        if len(parts) > 1 and cmd.body_length() > _JOIN_BELOW_BYTES:
-            self.flush()
-            self.transport.writelines(parts)
+        if len(parts) == 1:
+            data = parts[0]
+            size = len(data)
+        else:
+            if cmd.body_length() > _JOIN_BELOW_BYTES:
+                self.flush()
+                self.transport.writelines(parts)
+                return
+            data = b"".join(parts)
+            size = len(data)
+        if self._corked:
+            self._outbox.append(data)
+            self._outbox_bytes += size
+            if self._outbox_bytes > _JOIN_BELOW_BYTES:
+                self.flush()
             return
-        if not self._corked:
-            self._corked = True
-            asyncio.get_running_loop().call_soon(self.flush)
-            self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
-            return
-        self._outbox.extend(parts)
-        self._outbox_bytes += sum(len(p) for p in parts)
-        if self._outbox_bytes > _JOIN_BELOW_BYTES:
-            self.flush()
+        self._corked = True
+        self._loop.call_soon(self.flush)
+        self.transport.write(data)
 
     def flush(self) -> None:
         """Write what `send` queued during this loop step (harmless when nothing is queued)."""
@@ -161,6 +169,16 @@ class Channel:
     # -- called by ChannelProtocol -------------------------------------------------------------
 
     def _received(self, commands: list[RemotingCommand]) -> None:
+        # Responses written while these commands are handled (the requests answered at once)
+        # leave together in one write when they are done, with no callback to schedule.
+        corked, self._corked = self._corked, True
+        try:
+            self._dispatch(commands)
+        finally:
+            if not corked:
+                self.flush()
+
+    def _dispatch(self, commands: list[RemotingCommand]) -> None:
         for cmd in commands:
             if cmd.flag & FLAG_RESPONSE:
                 future = self.pending.get(cmd.opaque)

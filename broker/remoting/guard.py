@@ -113,6 +113,11 @@ class ConnectionGuard(Service):
         """After each read: update the byte count, the frame deadline, the last valid frame time, and
         pause this connection when the broker-wide cap is exceeded while it holds bytes."""
         held = conn.measure()
+        if not held and not conn.held_bytes:     # the usual read: whole frames, nothing unsent
+            if decoded:
+                conn.last_valid_ms = self._monotonic_ms()
+                conn.frame_started_ms = None
+            return
         self.buffered_bytes += held - conn.held_bytes
         conn.held_bytes = held
         partial = conn.protocol.buffered_bytes > 0

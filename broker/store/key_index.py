@@ -33,15 +33,28 @@ class KeyIndex:
         """Index one message by its KEYS words and UNIQ_KEY (nothing when it has neither)."""
         if self._max_entries <= 0:
             return
-        keys = set(properties.get(PROPERTY_KEYS, "").split())
+        entry = (commit_log_offset, stored_at_ms)
+        table = self._table
+        words = properties.get(PROPERTY_KEYS)
         uniq = properties.get(PROPERTY_UNIQ_KEY)
-        if uniq:
-            keys.add(uniq)
-        for key in keys:
-            self._table.setdefault((topic, key), []).append((commit_log_offset, stored_at_ms))
+        if words:
+            keys = set(words.split())
+            if uniq:
+                keys.add(uniq)
+            for key in keys:
+                table.setdefault((topic, key), []).append(entry)
+            self._entries += len(keys)
+        elif uniq:              # the usual message: a UNIQ_KEY and no KEYS
+            offsets = table.get((topic, uniq))
+            if offsets is None:
+                table[(topic, uniq)] = [entry]
+            else:
+                offsets.append(entry)
             self._entries += 1
-        while self._entries > self._max_entries and self._table:
-            _, dropped = self._table.popitem(last=False)
+        else:
+            return
+        while self._entries > self._max_entries and table:
+            _, dropped = table.popitem(last=False)
             self._entries -= len(dropped)
 
     def query(self, topic: str, key: str, max_num: int, begin_ms: int = 0, end_ms: int = 0) -> list[int]:

@@ -36,27 +36,27 @@ class AdminProcessor:
         self._topics.require_readable_queue(header.topic, header.queue_id)
         return header
 
-    async def get_max_offset(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def get_max_offset(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         h = self._queue(request)
         return request.response(header=OffsetResponseHeader(offset=self._store.get_max_offset(h.topic, h.queue_id)))
 
-    async def get_min_offset(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def get_min_offset(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         h = self._queue(request)
         return request.response(header=OffsetResponseHeader(offset=self._store.get_min_offset(h.topic, h.queue_id)))
 
-    async def get_earliest_msg_storetime(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def get_earliest_msg_storetime(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         h = self._queue(request)
         timestamp = self._store.get_earliest_msg_store_time(h.topic, h.queue_id)
         return request.response(header=GetEarliestMsgStoretimeResponseHeader(timestamp=timestamp))
 
-    async def search_offset_by_timestamp(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def search_offset_by_timestamp(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         header = SearchOffsetRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
         self._topics.require_readable_queue(header.topic, header.queue_id)
         queue_offset = self._store.search_offset_by_timestamp(header.topic, header.queue_id, header.timestamp)
         return request.response(header=OffsetResponseHeader(offset=queue_offset))
 
-    async def view_message_by_id(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def view_message_by_id(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         header = ViewMessageByIdRequestHeader.from_fields(request.fields)
         try:
             _, commit_log_offset = parse_msg_id(header.msg_id)
@@ -67,7 +67,7 @@ class AdminProcessor:
             raise QueryNotFound(f"no message with id {header.msg_id}")
         return request.response(body=payload)
 
-    async def update_and_create_topic(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def update_and_create_topic(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         header = CreateTopicRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
         if not 0 <= header.perm <= 15:
@@ -76,7 +76,7 @@ class AdminProcessor:
                                         write_queue_nums=header.write_queue_nums, perm=header.perm))
         return request.response()
 
-    async def get_route_info(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def get_route_info(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         header = GetRouteInfoRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
         config = self._topics.require(header.topic)
@@ -87,7 +87,7 @@ class AdminProcessor:
                                      broker_addrs={0: self._address})])
         return request.response(body=encode_body(route))
 
-    async def get_broker_cluster_info(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def get_broker_cluster_info(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_CLUSTER_INFO answered for this broker alone (a name server answers for its
         whole cluster), so clients find brokers the same way with or without name servers."""
         broker = BrokerData(cluster=self._cluster_name, broker_name=self._broker_name,
@@ -96,7 +96,7 @@ class AdminProcessor:
                            cluster_addr_table={self._cluster_name: [self._broker_name]})
         return request.response(body=encode_body(info))
 
-    async def update_and_create_subscription_group(self, ctx: RequestContext,
+    def update_and_create_subscription_group(self, ctx: RequestContext,
                                                    request: RemotingCommand) -> RemotingCommand:
         header = CreateSubscriptionGroupRequestHeader.from_fields(request.fields)
         self._groups.update(SubscriptionGroupConfig(

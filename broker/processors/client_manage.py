@@ -62,7 +62,7 @@ class ClientManageProcessor:
         self._notify_enabled = notify_enabled
         self._filters = filters if filters is not None else FilterManager(sql92_enabled=True)
 
-    async def heart_beat(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def heart_beat(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         data = decode_body(HeartbeatData, request.body_bytes())
         if not data.client_id:
             raise SystemError_("heartbeat client_id must be a non-empty string")
@@ -89,7 +89,7 @@ class ClientManageProcessor:
             self._producers.register(producer.group_name, ctx.channel, data.client_id, now_ms)
         return request.response()
 
-    async def check_client_config(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def check_client_config(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         """CHECK_CLIENT_CONFIG (RocketMQ `ClientManageProcessor#checkClientConfig`): SUCCESS when the
         subscription can be served; SUBSCRIPTION_PARSE_FAILED (a `FilterSyntaxError` remark with line,
         column and a caret) when its expression does not compile; SYSTEM_ERROR for SQL92 when
@@ -112,7 +112,7 @@ class ClientManageProcessor:
                 except ResponseError as exc:
                     log.warning("group %s: SQL92 subscription to %s refused: %s", group, sub.topic, exc)
 
-    async def unregister_client(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def unregister_client(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         header = UnregisterClientRequestHeader.from_fields(request.fields)
         if header.producer_group:
             self._producers.unregister(header.producer_group, ctx.channel)

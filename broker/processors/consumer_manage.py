@@ -24,7 +24,7 @@ class ConsumerManageProcessor:
                  store: MessageStore) -> None:
         self._consumers, self._offsets, self._topics, self._store = consumers, offsets, topics, store
 
-    async def get_consumer_list(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def get_consumer_list(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         header = ConsumerGroupRequestHeader.from_fields(request.fields)
         require_group_name(header.consumer_group)
         group = self._consumers.get(header.consumer_group)
@@ -32,7 +32,7 @@ class ConsumerManageProcessor:
             raise SystemError_(f"no consumer of group {header.consumer_group!r} is online")
         return request.response(body=encode_body(ConsumerListBody(consumer_id_list=group.client_ids())))
 
-    async def query_consumer_offset(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def query_consumer_offset(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         """The committed offset; with none, 0 when the queue still starts at offset 0 and its first
         message is still "in memory" (RocketMQ answers 0 there, so a new group replays a young
         queue whatever its consume_from_where), else QUERY_NOT_FOUND."""
@@ -49,7 +49,7 @@ class ConsumerManageProcessor:
             queue_offset = 0
         return request.response(header=OffsetResponseHeader(offset=queue_offset))
 
-    async def update_consumer_offset(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def update_consumer_offset(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         header = UpdateConsumerOffsetRequestHeader.from_fields(request.fields)
         require_group_name(header.consumer_group)
         require_topic_name(header.topic)

@@ -40,7 +40,7 @@ class QueueLockProcessor:
     def __init__(self, locks: LockManager) -> None:
         self._locks = locks
 
-    async def lock_batch_mq(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def lock_batch_mq(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         body, queues = _parse(request)
         granted = self._locks.try_lock_batch(body.consumer_group, queues, body.client_id)
         if len(granted) < len(queues):
@@ -50,7 +50,7 @@ class QueueLockProcessor:
                                                        for mq in sorted(granted)])
         return request.response(body=encode_body(answer))
 
-    async def unlock_batch_mq(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def unlock_batch_mq(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         body, queues = _parse(request)
         released = self._locks.unlock_batch(body.consumer_group, queues, body.client_id)
         log.debug("group %s: %s released %d of %d queue locks", body.consumer_group, body.client_id,

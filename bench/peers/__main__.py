@@ -91,45 +91,25 @@ async def run_pairing(session: Session, pairing: Pairing, only: set[str]) -> Non
         p = pairing.name
         rows = session.rows
         if "send_one" in only:
-            params = send.ONE_QUICK if quick else send.ONE_FULL
-            one = params
-            a, b = await session.pair(
-                f"send_one 128B [{p}]",
-                lambda: send.rocketq_send(broker, one, 128, batched=False, topic="peers_one"),
-                lambda: send.redis_send(redis_server, one, 128, batched=False, stream="peers_one"), _same)
-            rows.append(Row(workload="send one-at-a-time 128B", pairing=p, unit="msg/s", rocketq=a, redis=b,
-                            target=THROUGHPUT_TARGET))
+            await _send_row(session, broker, redis_server, p, send.ONE_QUICK if quick else send.ONE_FULL,
+                            "peers_one", "send one-at-a-time 128B", THROUGHPUT_TARGET)
         if "send_seq" in only:
-            seq = send.ONE_SEQ_QUICK if quick else send.ONE_SEQ_FULL
-            a, b = await session.pair(
-                f"send_seq 128B [{p}]",
-                lambda: send.rocketq_send(broker, seq, 128, batched=False, topic="peers_seq"),
-                lambda: send.redis_send(redis_server, seq, 128, batched=False, stream="peers_seq"), _same)
-            rows.append(Row(workload="send 1 awaited at a time 128B", pairing=p, unit="msg/s", rocketq=a, redis=b,
-                            target=SEQUENTIAL_SEND_TARGET, note="one producer awaiting each send"))
+            a, b = await _send_row(session, broker, redis_server, p,
+                                   send.ONE_SEQ_QUICK if quick else send.ONE_SEQ_FULL, "peers_seq",
+                                   "send 1 awaited at a time 128B", SEQUENTIAL_SEND_TARGET,
+                                   note="one producer awaiting each send")
             _cpu_rows(rows, "send 1 awaited at a time", p, a, b)
         if "send_batch" in only:
-            batch = send.BATCH_QUICK if quick else send.BATCH_FULL
             for size in (128, 1024):
                 name = "128B" if size == 128 else "1KiB"
-
-                def rq(s: int = size) -> Awaitable[Side]:
-                    return send.rocketq_send(broker, batch, s, batched=True, topic=f"peers_batch_{s}")
-
-                def rd(s: int = size) -> Awaitable[Side]:
-                    return send.redis_send(redis_server, batch, s, batched=True, stream=f"peers_batch_{s}")
-
-                a, b = await session.pair(f"send_batch {name} [{p}]", rq, rd, _same)
-                rows.append(Row(workload=f"send batch of 32 {name}", pairing=p, unit="msg/s", rocketq=a, redis=b,
-                                target=THROUGHPUT_TARGET))
+                await _send_row(session, broker, redis_server, p, send.BATCH_QUICK if quick else send.BATCH_FULL,
+                                f"peers_batch_{size}", f"send batch of 32 {name}", THROUGHPUT_TARGET,
+                                batched=True, body_bytes=size)
         if "batch_seq" in only:
-            bseq = send.BATCH_SEQ_QUICK if quick else send.BATCH_SEQ_FULL
-            a, b = await session.pair(
-                f"batch_seq 128B [{p}]",
-                lambda: send.rocketq_send(broker, bseq, 128, batched=True, topic="peers_batch_seq"),
-                lambda: send.redis_send(redis_server, bseq, 128, batched=True, stream="peers_batch_seq"), _same)
-            rows.append(Row(workload="batch of 32 awaited at a time 128B", pairing=p, unit="msg/s", rocketq=a,
-                            redis=b, target=THROUGHPUT_TARGET, note="one producer awaiting each batch"))
+            await _send_row(session, broker, redis_server, p,
+                            send.BATCH_SEQ_QUICK if quick else send.BATCH_SEQ_FULL, "peers_batch_seq",
+                            "batch of 32 awaited at a time 128B", THROUGHPUT_TARGET, batched=True,
+                            note="one producer awaiting each batch")
         if "consume" in only:
             await _consume(session, broker, redis_server, p)
         if "consume_seq" in only:
@@ -160,6 +140,19 @@ async def run_pairing(session: Session, pairing: Pairing, only: set[str]) -> Non
                             rocketq=Side(value=a99.details.get("rtt_floor_p50_ms", float("nan"))),
                             redis=Side(value=b99.details.get("rtt_floor_p50_ms", float("nan"))),
                             target=("≤", 1.2), note="rocketq GET_MAX_OFFSET, Redis PING"))
+
+
+async def _send_row(session: Session, broker: Any, redis_server: RedisServer, pairing: str,
+                    params: send.SendParams, name: str, workload: str, target: tuple[RatioOp, float], *,
+                    batched: bool = False, body_bytes: int = 128, note: str = "") -> tuple[Side, Side]:
+    """One send workload on both systems (topic / stream `name`), its row added; returns both sides."""
+    a, b = await session.pair(
+        f"{name} [{pairing}]",
+        lambda: send.rocketq_send(broker, params, body_bytes, batched=batched, topic=name),
+        lambda: send.redis_send(redis_server, params, body_bytes, batched=batched, stream=name), _same)
+    session.rows.append(Row(workload=workload, pairing=pairing, unit="msg/s", rocketq=a, redis=b, target=target,
+                            note=note))
+    return a, b
 
 
 def _cpu_rows(rows: list[Row], workload: str, pairing: str, a: Side, b: Side) -> None:

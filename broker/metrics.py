@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.registry import Collector
 
 from broker.lag_collector import BrokerStateCollector, sample_disk
+from broker.metric_tables import CounterTable, HistogramTable
 from broker.metrics_http import MetricsHttpServer
 
 
@@ -24,22 +25,21 @@ class BrokerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._labels = {"cluster": cluster, "node_id": node_id}
         common = ["cluster", "node_id"]
-        self.messages_in = Counter("rocketmq_messages_in", "Messages stored by sends.",
-                                   [*common, "topic"], registry=self.registry)
-        self.throughput_in = Counter("rocketmq_throughput_in", "Message body bytes stored by sends.",
-                                     [*common, "topic"], registry=self.registry)
-        self.messages_out = Counter("rocketmq_messages_out", "Messages returned by pulls.",
-                                    [*common, "topic", "consumer_group"], registry=self.registry)
-        self.throughput_out = Counter("rocketmq_throughput_out", "Stored bytes returned by pulls.",
-                                      [*common, "topic", "consumer_group"], registry=self.registry)
-        self.rpc_latency = Histogram("rocketmq_rpc_latency", "Request handling time in seconds.",
-                                     [*common, "request_code", "response_code"], registry=self.registry,
-                                     buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 1, 5, 30))
+        # Updated on every request: plain tables exported at scrape time (see `metric_tables`).
+        self.messages_in = CounterTable((("rocketmq_messages_in", "Messages stored by sends."),
+                                         ("rocketmq_throughput_in", "Message body bytes stored by sends.")),
+                                        ["topic"], self._labels)
+        self.messages_out = CounterTable((("rocketmq_messages_out", "Messages returned by pulls."),
+                                          ("rocketmq_throughput_out", "Stored bytes returned by pulls.")),
+                                         ["topic", "consumer_group"], self._labels)
+        self.rpc_latency = HistogramTable("rocketmq_rpc_latency", "Request handling time in seconds.",
+                                          ["request_code", "response_code"], self._labels,
+                                          (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 1, 5, 30))
+        for table in (self.messages_in, self.messages_out, self.rpc_latency):
+            self.registry.register(table)
+        self._latency_keys: dict[tuple[int, int], tuple[str, str]] = {}
         self.held_pulls = Gauge("rocketq_held_pulls", "Pulls held by long polling.", common,
                                 registry=self.registry)
-        self._in_children: dict[str, tuple[Counter, Counter]] = {}
-        self._out_children: dict[tuple[str, str], tuple[Counter, Counter]] = {}
-        self._latency_children: dict[tuple[int, int], Histogram] = {}
         self.reput_lag_bytes = Gauge("rocketq_reput_lag_bytes", "Commit-log bytes not yet dispatched.",
                                      common, registry=self.registry)
         self.fsync_latency = Histogram("rocketq_fsync_latency_seconds", "Commit-log fsync round time.",
@@ -80,34 +80,21 @@ class BrokerMetrics:
     def observe_fsync(self, seconds: float) -> None:
         self._fsync_child.observe(seconds)
 
-    # Labelled children are looked up once per label set and kept: `.labels()` costs microseconds
-    # and these run for every request.
-
     def on_stored(self, topic: str, count: int, size_bytes: int) -> None:
-        children = self._in_children.get(topic)
-        if children is None:
-            children = self._in_children[topic] = (self.messages_in.labels(topic=topic, **self._labels),
-                                                   self.throughput_in.labels(topic=topic, **self._labels))
-        children[0].inc(count)
-        children[1].inc(size_bytes)
+        row = self.messages_in.row((topic,))
+        row[0] += count
+        row[1] += size_bytes
 
     def on_pulled(self, group: str, topic: str, count: int, size_bytes: int) -> None:
-        key = (group, topic)
-        children = self._out_children.get(key)
-        if children is None:
-            children = self._out_children[key] = (
-                self.messages_out.labels(topic=topic, consumer_group=group, **self._labels),
-                self.throughput_out.labels(topic=topic, consumer_group=group, **self._labels))
-        children[0].inc(count)
-        children[1].inc(size_bytes)
+        row = self.messages_out.row((topic, group))
+        row[0] += count
+        row[1] += size_bytes
 
     def observe_request(self, request_code: int, response_code: int, seconds: float) -> None:
-        key = (request_code, response_code)
-        child = self._latency_children.get(key)
-        if child is None:
-            child = self._latency_children[key] = self.rpc_latency.labels(
-                request_code=str(request_code), response_code=str(response_code), **self._labels)
-        child.observe(seconds)
+        key = self._latency_keys.get((request_code, response_code))
+        if key is None:
+            key = self._latency_keys[(request_code, response_code)] = (str(request_code), str(response_code))
+        self.rpc_latency.observe(key, seconds)
 
     def track(self, held_pulls: Callable[[], int], reput_lag_bytes: Callable[[], int]) -> None:
         self.held_pulls.labels(**self._labels).set_function(held_pulls)

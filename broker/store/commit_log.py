@@ -144,6 +144,27 @@ class CommitLog:
         self.max_offset = position
         return offsets, sizes
 
+    def append_one(self, encode: Callable[[int], bytes]) -> tuple[int, int] | None:
+        """Append one record whose payload `encode(commit_log_offset)` produces; returns
+        (commit_log_offset, total_size), or None when it is larger than a whole segment. The one-
+        message send path: the header and payload go straight into the map, with none of
+        `append_batch`'s lists; a record that does not fit in the current segment takes
+        `append_batch` (which rolls). Raises `OSError` as `append_batch` does."""
+        position = self.max_offset
+        segment_bytes = self._segment_bytes
+        relative = position % segment_bytes
+        segment = self._segments.find(position) if relative else None
+        if segment is not None:
+            payload = encode(position)
+            total = len(payload) + HEADER_BYTES
+            if relative + total <= segment_bytes:
+                RECORD_HEADER.pack_into(segment.mm, relative, total, zlib.crc32(payload))
+                segment.view[relative + HEADER_BYTES:relative + total] = payload
+                self.max_offset = position + total
+                return position, total
+        written = self.append_batch(1, lambda _, commit_log_offset: encode(commit_log_offset))
+        return None if written is None else (written[0][0], written[1][0])
+
     def _rollback(self, batch_start: int, written_end: int) -> None:
         """Undo a partly written batch: zero [batch_start, written_end) and drop segments after it."""
         holder = self._segments.find(batch_start)

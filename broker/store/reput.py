@@ -86,6 +86,30 @@ class ReputService(Service):
         if self._pending or self.reput_from_offset < self._handoff_from:
             self.wakeup()
 
+    def hand_off_one(self, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int, size: int,
+                     tags_code: int, stored_at_ms: int, properties: dict[str, str]) -> None:
+        """`hand_off` of one record (the one-message send path), dispatched inline when nothing is
+        waiting before it: the same steps as `_dispatch_pending` without building a batch."""
+        if self._pending or self.reput_from_offset < self._handoff_from:
+            self.hand_off([(topic, queue_id, queue_offset, commit_log_offset, size, tags_code, stored_at_ms,
+                            properties)])
+            return
+        try:
+            queue = self._consume_queues.get_or_create(topic, queue_id)
+            appended = queue.append(commit_log_offset, size, tags_code, queue_offset)
+        except Exception:      # as `_dispatch_logged`: keep it for the next pass
+            log.exception("reput: dispatch failed at %d; will retry", commit_log_offset)
+            self.hand_off([(topic, queue_id, queue_offset, commit_log_offset, size, tags_code, stored_at_ms,
+                            properties)])
+            return
+        self.reput_from_offset = max(self.reput_from_offset, commit_log_offset + size)
+        if not appended:
+            return
+        if self.key_index is not None:
+            self.key_index.add(topic, properties, commit_log_offset, stored_at_ms)
+        if self.listener is not None:
+            _notify(self.listener, topic, queue_id, queue_offset + 1, tags_code, properties)
+
     async def run(self) -> None:
         while await self.wait(self.idle_interval_ms):
             self._dispatch_logged()

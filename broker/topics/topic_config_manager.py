@@ -38,10 +38,12 @@ class TopicConfigManager(DirtyState):
         self._auto_create = auto_create_topic
         self._default_queue_nums = default_queue_nums
         self.on_change: Callable[[], None] | None = None    # e.g. register with the name servers now
+        self.version = 0            # bumped by every change: callers may cache answers per version
         super().__init__()
 
     def touch(self) -> None:
         """A topic was created, changed or deleted: persist it, and tell `on_change`."""
+        self.version += 1
         super().touch()
         if self.on_change is not None:
             self.on_change()
@@ -117,3 +119,4 @@ class TopicConfigManager(DirtyState):
     def load_json(self, value: Any) -> None:
         for topic, raw in value.get("topic_config_table", {}).items():
             self._topics[topic] = TopicConfig(**raw)
+        self.version += 1

@@ -196,12 +196,23 @@ async def serve(config: BrokerConfig, broker_factory: BrokerFactory,
         f"broker {config.broker_name}", config.graceful_shutdown_timeout_ms, force_exit)
 
 
+def tune_garbage_collector() -> None:
+    """For a long-running daemon: move everything imported so far (click, prometheus_client, lark,
+    msgpack, the broker's modules: ~100k objects) out of the collector's sight with `gc.freeze()`,
+    so the oldest generation's rounds no longer walk them. Measured on one-at-a-time sends: broker
+    user CPU 24 → 21 µs per send (perf showed the collector at ~4 % of the broker's CPU). A larger
+    young-generation threshold (50,000 instead of 700) measured the same, so it is left alone."""
+    import gc
+    gc.freeze()
+
+
 def run_broker(config: BrokerConfig, loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> int:
     """Configure logging, import the broker (lazily, so `--help` never needs it) and `serve` it."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     from broker.broker import Broker  # type: ignore[import-not-found, unused-ignore]
 
     factory: BrokerFactory = Broker
+    tune_garbage_collector()
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(serve(config, factory))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
+from time import perf_counter
 from collections.abc import Awaitable, Callable
 
 from broker.remoting.context import RequestContext
@@ -33,7 +33,8 @@ Handler = Callable[[RequestContext, RemotingCommand], Awaitable[Reply] | Reply]
 
 Observer = Callable[[int, int, float], None]   # (request code, response code, seconds)
 
-_WRITE_PAUSE = "responses"      # the pause reason while a connection does not read its responses
+_WRITE_PAUSE = "responses"
+_CONTEXT = "request_context"     # the channel attribute holding its `RequestContext`      # the pause reason while a connection does not read its responses
 
 
 class Dispatcher:
@@ -57,14 +58,16 @@ class Dispatcher:
         return len(self._tasks)
 
     def on_request(self, channel: Channel, request: RemotingCommand) -> None:
-        started = time.perf_counter()
+        started = perf_counter()
         handler = self._handlers.get(request.code)
         response: Reply
         if handler is None:
             response = request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                         remark=f"request code {request.code} is not supported by this broker")
         else:
-            ctx = RequestContext(channel, channel.remote_address, int(time.monotonic() * 1000))
+            ctx = channel.attributes.get(_CONTEXT)
+            if ctx is None:
+                ctx = channel.attributes[_CONTEXT] = RequestContext(channel, channel.remote_address)
             try:
                 answer = handler(ctx, request)
             except Exception as exc:
@@ -78,7 +81,7 @@ class Dispatcher:
 
     def _reply(self, channel: Channel, request: RemotingCommand, response: Reply, started: float) -> None:
         if self._observe is not None:
-            self._observe(request.code, response.code if response is not None else 0, time.perf_counter() - started)
+            self._observe(request.code, response.code if response is not None else 0, perf_counter() - started)
         if response is None or request.flag & FLAG_ONEWAY or channel.closed:
             return
         try:

@@ -54,13 +54,17 @@ class GuardedConnection:
     """What the guard tracks per connection. `held_bytes`: partial frame + unsent responses at the
     last look; `frame_started_ms`: monotonic ms the incomplete frame began (None: none pending)."""
 
-    __slots__ = ("channel", "frame_started_ms", "held_bytes", "last_valid_ms", "protocol")
+    __slots__ = ("channel", "frame_started_ms", "held_bytes", "last_valid_ms", "protocol", "seen_reads",
+                 "valid_reads")
 
     def __init__(self, protocol: GuardedProtocol, channel: Channel, now_ms: int) -> None:
         self.protocol, self.channel = protocol, channel
         self.held_bytes = 0
         self.frame_started_ms: int | None = None
         self.last_valid_ms = now_ms
+        # Reads that decoded a frame, counted without a clock read (the usual read's only cost);
+        # the sweep turns a change since it last looked (`seen_reads`) into `last_valid_ms`.
+        self.valid_reads = self.seen_reads = 0
 
     def measure(self) -> int:
         return self.protocol.buffered_bytes + self.channel.transport.get_write_buffer_size()
@@ -149,6 +153,9 @@ class ConnectionGuard(Service):
         limits = self.limits
         total = 0
         for conn in list(self.connections.values()):
+            if conn.valid_reads != conn.seen_reads:     # valid frames came since the last sweep
+                conn.seen_reads = conn.valid_reads
+                conn.last_valid_ms = now_ms
             conn.held_bytes = conn.measure()
             total += conn.held_bytes
             started = conn.frame_started_ms
@@ -196,8 +203,20 @@ class GuardedProtocol(ChannelProtocol):
         self._conn = self._guard.opened(self, self.channel)
 
     def _fed(self, decoded: bool) -> None:
-        if self._conn is not None:
-            self._guard.received(self._conn, decoded)
+        conn = self._conn
+        if conn is None:
+            return
+        if not conn.held_bytes and not self._decoder.buffered_bytes and not self.transport_buffered_bytes():
+            # The usual read: whole frames, nothing held before or now. Counting it is all the
+            # guard needs (the sweep turns the count into `last_valid_ms`, within one interval).
+            if decoded:
+                conn.valid_reads += 1
+            return
+        self._guard.received(conn, decoded)
+
+    def transport_buffered_bytes(self) -> int:
+        channel = self.channel
+        return channel.transport.get_write_buffer_size() if channel is not None else 0
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._conn is not None:

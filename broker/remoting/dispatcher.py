@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from time import perf_counter
 from collections.abc import Awaitable, Callable
+from time import perf_counter
 
 from broker.remoting.context import RequestContext
 from protocol.channel import Channel
@@ -33,8 +33,8 @@ Handler = Callable[[RequestContext, RemotingCommand], Awaitable[Reply] | Reply]
 
 Observer = Callable[[int, int, float], None]   # (request code, response code, seconds)
 
-_WRITE_PAUSE = "responses"
-_CONTEXT = "request_context"     # the channel attribute holding its `RequestContext`      # the pause reason while a connection does not read its responses
+_WRITE_PAUSE = "responses"      # the pause reason while a connection does not read its responses
+_CONTEXT = "request_context"     # the channel attribute holding its `RequestContext`
 
 
 class Dispatcher:

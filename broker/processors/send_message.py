@@ -5,6 +5,7 @@ In SYNC_FLUSH (the default) the response is written after an fsync that covers t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -110,10 +111,8 @@ class SendMessageProcessor:
         response = RemotingCommand(ResponseCode.SUCCESS, request.opaque, FLAG_RESPONSE, None, {
             "msg_id": self._msg_id_prefix + f"{result.commit_log_offsets[0]:016X}",
             "queue_id": queue_id, "queue_offset": result.queue_offset})
-        if self._store.is_durable(result.end_offset):
-            self._on_stored(topic, 1, len(body))
-            return response
-        return self._when_durable(result.end_offset, response, topic, 1, len(body), None)
+        self._on_stored(topic, 1, len(body))
+        return self._answer(result.end_offset, response)
 
     def _checked_sends(self) -> set[tuple[str, int, str]]:
         """(topic, queue_id, producer_group) of sends that passed the name and topic checks under
@@ -153,21 +152,24 @@ class SendMessageProcessor:
         response = request.response(header=SendMessageResponseHeader(
             msg_id=make_msg_id(self._store_host, result.commit_log_offsets[0]),
             queue_id=header.queue_id, queue_offset=result.queue_offset))
-        if self._store.is_durable(result.end_offset):
-            self._stored(topic, 1, len(body), dlq_group)
-            return response
-        return self._when_durable(result.end_offset, response, topic, 1, len(body), dlq_group)
+        self._stored(topic, 1, len(body), dlq_group)
+        return self._answer(result.end_offset, response)
 
     def _stored(self, topic: str, count: int, size_bytes: int, dlq_group: str | None) -> None:
         self._on_stored(topic, count, size_bytes)
         if dlq_group is not None:
             self._on_dlq(dlq_group)
 
-    async def _when_durable(self, end_offset: int, response: RemotingCommand, topic: str, count: int,
-                            size_bytes: int, dlq_group: str | None) -> RemotingCommand:
-        await wait_durable(self._store, end_offset)
-        self._stored(topic, count, size_bytes, dlq_group)
-        return response
+    def _answer(self, end_offset: int, response: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """`response` now when the put is durable (ASYNC_FLUSH), else a future of it that the
+        group commit covering `end_offset` resolves (FLUSH_DISK_TIMEOUT past
+        `sync_flush_timeout_ms`): no task or coroutine per waiting send. Stored messages are
+        counted at put time either way, as RocketMQ's store statistics are."""
+        if self._store.is_durable(end_offset):
+            return response
+        reply: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._store.resolve_when_flushed(end_offset, reply, response)
+        return reply
 
     def process_batch(self, ctx: RequestContext,
                       request: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
@@ -185,10 +187,8 @@ class SendMessageProcessor:
         response = request.response(header=SendBatchMessageResponseHeader(
             msg_ids=[prefix + f"{o:016X}" for o in result.commit_log_offsets],
             queue_id=header.queue_id, queue_offset=result.queue_offset))
-        if self._store.is_durable(result.end_offset):
-            self._stored(header.topic, len(messages), body_bytes, None)
-            return response
-        return self._when_durable(result.end_offset, response, header.topic, len(messages), body_bytes, None)
+        self._stored(header.topic, len(messages), body_bytes, None)
+        return self._answer(result.end_offset, response)
 
     def _decode_batch(self, raw: bytes) -> tuple[list[tuple[dict[str, str], int, bytes]], int]:
         """The batch's (properties, flag, body) items and their total body bytes; raises

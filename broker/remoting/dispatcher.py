@@ -13,8 +13,10 @@ REQUEST_CODE_NOT_SUPPORTED. One-way requests get no response."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 from time import perf_counter
 
 from broker.remoting.context import RequestContext
@@ -48,14 +50,15 @@ class Dispatcher:
         self._handlers = handlers
         self._observe = observe
         self._tasks: set[asyncio.Task[None]] = set()
+        self._futures: set[asyncio.Future[Reply]] = set()     # answers that resolve themselves
         self._max_in_flight = max_in_flight_per_channel
         self._per_channel: dict[Channel, int] = {}
         self._paused: set[Channel] = set()
 
     @property
     def in_flight(self) -> int:
-        """Requests waiting in a task (answered-at-once requests never count)."""
-        return len(self._tasks)
+        """Requests waiting in a task or on a future (answered-at-once requests never count)."""
+        return len(self._tasks) + len(self._futures)
 
     def on_request(self, channel: Channel, request: RemotingCommand) -> None:
         started = perf_counter()
@@ -101,9 +104,15 @@ class Dispatcher:
         task.add_done_callback(self._tasks.discard)
 
     def _spawn(self, channel: Channel, request: RemotingCommand, answer: Awaitable[Reply], started: float) -> None:
-        task = asyncio.get_running_loop().create_task(self._finish(channel, request, answer, started))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        """Answer when `answer` completes: a future (a SYNC_FLUSH send waiting for its group
+        commit) from its done callback, with no task; any other awaitable in an owned task."""
+        if isinstance(answer, asyncio.Future):
+            self._futures.add(answer)
+            answer.add_done_callback(functools.partial(self._future_done, channel, request, started))
+        else:
+            task = asyncio.get_running_loop().create_task(self._finish(channel, request, answer, started))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         count = self._per_channel.get(channel, 0) + 1
         self._per_channel[channel] = count
         if count >= self._max_in_flight and channel not in self._paused and not channel.closed:
@@ -121,6 +130,23 @@ class Dispatcher:
             self._paused.discard(channel)
             channel.resume_reading("in-flight")
 
+    def _future_done(self, channel: Channel, request: RemotingCommand, started: float,
+                     answer: asyncio.Future[Reply]) -> None:
+        self._futures.discard(answer)
+        try:
+            if answer.cancelled():
+                return
+            exc = answer.exception()
+            if exc is None:
+                response = answer.result()
+            elif isinstance(exc, Exception):
+                response = _error_response(channel, request, exc)
+            else:
+                return
+            self._reply(channel, request, response, started)
+        finally:
+            self._done(channel)
+
     async def _finish(self, channel: Channel, request: RemotingCommand, answer: Awaitable[Reply],
                       started: float) -> None:
         try:
@@ -136,9 +162,10 @@ class Dispatcher:
 
     async def drain(self, timeout_ms: int) -> None:
         """Wait for in-flight requests for at most `timeout_ms`, then cancel the rest."""
-        if not self._tasks:
+        if not self._tasks and not self._futures:
             return
-        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_ms / 1000)
+        waiting: set[asyncio.Future[Any]] = {*self._tasks, *self._futures}
+        _, pending = await asyncio.wait(waiting, timeout=timeout_ms / 1000)
         if pending:
             log.warning("cancelling %d requests still running after %d ms", len(pending), timeout_ms)
             for task in pending:

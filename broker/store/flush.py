@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from broker.store.checkpoint import Checkpoint, write_checkpoint
 from broker.store.commit_log import CommitLog
@@ -27,6 +28,8 @@ from broker.store.segment import fdatasync_paths
 from protocol.service import Service
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class CommitLogFlushService(Service):
@@ -47,7 +50,10 @@ class CommitLogFlushService(Service):
         self.on_fsync: Callable[[float], None] | None = None
         # on_error(exc, what) -> remark: a failed fsync makes the store refuse sends (DiskGuard)
         self.on_error: Callable[[OSError, str], str] | None = None
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        # (end_offset, future, value, deadline in loop time), in commit-log order
+        self._waiters: list[tuple[int, asyncio.Future[Any], Any, float]] = []
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._flushing = False          # a round is in its fsync: it wakes itself when done
 
     def begin(self, flushed_offset: int) -> None:
         """Set the recovered position (everything before it is on disk)."""
@@ -58,17 +64,24 @@ class CommitLogFlushService(Service):
         ASYNC_FLUSH). Raises `FlushDiskTimeoutError` after `sync_flush_timeout_ms`."""
         if not self.sync_flush or end_offset <= self.flushed_offset:
             return
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._waiters.append((end_offset, waiter))
-        self.wakeup()
-        # A timer handle rather than `asyncio.timeout`: this runs for every acknowledged send.
-        expiry = loop.call_later(self._sync_flush_timeout_ms / 1000, _expire, waiter, end_offset,
-                                 self._sync_flush_timeout_ms)
-        try:
-            await waiter
-        finally:
-            expiry.cancel()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.resolve_when_flushed(end_offset, waiter, None)
+        await waiter
+
+    def resolve_when_flushed(self, end_offset: int, future: asyncio.Future[T], value: T) -> None:
+        """`future.set_result(value)` once the commit log is fsynced up to `end_offset`; its
+        exception is `FlushDiskTimeoutError` after `sync_flush_timeout_ms`, or the store's
+        write error. No task, coroutine or timer per waiter: the send path hands over the future
+        its response resolves (the dispatcher writes it from the future's callback), and one
+        timer watches the oldest waiter's deadline (waiters are in commit-log order, so the oldest
+        is the first to expire)."""
+        loop = future.get_loop()
+        deadline = loop.time() + self._sync_flush_timeout_ms / 1000
+        self._waiters.append((end_offset, future, value, deadline))
+        if self._deadline_timer is None:
+            self._deadline_timer = loop.call_at(deadline, self._expire_waiters)
+        if not self._flushing:
+            self.wakeup()
 
     async def run(self) -> None:
         while await self.wait(self._flush_interval_ms):
@@ -81,6 +94,7 @@ class CommitLogFlushService(Service):
         if target > self.flushed_offset:
             paths = self._commit_log.flush_paths(self.flushed_offset, target)
             started = time.perf_counter()
+            self._flushing = True
             try:
                 await asyncio.to_thread(fdatasync_paths, paths)
             except OSError as exc:
@@ -90,6 +104,8 @@ class CommitLogFlushService(Service):
                 else:
                     self._fail_waiters(FlushDiskTimeoutError(target, f"fsync failed: {exc}"))
                 return
+            finally:
+                self._flushing = False
             self.flushed_offset = max(self.flushed_offset, target)
             self.flush_count += 1
             if self.on_fsync is not None:
@@ -97,30 +113,47 @@ class CommitLogFlushService(Service):
         self._resolve_waiters()
 
     def _resolve_waiters(self) -> None:
-        if not self._waiters:
+        waiters = self._waiters
+        if not waiters:
             return
-        flushed, remaining = self.flushed_offset, []
-        for end_offset, waiter in self._waiters:
-            if waiter.done():
-                continue
-            if end_offset <= flushed:
-                waiter.set_result(None)
-            else:
-                remaining.append((end_offset, waiter))
-        self._waiters = remaining
-        if remaining:
+        flushed = self.flushed_offset
+        done = 0
+        for end_offset, future, value, _ in waiters:
+            if end_offset > flushed:
+                break
+            if not future.done():
+                future.set_result(value)
+            done += 1
+        del waiters[:done]
+        if waiters:              # written after this round started: the next round covers them
             self.wakeup()
+
+    def _expire_waiters(self) -> None:
+        """The deadline timer: fail every waiter past `sync_flush_timeout_ms`, then re-arm for the
+        oldest one left."""
+        self._deadline_timer = None
+        waiters = self._waiters
+        if not waiters:
+            return
+        loop = waiters[0][1].get_loop()
+        now = loop.time()
+        expired = 0
+        for end_offset, future, _, deadline in waiters:
+            if deadline > now:
+                break
+            if not future.done():
+                timeout_ms = self._sync_flush_timeout_ms
+                future.set_exception(FlushDiskTimeoutError(end_offset, f"not flushed within {timeout_ms} ms"))
+            expired += 1
+        del waiters[:expired]
+        if waiters:
+            self._deadline_timer = loop.call_at(waiters[0][3], self._expire_waiters)
 
     def _fail_waiters(self, error: FlushDiskTimeoutError | StoreNotWritableError) -> None:
         waiters, self._waiters = self._waiters, []
-        for _, waiter in waiters:
-            if not waiter.done():
-                waiter.set_exception(error)
-
-
-def _expire(waiter: asyncio.Future[None], end_offset: int, timeout_ms: int) -> None:
-    if not waiter.done():
-        waiter.set_exception(FlushDiskTimeoutError(end_offset, f"not flushed within {timeout_ms} ms"))
+        for _, future, _, _ in waiters:
+            if not future.done():
+                future.set_exception(error)
 
 
 async def flush_consume_queues(consume_queues: ConsumeQueueTable, *, reput_offset: int,

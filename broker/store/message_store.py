@@ -14,7 +14,7 @@ import os
 import struct
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
@@ -60,6 +60,8 @@ from protocol.subscription import tags_code
 from protocol.topics import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _CQ_UNITS = struct.Struct(">QIq").iter_unpack
 _MIN_UNITS_EXAMINED = 800            # 16000 bytes of consume queue (RocketMQ maxFilterMessageCount)
@@ -356,6 +358,12 @@ class MessageStore:
         sharing the fsync with concurrent puts; raises `FlushDiskTimeoutError` after
         `sync_flush_timeout_ms`. ASYNC_FLUSH: returns at once."""
         await self._commit_log_flush.wait_flushed(commit_log_end_offset)
+
+    def resolve_when_flushed(self, commit_log_end_offset: int, future: asyncio.Future[T], value: T) -> None:
+        """SYNC_FLUSH: `future.set_result(value)` once fsynced up to `commit_log_end_offset`, or
+        `FlushDiskTimeoutError` after `sync_flush_timeout_ms` (see `wait_flushed`); for a caller
+        that answers from the future's callback instead of awaiting (the send path)."""
+        self._commit_log_flush.resolve_when_flushed(commit_log_end_offset, future, value)
 
     # get -------------------------------------------------------------------------------------
 

@@ -16,8 +16,8 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 from time import perf_counter
+from typing import Any
 
 from broker.remoting.context import RequestContext
 from protocol.channel import Channel

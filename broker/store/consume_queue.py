@@ -11,10 +11,12 @@ fills the positions before a queue's first unit when that unit's queue_offset is
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import re
 import struct
+from itertools import chain
 from pathlib import Path
 
 from broker.store.segment import MappedSegments, Segment
@@ -27,6 +29,12 @@ BLANK_SIZE = 0x7FFFFFFF
 _BLANK_UNIT = CQ_UNIT.pack(0, BLANK_SIZE, 0)
 _UNIT_SIZE = struct.Struct(">I")
 _TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+@functools.lru_cache(maxsize=64)
+def _run_struct(count: int) -> struct.Struct:
+    """The layout of `count` consecutive units (one `pack_into` for a batch's run)."""
+    return struct.Struct(">" + "QIq" * count)
 
 
 def is_valid_topic_name(topic: str) -> bool:
@@ -106,6 +114,21 @@ class ConsumeQueue:
         self.max_offset = queue_offset + 1
         self.max_commit_log_end = commit_log_offset + size
         return True
+
+    def append_run(self, queue_offset: int, units: list[tuple[int, int, int]]) -> int:
+        """`append` of consecutive units from `queue_offset` (a batch's messages): one write when
+        they follow the queue's end inside one file, else unit by unit. Returns how many were
+        appended (duplicates below `max_offset` are skipped, as `append` skips them)."""
+        count = len(units)
+        position = queue_offset * UNIT_BYTES
+        segment = self._segments.find(position) if queue_offset == self.max_offset else None
+        if segment is None or position + count * UNIT_BYTES > segment.end_offset:
+            return sum(self.append(*unit, queue_offset + i) for i, unit in enumerate(units))
+        _run_struct(count).pack_into(segment.mm, position - segment.start_offset, *chain.from_iterable(units))
+        self.max_offset = queue_offset + count
+        last_offset, last_size, _ = units[-1]
+        self.max_commit_log_end = last_offset + last_size
+        return count
 
     def _write_unit(self, queue_offset: int, unit: bytes) -> None:
         position = queue_offset * UNIT_BYTES

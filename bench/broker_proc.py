@@ -47,6 +47,7 @@ class Usage:
     cpu_s: float
     rss_bytes: int
     at_s: float
+    system_s: float = 0.0      # the kernel's part of cpu_s (syscalls, wake-ups)
 
     def cores_since(self, earlier: Usage) -> float:
         """Average CPU used between two samples, in cores (1.0 = one core busy)."""
@@ -112,7 +113,7 @@ class BrokerProcess(BrokerSubprocess):
         with self._ps.oneshot():
             times = self._ps.cpu_times()
             rss = self._ps.memory_info().rss
-        return Usage(times.user + times.system, rss, time.monotonic())
+        return Usage(times.user + times.system, rss, time.monotonic(), times.system)
 
     async def stop(self) -> int | None:
         await self._stop_profiler()

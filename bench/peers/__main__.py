@@ -156,14 +156,20 @@ async def _send_row(session: Session, broker: Any, redis_server: RedisServer, pa
 
 
 def _cpu_rows(rows: list[Row], workload: str, pairing: str, a: Side, b: Side) -> None:
-    """Server and client CPU µs per call of a single-send row; the absolute targets hold in-memory."""
+    """Server and client CPU µs per call of a single-send row, each followed by its kernel part
+    (system CPU); the absolute targets hold in-memory."""
     for who, target in (("server", BROKER_US_PER_SEND), ("client", CLIENT_US_PER_SEND)):
         key = f"{who}_cpu_us_per_call"
         name = "broker" if who == "server" else "client"
+        system = f"{who}_system_us_per_call"
         rows.append(Row(workload=f"{workload}: {name} CPU per send", pairing=pairing, unit="µs",
                         rocketq=Side(value=a.details.get(key, float("nan"))),
                         redis=Side(value=b.details.get(key, float("nan"))),
                         target=target if pairing == IN_MEMORY.name else None))
+        rows.append(Row(workload=f"  of which kernel ({name})", pairing=pairing, unit="µs",
+                        rocketq=Side(value=a.details.get(system, float("nan"))),
+                        redis=Side(value=b.details.get(system, float("nan"))),
+                        note="system CPU: the read, write and epoll calls and the wake-ups they cause"))
 
 
 async def _consume(session: Session, broker: Any, redis_server: RedisServer, p: str) -> None:

@@ -60,6 +60,8 @@ def _side(stats: LoadStats, cpu: dict[str, float], latencies_s: list[float], del
     calls_s = stats.requests / stats.elapsed_s if stats.elapsed_s > 0 else 0.0
     for who in ("server", "client"):      # CPU µs per call: cores / (calls per second)
         details[f"{who}_cpu_us_per_call"] = round(cpu[f"{who}_cores"] / calls_s * 1e6, 1) if calls_s else float("nan")
+        details[f"{who}_system_us_per_call"] = (round(cpu[f"{who}_system_cores"] / calls_s * 1e6, 1) if calls_s
+                                               else float("nan"))
     error = f"{stats.errors} failed calls, e.g. {stats.error_samples[:1]}" if stats.errors else None
     return Side(value=round(stats.rate), delivery=delivery, details=details, error=error)
 

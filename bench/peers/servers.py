@@ -163,7 +163,7 @@ class RedisServer:
         with self._ps.oneshot():
             times = self._ps.cpu_times()
             rss = self._ps.memory_info().rss
-        return Usage(times.user + times.system, rss, time.monotonic())
+        return Usage(times.user + times.system, rss, time.monotonic(), times.system)
 
     async def stop(self) -> int | None:
         process = self._process
@@ -216,11 +216,12 @@ class ServerMeter:
         self._server = server
         self._me = psutil.Process()
         self._start: Usage | None = None
-        self._client_start = 0.0
+        self._client_start = (0.0, 0.0)
 
-    def _client_cpu_s(self) -> float:
+    def _client_cpu_s(self) -> tuple[float, float]:
+        """(user + system, system) CPU seconds of this process."""
         times = self._me.cpu_times()
-        return float(times.user + times.system)
+        return float(times.user + times.system), float(times.system)
 
     def start(self) -> ServerMeter:
         self._start = self._server.usage()
@@ -228,10 +229,17 @@ class ServerMeter:
         return self
 
     def stop(self) -> dict[str, float]:
-        """{"server_cores", "client_cores", "server_rss_mb"} since `start`."""
+        """{"server_cores", "client_cores", "server_rss_mb"} since `start`, and the kernel's part
+        of each CPU figure ("server_system_cores", "client_system_cores")."""
         assert self._start is not None
         now = self._server.usage()
         elapsed = now.at_s - self._start.at_s
-        client = (self._client_cpu_s() - self._client_start) / elapsed if elapsed > 0 else float("nan")
-        return {"server_cores": round(now.cores_since(self._start), 3), "client_cores": round(client, 3),
+        client_cpu, client_system = self._client_cpu_s()
+        if elapsed <= 0:
+            return {"server_cores": float("nan"), "client_cores": float("nan"), "server_system_cores": float("nan"),
+                    "client_system_cores": float("nan"), "server_rss_mb": round(now.rss_bytes / (1 << 20), 1)}
+        return {"server_cores": round(now.cores_since(self._start), 3),
+                "client_cores": round((client_cpu - self._client_start[0]) / elapsed, 3),
+                "server_system_cores": round((now.system_s - self._start.system_s) / elapsed, 3),
+                "client_system_cores": round((client_system - self._client_start[1]) / elapsed, 3),
                 "server_rss_mb": round(now.rss_bytes / (1 << 20), 1)}

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 RequestHandler = Callable[["Channel", RemotingCommand], None]
 CloseHandler = Callable[["Channel"], None]
 _OPAQUE_MASK = 0xFFFFFFFF
+_NOT_RESPONSE_OR_ONEWAY = ~(FLAG_RESPONSE | FLAG_ONEWAY)
 _JOIN_BELOW_BYTES = 256 * 1024
 
 
@@ -133,7 +134,7 @@ class Channel:
         has an earlier deadline than the one it waits for, so a steady stream of requests with
         the same timeout arms it about once per timeout."""
         opaque = cmd.opaque = self._opaque()
-        cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        cmd.flag &= _NOT_RESPONSE_OR_ONEWAY
         loop = self._loop
         future: asyncio.Future[RemotingCommand] = loop.create_future()
         self.pending[opaque] = future

@@ -133,8 +133,9 @@ def _send_result(response: RemotingCommand, topic: str, broker_name: str = "",
     if type(msg_id) is not str or type(queue_id) is not int or type(queue_offset) is not int:
         header = SendMessageResponseHeader.from_fields(fields)
         msg_id, queue_id, queue_offset = header.msg_id, header.queue_id, header.queue_offset
-    return SendResult(status, msg_id, queue_id, queue_offset, topic=topic, broker_name=broker_name,
-                      msg_ids=(msg_id,), uniq_keys=uniq_keys)
+    # status, msg_id, queue_id, queue_offset, topic, broker_name, msg_ids, uniq_keys (positional:
+    # keywords cost a frozen dataclass's __init__ another ~0.15 µs)
+    return SendResult(status, msg_id, queue_id, queue_offset, topic, broker_name, (msg_id,), uniq_keys)
 
 
 SEND_BACK_TIMEOUT_MS = 5_000

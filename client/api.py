@@ -6,9 +6,11 @@ Each method sends one request to a broker address and returns typed values, or r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from client.remoting.remoting_client import RemotingClient
 from protocol.bodies import (
@@ -47,10 +49,11 @@ from protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
     ViewMessageByIdRequestHeader,
 )
-from protocol.message import MessageExt, decode_message_batch
+from protocol.message import PROPERTY_UNIQ_KEY, MessageExt, decode_message_batch
 from protocol.model import MessageQueue, PullStatus
 
 DEFAULT_TIMEOUT_MS = 3_000
+_SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
 
 
 class SendStatus(Enum):
@@ -97,6 +100,44 @@ def _ok(response: RemotingCommand) -> RemotingCommand:
     return response
 
 
+_SUCCESS = int(ResponseCode.SUCCESS)
+_SEND_OK = SendStatus.SEND_OK     # module constants: an enum member lookup costs ~50 ns, paid on every send
+
+
+def send_message_fields(producer_group: str, topic: str, queue_id: int, flag: int, born_timestamp: int,
+                        properties: dict[str, str]) -> dict[str, Any]:
+    """`SendMessageRequestHeader(...).to_fields()` of a first send (no reconsume), written out:
+    the same keys in the same order, so the same bytes on the wire, without the dataclass."""
+    return {"producer_group": producer_group, "topic": topic, "queue_id": queue_id, "flag": flag,
+            "born_timestamp": born_timestamp, "properties": properties, "reconsume_times": 0,
+            "max_reconsume_times": None}
+
+
+def _send_result(response: RemotingCommand, topic: str, broker_name: str = "",
+                 uniq_keys: tuple[str, ...] = ()) -> SendResult:
+    """The `SendResult` of a SEND_MESSAGE response: SUCCESS is SEND_OK, FLUSH_DISK_TIMEOUT is
+    FLUSH_DISK_TIMEOUT (stored, not yet on disk), any other code raises its `ResponseError`.
+
+    The three fields of the usual answer are read by hand (every send decodes one); anything
+    else goes through `SendMessageResponseHeader.from_fields`, which raises `MissingHeaderField`
+    naming what is missing or mistyped, exactly as before the shortcut."""
+    code = response.code
+    if code == _SUCCESS:
+        status = _SEND_OK
+    elif code == ResponseCode.FLUSH_DISK_TIMEOUT:
+        status = SendStatus.FLUSH_DISK_TIMEOUT
+    else:
+        raise error_for(code, response.remark)
+    fields = response.fields
+    msg_id, queue_id, queue_offset = fields.get("msg_id"), fields.get("queue_id"), fields.get("queue_offset")
+    if type(msg_id) is not str or type(queue_id) is not int or type(queue_offset) is not int:
+        header = SendMessageResponseHeader.from_fields(fields)
+        msg_id, queue_id, queue_offset = header.msg_id, header.queue_id, header.queue_offset
+    # status, msg_id, queue_id, queue_offset, topic, broker_name, msg_ids, uniq_keys (positional:
+    # keywords cost a frozen dataclass's __init__ another ~0.15 µs)
+    return SendResult(status, msg_id, queue_id, queue_offset, topic, broker_name, (msg_id,), uniq_keys)
+
+
 SEND_BACK_TIMEOUT_MS = 5_000
 
 
@@ -112,13 +153,22 @@ class ClientAPI:
     async def send_message(self, address: str, header: SendMessageRequestHeader, body: bytes,
                            timeout_ms: int = DEFAULT_TIMEOUT_MS) -> SendResult:
         response = await self.remoting.invoke(address, request(RequestCode.SEND_MESSAGE, header, body), timeout_ms)
-        status = SendStatus.SEND_OK
-        if response.code == ResponseCode.FLUSH_DISK_TIMEOUT:
-            status = SendStatus.FLUSH_DISK_TIMEOUT
-        else:
-            _ok(response)
-        h = SendMessageResponseHeader.from_fields(response.fields)
-        return SendResult(status, h.msg_id, h.queue_id, h.queue_offset, topic=header.topic, msg_ids=(h.msg_id,))
+        return _send_result(response, header.topic)
+
+    async def send_message_to(self, address: str, mq: MessageQueue, producer_group: str, body: bytes,
+                              properties: dict[str, str], flag: int = 0,
+                              timeout_ms: int = DEFAULT_TIMEOUT_MS) -> SendResult:
+        """SEND_MESSAGE of one message to `mq`, born now: `send_message` with the header's fields
+        written straight into the request (the wire map is the same, key for key), and a result
+        that names `mq.broker_name` and the message's UNIQ_KEY. The producer's path: building a
+        `SendMessageRequestHeader`, then `to_fields`, then a second `SendResult`, cost ~2 µs of
+        a send's ~16 µs of client CPU."""
+        fields = send_message_fields(producer_group, mq.topic, mq.queue_id, flag, time.time_ns() // 1_000_000,
+                                     properties)
+        cmd = RemotingCommand(_SEND_MESSAGE, fields=fields, body=body)
+        response = await self.remoting.invoke(address, cmd, timeout_ms)
+        uniq_key = properties.get(PROPERTY_UNIQ_KEY)
+        return _send_result(response, mq.topic, mq.broker_name, (uniq_key,) if uniq_key is not None else ())
 
     async def send_batch(self, address: str, header: SendBatchMessageRequestHeader, body: bytes,
                          timeout_ms: int = DEFAULT_TIMEOUT_MS) -> SendResult:

@@ -68,6 +68,7 @@ class ClientMetrics:
         self.send_cost_time = Histogram("rocketmq_send_cost_time", "Time of one send attempt, in seconds.",
                                         ["topic", "client_id", "invocation_status"], registry=self.registry,
                                         buckets=BUCKETS_S)
+        self._send_cost_by: dict[tuple[str, bool], Histogram] = {}   # (topic, ok) -> its labelled histogram
         self._cached = _CachedCollector(client_id)
         self.registry.register(self._cached)
         self.port: int | None = None
@@ -106,4 +107,10 @@ class ClientMetrics:
         self._cached.sources.pop(group, None)
 
     def observe_send(self, topic: str, seconds: float, ok: bool) -> None:
-        self.send_cost_time.labels(topic, self.client_id, "success" if ok else "failure").observe(seconds)
+        """One send attempt. The labelled child is looked up once per (topic, outcome): `labels()`
+        on every send cost ~0.8 µs, more than the observation itself."""
+        histogram = self._send_cost_by.get((topic, ok))
+        if histogram is None:
+            histogram = self._send_cost_by[topic, ok] = self.send_cost_time.labels(
+                topic, self.client_id, "success" if ok else "failure")
+        histogram.observe(seconds)

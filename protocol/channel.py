@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 RequestHandler = Callable[["Channel", RemotingCommand], None]
 CloseHandler = Callable[["Channel"], None]
 _OPAQUE_MASK = 0xFFFFFFFF
+_NOT_RESPONSE_OR_ONEWAY = ~(FLAG_RESPONSE | FLAG_ONEWAY)
 _JOIN_BELOW_BYTES = 256 * 1024
 
 
@@ -39,6 +41,9 @@ class Channel:
         self.on_request = on_request
         self.on_close = on_close
         self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._deadlines: dict[int, tuple[float, int, int]] = {}   # opaque -> (loop time, code, timeout_ms)
+        self._sweep: asyncio.TimerHandle | None = None            # `_expire`, armed for `_sweep_at`
+        self._sweep_at = math.inf
         self.attributes: dict[str, Any] = {}   # owners keep per-connection state here (client id…)
         self._next_opaque = 0
         self._loop = asyncio.get_running_loop()
@@ -120,20 +125,54 @@ class Channel:
         await waiter
 
     async def invoke(self, cmd: RemotingCommand, timeout_ms: int) -> RemotingCommand:
-        """Send a request and await its response; raises `RequestTimeout` or `ConnectionClosed`."""
-        cmd.opaque = self._opaque()
-        cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
-        loop = asyncio.get_running_loop()
+        """Send a request and await its response; raises `RequestTimeout` (at its deadline, to
+        the loop's timer resolution) or `ConnectionClosed`.
+
+        Deadlines are checked by one sweep per channel (`_expire`), not a timer per request: a
+        uvloop timer armed and cancelled for every request cost ~3 µs, a sixth of a send's
+        client CPU. The sweep is armed for the earliest deadline and re-armed only when a request
+        has an earlier deadline than the one it waits for, so a steady stream of requests with
+        the same timeout arms it about once per timeout."""
+        opaque = cmd.opaque = self._opaque()
+        cmd.flag &= _NOT_RESPONSE_OR_ONEWAY
+        loop = self._loop
         future: asyncio.Future[RemotingCommand] = loop.create_future()
-        self.pending[cmd.opaque] = future
-        # A timer handle, not `asyncio.timeout`: this runs for every request (every pull).
-        expiry = loop.call_later(timeout_ms / 1000, _expire, future, self.remote_address, cmd.code, timeout_ms)
+        self.pending[opaque] = future
+        deadline = loop.time() + timeout_ms / 1000
+        self._deadlines[opaque] = (deadline, cmd.code, timeout_ms)
+        if deadline < self._sweep_at:
+            self._arm_sweep(deadline)
         try:
             self.send(cmd)
             return await future
         finally:
-            expiry.cancel()
-            self.pending.pop(cmd.opaque, None)
+            self.pending.pop(opaque, None)
+            del self._deadlines[opaque]
+            if self._closed and not self._deadlines and self._sweep is not None:
+                self._arm_sweep(math.inf)     # a closed channel keeps no timer (nor itself alive)
+
+    def _arm_sweep(self, when: float) -> None:
+        """(Re)arm `_expire` for loop time `when`; `math.inf` only disarms it."""
+        if self._sweep is not None:
+            self._sweep.cancel()
+        self._sweep_at = when
+        self._sweep = self._loop.call_at(when, self._expire) if when != math.inf else None
+
+    def _expire(self) -> None:
+        """The timeout sweep: fail each request past its deadline with `RequestTimeout` (its
+        `invoke` drops it from `pending`), then re-arm for the earliest deadline left."""
+        self._sweep, self._sweep_at = None, math.inf
+        now = self._loop.time()
+        next_at = math.inf
+        for opaque, (deadline, code, timeout_ms) in self._deadlines.items():
+            if deadline <= now:
+                future = self.pending.get(opaque)
+                if future is not None and not future.done():   # set_exception only schedules callbacks
+                    future.set_exception(RequestTimeout(self.remote_address, code, timeout_ms))
+            elif deadline < next_at:
+                next_at = deadline
+        if next_at != math.inf:
+            self._arm_sweep(next_at)
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = self._opaque()
@@ -225,11 +264,6 @@ class Channel:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
-
-
-def _expire(future: asyncio.Future[RemotingCommand], address: str, code: int, timeout_ms: int) -> None:
-    if not future.done():
-        future.set_exception(RequestTimeout(address, code, timeout_ms))
 
 
 class ChannelProtocol(asyncio.Protocol):

@@ -8,9 +8,12 @@ import pytest
 
 from broker.broker import Broker
 from client import Message, MessageQueue, Producer, SelectMessageQueueByHash
-from client.api import ClientAPI
+from client.api import ClientAPI, SendResult, SendStatus, _send_result, send_message_fields
 from client.errors import ClientStateError
-from protocol.errors import ConnectionClosed, MessageIllegal
+from protocol.codes import ResponseCode
+from protocol.command import RemotingCommand
+from protocol.errors import ConnectionClosed, MessageIllegal, MissingHeaderField, TopicNotExist
+from protocol.headers import SendMessageRequestHeader
 from protocol.model import PullStatus
 from tests.conftest import broker_config
 from tests.helpers import pull_header
@@ -65,3 +68,37 @@ async def test_errors_reach_the_caller(tmp_path: Path) -> None:
     async with Producer("pg", address, retry_times_when_send_failed=1) as orphan:
         with pytest.raises(ConnectionClosed):            # broker gone: every attempt fails
             await orphan.send(Message("t", b"x"))
+
+
+async def test_a_failed_send_is_retried_on_another_broker(tmp_path: Path, client_api: ClientAPI) -> None:
+    async with Broker(broker_config(tmp_path / "a", broker_name="a")) as a, \
+            Broker(broker_config(tmp_path / "b", broker_name="b")) as b:
+        for broker in (a, b):
+            await client_api.create_topic(broker.address, "two", queue_nums=4)
+        async with Producer("pg", [a.address, b.address]) as producer:
+            first = await producer.send(Message("two", b"1"))          # round-robin starts on a:0
+            assert (first.broker_name, first.queue_id) == ("a", 0)
+            await a.stop()
+            retried = await producer.send(Message("two", b"2"))        # a:1 fails, then b
+            assert retried.broker_name == "b" and retried.uniq_keys and retried.msg_ids == (retried.msg_id,)
+
+
+def test_send_fields_are_the_send_header_fields_key_for_key() -> None:
+    properties = {"UNIQ_KEY": "K", "TAGS": "T"}
+    header = SendMessageRequestHeader(producer_group="pg", topic="t", queue_id=3, flag=5, born_timestamp=42,
+                                      properties=properties)
+    fields = send_message_fields("pg", "t", 3, 5, 42, properties)
+    assert list(fields.items()) == list(header.to_fields().items())
+
+
+def test_a_send_response_is_decoded_like_its_typed_header() -> None:
+    ok = RemotingCommand(ResponseCode.SUCCESS, flag=1, fields={"msg_id": "M", "queue_id": 2, "queue_offset": 9})
+    assert _send_result(ok, "t", "b", ("K",)) == SendResult(SendStatus.SEND_OK, "M", 2, 9, topic="t",
+                                                            broker_name="b", msg_ids=("M",), uniq_keys=("K",))
+    late = RemotingCommand(ResponseCode.FLUSH_DISK_TIMEOUT, flag=1, fields=ok.fields)
+    assert _send_result(late, "t").status is SendStatus.FLUSH_DISK_TIMEOUT
+    for bad in ({"msg_id": "M", "queue_id": True, "queue_offset": 9}, {"msg_id": "M", "queue_id": 2}):
+        with pytest.raises(MissingHeaderField):
+            _send_result(RemotingCommand(ResponseCode.SUCCESS, flag=1, fields=bad), "t")
+    with pytest.raises(TopicNotExist):
+        _send_result(RemotingCommand(ResponseCode.TOPIC_NOT_EXIST, flag=1, remark="no topic t"), "t")

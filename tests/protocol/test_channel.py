@@ -111,6 +111,29 @@ async def test_request_timeout_when_the_server_never_answers() -> None:
         assert response.fields == {"late": False}
 
 
+async def test_a_shorter_timeout_expires_first_while_a_longer_one_waits() -> None:
+    """Deadlines are swept per channel: a request with a shorter timeout than one already waiting
+    still fails at its own deadline, and the longer one is answered normally afterwards."""
+    held: list[tuple[Channel, RemotingCommand]] = []
+    first_held = asyncio.Event()
+
+    def hold(channel: Channel, cmd: RemotingCommand) -> None:
+        held.append((channel, cmd))
+        first_held.set()
+
+    async with asyncio.timeout(WAIT_S), serving(hold) as server, client(server) as channel:
+        long_wait = asyncio.create_task(channel.invoke(request(RequestCode.PULL_MESSAGE), timeout_ms=60_000))
+        await first_held.wait()
+        with pytest.raises(RequestTimeout) as info:
+            await channel.invoke(request(RequestCode.GET_MAX_OFFSET), timeout_ms=50)
+        assert (info.value.request_code, info.value.timeout_ms) == (RequestCode.GET_MAX_OFFSET, 50)
+        assert not long_wait.done()
+        server_channel, pull = held[0]
+        server_channel.send(pull.response(header={"answered": True}))
+        assert (await long_wait).fields == {"answered": True}
+        assert channel.pending == {}
+
+
 async def test_pending_invokes_fail_when_the_server_closes() -> None:
     count, received = 3, []
 

@@ -1,11 +1,14 @@
 """Flush services (RocketMQ `GroupCommitService`, `FlushRealTimeService`, `FlushConsumeQueueService`).
 
-fsync always runs in a thread (`asyncio.to_thread`), never on the event loop.
+fsync always runs in a thread, never on the event loop: SYNC_FLUSH's rounds in one long-lived
+fsync thread (`FsyncThread`), the other flushes in a worker thread (`asyncio.to_thread`).
 
-- SYNC_FLUSH with group commit: a sender awaits `wait_flushed(end_offset)`; each flush covers
-  everything written when it starts, then resolves every waiter at or below that offset, so
-  concurrent sends share one fsync. A waiter not resolved within `sync_flush_timeout_ms` (or whose
-  fsync failed) gets `FlushDiskTimeoutError`.
+- SYNC_FLUSH with group commit: a sender awaits `wait_flushed(end_offset)` (or hands over a future,
+  `resolve_when_flushed`); each round covers everything written when it starts, then resolves
+  every waiter at or below that offset, so concurrent sends share one fsync; a waiter that comes
+  while a round is out is covered by the next, started as soon as that round is done. A waiter
+  not resolved within `sync_flush_timeout_ms` gets `FlushDiskTimeoutError`; one whose fsync
+  failed gets the store's write error.
 - ASYNC_FLUSH: a flush every `flush_interval_ms` when something was written; `wait_flushed` returns
   at once.
 - Consume queues: every `flush_consume_queue_interval_ms`, then the checkpoint is written.
@@ -23,6 +26,7 @@ from typing import Any, TypeVar
 from broker.store.checkpoint import Checkpoint, write_checkpoint
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueTable
+from broker.store.fsync_thread import FsyncThread
 from broker.store.results import FlushDiskTimeoutError, StoreNotWritableError
 from broker.store.segment import fdatasync_paths
 from protocol.service import Service
@@ -54,6 +58,11 @@ class CommitLogFlushService(Service):
         self._waiters: list[tuple[int, asyncio.Future[Any], Any, float]] = []
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._flushing = False          # a round is in its fsync: it wakes itself when done
+        # SYNC_FLUSH while running: the long-lived fsync thread, whether a round is out, and the
+        # `flush()` calls waiting for a round to reach their target
+        self._fsync_thread: FsyncThread | None = None
+        self._round_out = False
+        self._flush_calls: list[tuple[int, asyncio.Future[None]]] = []
 
     def begin(self, flushed_offset: int) -> None:
         """Set the recovered position (everything before it is on disk)."""
@@ -80,8 +89,28 @@ class CommitLogFlushService(Service):
         self._waiters.append((end_offset, future, value, deadline))
         if self._deadline_timer is None:
             self._deadline_timer = loop.call_at(deadline, self._expire_waiters)
-        if not self._flushing:
+        if self._fsync_thread is not None:
+            if not self._round_out:
+                self._start_round()
+        elif not self._flushing:
             self.wakeup()
+
+    async def start(self) -> None:
+        """SYNC_FLUSH: start the fsync thread that every round goes through (see `FsyncThread`),
+        then the service (its periodic round covers writes nobody waits for)."""
+        if self.sync_flush:
+            self._fsync_thread = FsyncThread(self.name, asyncio.get_running_loop(), self._round_done,
+                                             lambda paths: fdatasync_paths(paths))   # looked up per round
+            self._fsync_thread.start()
+        await super().start()
+
+    async def stop(self) -> None:
+        """Stop the service and the fsync thread (the round under way completes first); later
+        `flush()` calls (the store's last one) fsync in a worker thread."""
+        await super().stop()
+        thread, self._fsync_thread = self._fsync_thread, None
+        if thread is not None:
+            await thread.stop(self.stop_timeout_ms)
 
     async def run(self) -> None:
         while await self.wait(self._flush_interval_ms):
@@ -89,7 +118,61 @@ class CommitLogFlushService(Service):
 
     async def flush(self) -> None:
         """fsync everything written so far (one round; no-op when nothing is new) and resolve the
-        waiters it covers. Called by the loop, and by the store's stop after the loop ended."""
+        waiters it covers. Called by the loop, and by the store's stop after the loop ended.
+        Returns once the round is done, also when its fsync failed (logged; waiters failed)."""
+        if self._fsync_thread is None:
+            await self._flush_in_worker()
+            return
+        target = self._commit_log.max_offset
+        if target <= self.flushed_offset:
+            self._resolve_waiters()
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._flush_calls.append((target, done))
+        if not self._round_out:
+            self._start_round()
+        await done
+
+    def _start_round(self) -> None:
+        """Ask the fsync thread for everything written so far (SYNC_FLUSH, no round out)."""
+        assert self._fsync_thread is not None
+        target = self._commit_log.max_offset
+        if target <= self.flushed_offset:
+            self._resolve_waiters()
+            return
+        self._round_out = True
+        self._fsync_thread.request(target, self._commit_log.flush_paths(self.flushed_offset, target))
+
+    def _round_done(self, target: int, seconds: float, error: OSError | None) -> None:
+        """On the loop, after the fsync thread's round up to `target`."""
+        self._round_out = False
+        if error is not None:
+            self._round_failed(error, target)
+        else:
+            self.flushed_offset = max(self.flushed_offset, target)
+            self.flush_count += 1
+            if self.on_fsync is not None:
+                self.on_fsync(seconds)
+            self._resolve_waiters()
+        calls, self._flush_calls = self._flush_calls, []
+        for call_target, done in calls:
+            if error is None and call_target > self.flushed_offset:
+                self._flush_calls.append((call_target, done))
+            elif not done.done():
+                done.set_result(None)
+        if (self._waiters or self._flush_calls) and self._fsync_thread is not None and not self._round_out:
+            self._start_round()
+
+    def _round_failed(self, exc: OSError, target: int) -> None:
+        log.error("commit log fsync failed", exc_info=exc)
+        if self.on_error is not None:     # ENOSPC/EIO: refuse sends until space is back
+            self._fail_waiters(StoreNotWritableError(self.on_error(exc, "commit-log fsync")))
+        else:
+            self._fail_waiters(FlushDiskTimeoutError(target, f"fsync failed: {exc}"))
+
+    async def _flush_in_worker(self) -> None:
+        """One round in a worker thread: ASYNC_FLUSH's periodic flush, and any flush while the
+        fsync thread is not running."""
         target = self._commit_log.max_offset
         if target > self.flushed_offset:
             paths = self._commit_log.flush_paths(self.flushed_offset, target)
@@ -98,11 +181,7 @@ class CommitLogFlushService(Service):
             try:
                 await asyncio.to_thread(fdatasync_paths, paths)
             except OSError as exc:
-                log.exception("commit log fsync failed")
-                if self.on_error is not None:     # ENOSPC/EIO: refuse sends until space is back
-                    self._fail_waiters(StoreNotWritableError(self.on_error(exc, "commit-log fsync")))
-                else:
-                    self._fail_waiters(FlushDiskTimeoutError(target, f"fsync failed: {exc}"))
+                self._round_failed(exc, target)
                 return
             finally:
                 self._flushing = False
@@ -125,7 +204,7 @@ class CommitLogFlushService(Service):
                 future.set_result(value)
             done += 1
         del waiters[:done]
-        if waiters:              # written after this round started: the next round covers them
+        if waiters and self._fsync_thread is None:   # written after this round started: next round
             self.wakeup()
 
     def _expire_waiters(self) -> None:

@@ -200,7 +200,7 @@ class MessageStore:
             try:
                 level = clamp_level(int(properties[PROPERTY_DELAY_TIME_LEVEL]), self.delay_levels)
             except ValueError:
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], self._commit_log.max_offset)
+                return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
             if level > 0:
                 properties = {**properties, PROPERTY_DELAY_TIME_LEVEL: str(level),
                               PROPERTY_REAL_TOPIC: topic, PROPERTY_REAL_QUEUE_ID: str(queue_id)}
@@ -230,17 +230,17 @@ class MessageStore:
              origins: Sequence[tuple[int, str, int, int]] | None = None) -> PutMessageResult:
         commit_log = self._commit_log
         if not self._running:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, -1, [], commit_log.max_offset,
-                                    "the store is not running (starting or stopping)")
+            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                 "the store is not running (starting or stopping)")
         refusal = self.disk_guard.refusal
         if refusal is not None:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, -1, [], commit_log.max_offset, refusal)
+            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, refusal)
         max_bytes = self._config.max_message_bytes
         if not messages or queue_id < 0 or not is_valid_topic_name(topic):
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], commit_log.max_offset)
+            return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
         for _, _, body in messages:
             if len(body) > max_bytes:
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], commit_log.max_offset)
+                return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
         if len(messages) == 1 and origins is None:
             return self._put_one(topic, queue_id, messages[0], born_timestamp, born_host, reconsume_times, sys_flag)
         key = (topic, queue_id)
@@ -268,10 +268,10 @@ class MessageStore:
         try:
             written = commit_log.append_batch(len(messages), encode if origins is None else encode_with_origin)
         except OSError as exc:                   # ENOSPC/EIO creating a segment: nothing written
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, -1, [], commit_log.max_offset,
-                                    self.disk_guard.write_failed(exc, "creating a commit-log file"))
+            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                 self.disk_guard.write_failed(exc, "creating a commit-log file"))
         if written is None:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], commit_log.max_offset)
+            return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
         offsets, sizes = written
         self._topic_queue_table[key] = first_queue_offset + len(messages)
         tags_cache = self._tags_cache
@@ -288,6 +288,10 @@ class MessageStore:
         self._reput.hand_off_run(topic, queue_id, first_queue_offset, list(zip(offsets, sizes, codes, strict=True)),
                                  store_timestamp, [properties for properties, _, _ in messages])
         return PutMessageResult(PutMessageStatus.PUT_OK, first_queue_offset, offsets, commit_log.max_offset)
+
+    def _refused(self, status: PutMessageStatus, remark: str = "") -> PutMessageResult:
+        """The result of a put that wrote nothing."""
+        return PutMessageResult(status, -1, [], self._commit_log.max_offset, remark)
 
     def _put_one(self, topic: str, queue_id: int, message: tuple[dict[str, str], int, bytes], born_timestamp: int,
                  born_host: str, reconsume_times: int, sys_flag: int) -> PutMessageResult:
@@ -308,10 +312,10 @@ class MessageStore:
         try:
             written = commit_log.append_one(encode)
         except OSError as exc:                   # ENOSPC/EIO creating a segment: nothing written
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, -1, [], commit_log.max_offset,
-                                    self.disk_guard.write_failed(exc, "creating a commit-log file"))
+            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                 self.disk_guard.write_failed(exc, "creating a commit-log file"))
         if written is None:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, -1, [], commit_log.max_offset)
+            return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
         commit_log_offset, size = written
         self._topic_queue_table[key] = queue_offset + 1
         tag = properties.get(PROPERTY_TAGS)

@@ -268,8 +268,7 @@ class MessageStore:
         try:
             written = commit_log.append_batch(len(messages), encode if origins is None else encode_with_origin)
         except OSError as exc:                   # ENOSPC/EIO creating a segment: nothing written
-            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                 self.disk_guard.write_failed(exc, "creating a commit-log file"))
+            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, self._segment_failed(exc))
         if written is None:
             return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
         offsets, sizes = written
@@ -293,6 +292,10 @@ class MessageStore:
         """The result of a put that wrote nothing."""
         return PutMessageResult(status, -1, [], self._commit_log.max_offset, remark)
 
+    def _segment_failed(self, exc: OSError) -> str:
+        """Tell the disk guard a new commit-log file could not be made; the refusal's remark."""
+        return self.disk_guard.write_failed(exc, "creating a commit-log file")
+
     def _put_one(self, topic: str, queue_id: int, message: tuple[dict[str, str], int, bytes], born_timestamp: int,
                  born_host: str, reconsume_times: int, sys_flag: int) -> PutMessageResult:
         """`_put` of one message, checks done: the one-at-a-time send path (no per-batch lists,
@@ -312,8 +315,7 @@ class MessageStore:
         try:
             written = commit_log.append_one(encode)
         except OSError as exc:                   # ENOSPC/EIO creating a segment: nothing written
-            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                 self.disk_guard.write_failed(exc, "creating a commit-log file"))
+            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, self._segment_failed(exc))
         if written is None:
             return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
         commit_log_offset, size = written

@@ -240,16 +240,21 @@ class Producer:
         if not messages:
             raise ValueError("send_batch needs at least one message")
         topic = messages[0].topic
-        for m in messages:
+        self._validate(messages[0])
+        max_bytes = self.max_message_bytes
+        for m in messages:      # `_validate` of each, the topic checked once (it is the same)
             if m.topic != topic:
                 raise ValueError("all messages of a batch must have the same topic")
             if m.delay_level:
                 raise ValueError("batched messages cannot have a delay level")
-            self._validate(m)
+            if not isinstance(m.body, bytes | bytearray):
+                raise TypeError("message body must be bytes")
+            if len(m.body) > max_bytes:
+                raise ValueError(f"message body of {len(m.body)} bytes exceeds {max_bytes}")
         uniq_keys = []
-        for m in messages:
+        for m, fresh in zip(messages, self._uniq.next_ids(len(messages)), strict=True):
             props = m.properties = dict(m.properties or {})
-            uniq_keys.append(props.setdefault(PROPERTY_UNIQ_KEY, self._uniq.next_id()))
+            uniq_keys.append(props.setdefault(PROPERTY_UNIQ_KEY, fresh))
         body = encode_batch_body(messages)
         instance = self._require_instance()
         queues = await self._publish_queues(topic)

@@ -12,6 +12,7 @@ import struct
 import time
 
 _LAYOUT = struct.Struct(">4sHIIH")
+_PREFIX = struct.Struct(">4sHII")      # `_LAYOUT` without the counter
 
 
 class UniqIdGenerator:
@@ -28,3 +29,10 @@ class UniqIdGenerator:
         now_ms = time.time_ns() // 1_000_000
         return _LAYOUT.pack(self._ip, self._pid, self._instance, now_ms & 0xFFFFFFFF,
                             next(self._counter) & 0xFFFF).hex().upper()
+
+    def next_ids(self, count: int) -> list[str]:
+        """`count` ids at once (a batch): the same as `count` calls of `next_id` within one
+        millisecond, with the shared 14 bytes formatted once."""
+        now_ms = time.time_ns() // 1_000_000
+        prefix = _PREFIX.pack(self._ip, self._pid, self._instance, now_ms & 0xFFFFFFFF).hex().upper()
+        return [f"{prefix}{next(self._counter) & 0xFFFF:04X}" for _ in range(count)]

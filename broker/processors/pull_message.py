@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from broker.filter.filter_manager import FilterManager, build_tag_filter
 from broker.filter.message_filter import MessageFilter, RetryMessageFilter, SqlMessageFilter, TagMessageFilter
@@ -62,6 +62,16 @@ def response_fields(result: GetMessageResult) -> dict[str, Any]:
     """The `PullMessageResponseHeader` of a read, as its `ext` map (built directly: every pull)."""
     return {"next_begin_offset": result.next_begin_offset, "min_offset": result.min_offset,
             "max_offset": result.max_offset, "suggest_which_broker_id": 0}
+
+
+class _Read(NamedTuple):
+    """One read answering held pulls, and the parts of their responses they share."""
+
+    result: GetMessageResult
+    code: int
+    remark: str
+    fields: dict[str, Any]
+    body: bytes | list[memoryview]
 
 
 class _HeldRequest(HeldPull):
@@ -134,10 +144,11 @@ class PullMessageProcessor:
 
     def answer(self, pulls: list[HeldPull], woken: bool) -> None:
         """The hold service hands back held pulls of one queue (`PullResponder`): read once per
-        (queue_offset, max_messages, filter) and answer each. A woken pull that found messages is
-        written to its connection now; other answers (the deadline, a stop, an error) go through
-        the dispatcher's future."""
-        reads: dict[tuple[int, int, MessageFilter | None], tuple[GetMessageResult, int]] = {}
+        (queue_offset, max_messages, filter) and answer each; pulls answered from one read share
+        its header map and body. A woken pull that found messages is written to its connection
+        now; other answers (the deadline, a stop, an error) go through the dispatcher's future."""
+        reads: dict[tuple[int, int, MessageFilter | None], _Read] = {}
+        pulled: dict[tuple[str, str], list[int]] = {}     # (group, topic) -> [messages, bytes]
         for held in pulls:
             pull = cast(_HeldRequest, held)
             answered = pull.answered
@@ -147,19 +158,39 @@ class PullMessageProcessor:
                 key = (pull.queue_offset, pull.max_messages, pull.message_filter)
                 read = reads.get(key)
                 if read is None:
-                    result = self._read(pull.topic, pull.queue_id, pull.queue_offset, pull.max_messages,
-                                        pull.message_filter)
-                    read = reads[key] = (result, to_response_code(result.status, pull.queue_offset))
-                response = self._respond(pull.request, pull.consumer_group, pull.topic, pull.queue_id, *read)
+                    read = reads[key] = self._read_for(pull, shared=len(pulls) > 1)
+                result = read.result
+                if result.status is not _NO_MESSAGE_IN_QUEUE:
+                    self._offsets.record_pull(pull.consumer_group, pull.topic, pull.queue_id,
+                                              result.next_begin_offset)
             except Exception as exc:
                 answered.set_exception(exc)
                 continue
-            if woken and response.code == _SUCCESS:
+            if result.messages:
+                counts = pulled.get((pull.consumer_group, pull.topic))
+                if counts is None:
+                    pulled[(pull.consumer_group, pull.topic)] = [len(result.messages), result.total_bytes]
+                else:
+                    counts[0] += len(result.messages)
+                    counts[1] += result.total_bytes
+            response = RemotingCommand(read.code, pull.request.opaque, FLAG_RESPONSE, read.remark, read.fields,
+                                       read.body)
+            if woken and read.code == _SUCCESS:
                 if not pull.channel.closed:      # (a closed one has nobody to answer)
                     pull.channel.send(response)
                 answered.set_result(None)
             else:
                 answered.set_result(response)
+        for (consumer_group, topic), (count, size_bytes) in pulled.items():
+            self._on_pulled(consumer_group, topic, count, size_bytes)
+
+    def _read_for(self, pull: _HeldRequest, *, shared: bool) -> _Read:
+        result = self._read(pull.topic, pull.queue_id, pull.queue_offset, pull.max_messages, pull.message_filter)
+        body: bytes | list[memoryview] = result.messages
+        if shared and len(result.messages) > 0:
+            body = b"".join(result.messages)    # one copy for all the responses, not one each
+        return _Read(result, to_response_code(result.status, pull.queue_offset), result.status.name,
+                     response_fields(result), body)
 
     def _respond(self, request: RemotingCommand, consumer_group: str, topic: str, queue_id: int,
                  result: GetMessageResult, code: int) -> RemotingCommand:

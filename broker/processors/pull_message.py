@@ -149,8 +149,8 @@ class PullMessageProcessor:
         now; other answers (the deadline, a stop, an error) go through the dispatcher's future."""
         reads: dict[tuple[int, int, MessageFilter | None], _Read] = {}
         pulled: dict[tuple[str, str], list[int]] = {}     # (group, topic) -> [messages, bytes]
-        for held in pulls:
-            pull = cast(_HeldRequest, held)
+        record_pull = self._offsets.record_pull
+        for pull in cast(list[_HeldRequest], pulls):
             answered = pull.answered
             if answered.done():         # the dispatcher gave up on it (cancelled at a stop)
                 continue
@@ -159,10 +159,9 @@ class PullMessageProcessor:
                 read = reads.get(key)
                 if read is None:
                     read = reads[key] = self._read_for(pull, shared=len(pulls) > 1)
-                result = read.result
+                result, code, remark, fields, body = read
                 if result.status is not _NO_MESSAGE_IN_QUEUE:
-                    self._offsets.record_pull(pull.consumer_group, pull.topic, pull.queue_id,
-                                              result.next_begin_offset)
+                    record_pull(pull.consumer_group, pull.topic, pull.queue_id, result.next_begin_offset)
             except Exception as exc:
                 answered.set_exception(exc)
                 continue
@@ -173,11 +172,11 @@ class PullMessageProcessor:
                 else:
                     counts[0] += len(result.messages)
                     counts[1] += result.total_bytes
-            response = RemotingCommand(read.code, pull.request.opaque, FLAG_RESPONSE, read.remark, read.fields,
-                                       read.body)
-            if woken and read.code == _SUCCESS:
-                if not pull.channel.closed:      # (a closed one has nobody to answer)
-                    pull.channel.send(response)
+            response = RemotingCommand(code, pull.request.opaque, FLAG_RESPONSE, remark, fields, body)
+            if woken and code == _SUCCESS:
+                channel = pull.channel
+                if not channel.closed:          # (a closed one has nobody to answer)
+                    channel.send(response)
                 answered.set_result(None)
             else:
                 answered.set_result(response)

@@ -94,6 +94,19 @@ _PULL_STATUS = {
 }
 
 
+def _pull_result(status: PullStatus, fields: dict[str, Any], messages: list[MessageExt]) -> PullResult:
+    """A pull response's `PullMessageResponseHeader` read straight from its `ext` map (every pull
+    does this); anything but four ints goes through `from_fields`, which raises what is wrong."""
+    next_begin_offset, min_offset = fields.get("next_begin_offset"), fields.get("min_offset")
+    max_offset, broker_id = fields.get("max_offset"), fields.get("suggest_which_broker_id", 0)
+    if not (type(next_begin_offset) is int and type(min_offset) is int and type(max_offset) is int
+            and type(broker_id) is int):
+        h = PullMessageResponseHeader.from_fields(fields)
+        next_begin_offset, min_offset, max_offset, broker_id = \
+            h.next_begin_offset, h.min_offset, h.max_offset, h.suggest_which_broker_id
+    return PullResult(status, next_begin_offset, min_offset, max_offset, messages, broker_id)
+
+
 def _ok(response: RemotingCommand) -> RemotingCommand:
     if response.code != ResponseCode.SUCCESS:
         raise error_for(response.code, response.remark)
@@ -182,10 +195,12 @@ class ClientAPI:
     async def pull_message(self, address: str, header: PullMessageRequestHeader, timeout_ms: int) -> PullResult:
         """One PULL_MESSAGE; response codes map to `PullStatus` as RocketMQ's
         `MQClientAPIImpl.processPullResponse` (§2.3); any other code raises its `ResponseError`."""
-        result, body = await self.pull_message_raw(address, header, timeout_ms)
-        if result.status is PullStatus.FOUND and body:
-            result.messages = decode_message_batch(body)
-        return result
+        response = await self.remoting.invoke(address, request(RequestCode.PULL_MESSAGE, header), timeout_ms)
+        status = _PULL_STATUS.get(response.code)  # type: ignore[call-overload]
+        if status is None:
+            raise error_for(response.code, response.remark)
+        messages = decode_message_batch(response.body_bytes()) if status is PullStatus.FOUND and response.body else []
+        return _pull_result(status, response.fields, messages)
 
     async def pull_message_raw(self, address: str, header: PullMessageRequestHeader,
                                timeout_ms: int) -> tuple[PullResult, bytes]:
@@ -196,10 +211,8 @@ class ClientAPI:
         status = _PULL_STATUS.get(response.code)  # type: ignore[call-overload]
         if status is None:
             raise error_for(response.code, response.remark)
-        h = PullMessageResponseHeader.from_fields(response.fields)
         body = response.body_bytes() if status is PullStatus.FOUND else b""
-        return PullResult(status, h.next_begin_offset, h.min_offset, h.max_offset, [],
-                          h.suggest_which_broker_id), body
+        return _pull_result(status, response.fields, []), body
 
     async def consumer_send_msg_back(self, address: str, message: MessageExt, consumer_group: str,
                                      delay_level: int, max_reconsume_times: int,

@@ -1,9 +1,14 @@
 """`HoldService`: pulls that found nothing wait here for a matching message (long polling, §3).
 
-Each held pull is a future with its own deadline (`asyncio.timeout`), so it is answered on time
-without a scan (PROTOCOL.md deliberate difference 5); the reput step calls
-`notify_message_arriving` after dispatching each message, which resolves the futures whose filter
-matches at once. No lost wake-ups: `wait` registers first, then re-checks the queue's max offset.
+A held pull is a `HeldPull` registered under its (topic, queue_id) with its own deadline timer,
+so it is answered on time without a scan (PROTOCOL.md deliberate difference 5). The reput step
+calls `notify_message_arriving` after dispatching each message; the pulls whose filter matches
+are taken out and handed, in one batch, to their `PullResponder`, which answers them right there,
+in the loop step of the arrival (no task wakes up per pull, and pulls waiting at the same place
+share one read). At the deadline, at a stop, or from the sweep, pulls are answered the same way.
+
+No lost wake-ups: `hold` is synchronous, so nothing can arrive between the pull's read and its
+registration; the caller reads, finds nothing, and registers in one loop step.
 A safety sweep every `check_interval_ms` wakes pulls whose queue has grown; correctness never
 depends on it. Unlike RocketMQ's periodic scan, which ignores the filter, the sweep asks
 `has_match` (when given) whether a filtered pull would find a matching message now, so a held
@@ -12,23 +17,38 @@ pull with a filter is never answered because non-matching messages arrived."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from broker.filter.message_filter import MessageFilter
 from protocol.service import Service
+
+log = logging.getLogger(__name__)
 
 QueueKey = tuple[str, int]
 HasMatch = Callable[[str, int, int, MessageFilter], bool]
 """`has_match(topic, queue_id, queue_offset, message_filter)`: would a read find a match now?"""
 
 
-class HeldPull:
-    __slots__ = ("future", "message_filter", "queue_offset", "wake_on_arrival")
+class PullResponder(Protocol):
+    def answer(self, pulls: list[HeldPull], woken: bool) -> None:
+        """Answer every pull of `pulls` (all of one (topic, queue_id)) now, exactly once; `woken` is
+        False at the deadline or a stop. Must not raise: a failure is answered as an error."""
 
-    def __init__(self, future: asyncio.Future[bool], queue_offset: int,
-                 message_filter: MessageFilter | None, wake_on_arrival: bool) -> None:
-        self.future, self.queue_offset = future, queue_offset
-        self.message_filter, self.wake_on_arrival = message_filter, wake_on_arrival
+
+class HeldPull:
+    """One held pull: where it waits, its filter, and who answers it. Owners (the pull processor)
+    subclass it to carry the request being answered."""
+
+    __slots__ = ("message_filter", "queue_id", "queue_offset", "responder", "timer", "topic", "wake_on_arrival")
+
+    def __init__(self, topic: str, queue_id: int, queue_offset: int, message_filter: MessageFilter | None,
+                 responder: PullResponder) -> None:
+        self.topic, self.queue_id, self.queue_offset = topic, queue_id, queue_offset
+        self.message_filter, self.responder = message_filter, responder
+        self.wake_on_arrival = True
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class _SweepService(Service):
@@ -58,51 +78,72 @@ class HoldService:
     def held_count(self) -> int:
         return sum(len(pulls) for pulls in self.held.values())
 
-    async def wait(self, topic: str, queue_id: int, queue_offset: int,
-                   message_filter: MessageFilter | None, timeout_ms: int, *,
-                   wake_on_arrival: bool = True) -> bool:
-        """Hold until a message past `queue_offset` that passes `message_filter` arrives on the queue
-        (True), or `timeout_ms` passes or the broker stops (False). `wake_on_arrival=False` is short
-        polling: only the deadline or a stop ends it."""
+    def hold(self, pull: HeldPull, timeout_ms: int, *, wake_on_arrival: bool = True) -> bool:
+        """Hold `pull` until a message past its `queue_offset` that passes its filter arrives on its
+        queue, or for `timeout_ms`; then its responder answers it (`woken` True or False).
+        `wake_on_arrival=False` is short polling: only the deadline or a stop ends it. Returns
+        False, holding nothing, when the broker is stopping or `timeout_ms` is not positive (the
+        caller answers at once). Must be called from the event loop."""
         if self._released or timeout_ms <= 0:
             return False
-        key = (topic, queue_id)
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        entry = HeldPull(future, queue_offset, message_filter, wake_on_arrival)
+        pull.wake_on_arrival = wake_on_arrival
+        key = (pull.topic, pull.queue_id)
         pulls = self.held.get(key)
         if pulls is None:
             pulls = self.held[key] = {}
-        pulls[entry] = None
-        try:
-            if wake_on_arrival and self._get_max_offset(topic, queue_id) > queue_offset:
-                return True
-            try:
-                async with asyncio.timeout(timeout_ms / 1000):
-                    return await future
-            except TimeoutError:
-                return False
-        finally:
-            pulls.pop(entry, None)
-            if not pulls and self.held.get(key) is pulls:
-                del self.held[key]
+        pulls[pull] = None
+        pull.timer = asyncio.get_running_loop().call_later(timeout_ms / 1000, self._expire, pull)
+        return True
+
+    def _expire(self, pull: HeldPull) -> None:
+        pull.timer = None
+        if self._take(pull):
+            _answer([pull], False)
+
+    def _take(self, pull: HeldPull) -> bool:
+        """Unregister `pull` and cancel its timer; False when it was not held (already answered)."""
+        key = (pull.topic, pull.queue_id)
+        pulls = self.held.get(key)
+        if pulls is None or pull not in pulls:
+            return False
+        del pulls[pull]
+        if not pulls:
+            del self.held[key]
+        if pull.timer is not None:
+            pull.timer.cancel()
+            pull.timer = None
+        return True
 
     def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int, tags_code: int,
                                 properties: dict[str, str] | None) -> None:
-        """Wake the pulls of (topic, queue_id) waiting below `max_offset` whose filter matches the
+        """Answer the pulls of (topic, queue_id) waiting below `max_offset` whose filter matches the
         new message (RocketMQ `PullRequestHoldService.notifyMessageArriving`). Called by reput."""
-        pulls = self.held.get((topic, queue_id))
+        key = (topic, queue_id)
+        pulls = self.held.get(key)
         if not pulls:
             return
-        for entry in list(pulls):
-            if not entry.wake_on_arrival or max_offset <= entry.queue_offset or entry.future.done():
+        woken: list[HeldPull] = []
+        for pull in pulls:
+            if not pull.wake_on_arrival or max_offset <= pull.queue_offset:
                 continue
-            flt = entry.message_filter
+            flt = pull.message_filter
             if flt is not None and not (
                     flt.match_by_consume_queue(tags_code)
                     and (not flt.needs_properties or flt.match_by_commit_log(properties))):
                 continue
-            entry.future.set_result(True)
-            del pulls[entry]
+            woken.append(pull)
+        if not woken:
+            return
+        if len(woken) == len(pulls):
+            del self.held[key]
+        else:
+            for pull in woken:
+                del pulls[pull]
+        for pull in woken:
+            if pull.timer is not None:
+                pull.timer.cancel()
+                pull.timer = None
+        _answer(woken, True)
 
     def sweep(self) -> int:
         """Wake every held pull whose queue has messages past its offset (and, with a filter and
@@ -110,23 +151,30 @@ class HoldService:
         woken = 0
         for (topic, queue_id), pulls in list(self.held.items()):
             max_offset = self._get_max_offset(topic, queue_id)
-            for entry in list(pulls):
-                if entry.wake_on_arrival and max_offset > entry.queue_offset and not entry.future.done():
-                    flt, has_match = entry.message_filter, self._has_match
+            due: list[HeldPull] = []
+            for pull in pulls:
+                if pull.wake_on_arrival and max_offset > pull.queue_offset:
+                    flt, has_match = pull.message_filter, self._has_match
                     if flt is not None and has_match is not None \
-                            and not has_match(topic, queue_id, entry.queue_offset, flt):
+                            and not has_match(topic, queue_id, pull.queue_offset, flt):
                         continue
-                    entry.future.set_result(True)
-                    woken += 1
+                    due.append(pull)
+            due = [pull for pull in due if self._take(pull)]
+            if due:
+                _answer(due, True)
+                woken += len(due)
         return woken
 
     def release_all(self) -> None:
         """Answer every held pull now (broker stop) and refuse to hold new ones."""
         self._released = True
-        for pulls in list(self.held.values()):
-            for entry in list(pulls):
-                if not entry.future.done():
-                    entry.future.set_result(False)
+        while self.held:
+            _, pulls = self.held.popitem()
+            for pull in pulls:
+                if pull.timer is not None:
+                    pull.timer.cancel()
+                    pull.timer = None
+            _answer(list(pulls), False)
 
     async def start(self) -> None:
         self._released = False
@@ -135,3 +183,21 @@ class HoldService:
     async def stop(self) -> None:
         self.release_all()
         await self._sweeper.stop()
+
+
+def _answer(pulls: list[HeldPull], woken: bool) -> None:
+    """Hand `pulls` (one queue's) to their responders, one batch per responder."""
+    first = pulls[0].responder
+    if all(pull.responder is first for pull in pulls):
+        batches = [(first, pulls)]
+    else:
+        by_responder: dict[int, tuple[PullResponder, list[HeldPull]]] = {}
+        for pull in pulls:
+            by_responder.setdefault(id(pull.responder), (pull.responder, []))[1].append(pull)
+        batches = list(by_responder.values())
+    for responder, batch in batches:
+        try:
+            responder.answer(batch, woken)
+        except Exception:       # a responder answers its own failures; this is a last resort
+            log.exception("hold: answering %d held pulls of %s:%d failed", len(batch), batch[0].topic,
+                          batch[0].queue_id)

@@ -1,18 +1,25 @@
 """PULL_MESSAGE (REFERENCE.md §1, §2, §3 with PROTOCOL.md's deliberate differences).
 
-One coroutine per pull: check group, topic, queue and subscription; read from the store; if the
-result is long-pollable (PULL_NOT_FOUND) and the request carries SUSPEND with a positive
-`suspend_timeout_ms`, hold it in the `HoldService` and read once more when woken or at the deadline.
+A pull is answered in the loop step it arrives in: check group, topic, queue and subscription,
+read from the store, answer. Only a pull that is long-pollable (PULL_NOT_FOUND) and carries SUSPEND
+with a positive `suspend_timeout_ms` is held: it goes to the `HoldService` and the handler returns
+a future the dispatcher awaits. The hold service hands the pull back to `answer` when a matching
+message arrives (in the arrival's own loop step), at the deadline, or at a stop; `answer` reads once
+more, once for all the pulls woken together at the same place, and a woken pull that found its
+messages is written to its connection right there (before the send that woke it is even
+acknowledged); anything else resolves the future for the dispatcher to write.
 The committed offset (COMMIT_OFFSET flag) is stored on the first read, before any hold, as RocketMQ
 does. The response body is the stored messages side by side, never decoded."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from typing import Any, NamedTuple, cast
 
 from broker.filter.filter_manager import FilterManager, build_tag_filter
 from broker.filter.message_filter import MessageFilter, RetryMessageFilter, SqlMessageFilter, TagMessageFilter
-from broker.longpoll.hold_service import HoldService
+from broker.longpoll.hold_service import HeldPull, HoldService
 from broker.offset.consumer_offset_manager import ConsumerOffsetManager
 from broker.processors.pull_status import to_response_code
 from broker.processors.validate import require_group_name, require_non_negative, require_topic_name
@@ -23,7 +30,8 @@ from broker.store.results import GetMessageResult, GetMessageStatus
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfigManager
 from conf.broker import LongPollingConfig
-from protocol.codes import PullSysFlag, ResponseCode
+from protocol.channel import Channel
+from protocol.codes import FLAG_RESPONSE, PullSysFlag, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import (
     NoPermission,
@@ -32,7 +40,7 @@ from protocol.errors import (
     SubscriptionParseFailed,
     SystemError_,
 )
-from protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from protocol.headers import PullMessageRequestHeader
 from protocol.model import ExpressionType, MessageModel
 from protocol.subscription import is_subscribe_all
 from protocol.topics import is_retry_topic
@@ -41,8 +49,42 @@ MAX_MSG_NUMS = 1024
 # Plain ints: IntFlag arithmetic costs microseconds and every pull tests these bits.
 _COMMIT_OFFSET, _SUSPEND, _SUBSCRIPTION = int(PullSysFlag.COMMIT_OFFSET), int(PullSysFlag.SUSPEND), \
     int(PullSysFlag.SUBSCRIPTION)
+_SUCCESS, _PULL_NOT_FOUND = int(ResponseCode.SUCCESS), int(ResponseCode.PULL_NOT_FOUND)
+_NO_MESSAGE_IN_QUEUE = GetMessageStatus.NO_MESSAGE_IN_QUEUE
 MessagesOut = Callable[[str, str, int, int], None]   # (group, topic, message count, bytes)
-__all__ = ["MAX_MSG_NUMS", "PullMessageProcessor", "build_tag_filter"]
+Answer = asyncio.Future[RemotingCommand | None]
+"""A held pull's answer as the dispatcher awaits it: the response to write, or None once the
+response has been written to the connection already."""
+__all__ = ["MAX_MSG_NUMS", "PullMessageProcessor", "build_tag_filter", "response_fields"]
+
+
+def response_fields(result: GetMessageResult) -> dict[str, Any]:
+    """The `PullMessageResponseHeader` of a read, as its `ext` map (built directly: every pull)."""
+    return {"next_begin_offset": result.next_begin_offset, "min_offset": result.min_offset,
+            "max_offset": result.max_offset, "suggest_which_broker_id": 0}
+
+
+class _Read(NamedTuple):
+    """One read answering held pulls, and the parts of their responses they share."""
+
+    result: GetMessageResult
+    code: int
+    remark: str
+    fields: dict[str, Any]
+    body: bytes | list[memoryview]
+
+
+class _HeldRequest(HeldPull):
+    """A held PULL_MESSAGE: the request to answer, on which connection, and the dispatcher's future."""
+
+    __slots__ = ("answered", "channel", "consumer_group", "max_messages", "request")
+
+    def __init__(self, header: PullMessageRequestHeader, max_messages: int, message_filter: MessageFilter | None,
+                 processor: PullMessageProcessor, channel: Channel, request: RemotingCommand,
+                 answered: Answer) -> None:
+        super().__init__(header.topic, header.queue_id, header.queue_offset, message_filter, processor)
+        self.consumer_group, self.max_messages = header.consumer_group, max_messages
+        self.channel, self.request, self.answered = channel, request, answered
 
 
 class PullMessageProcessor:
@@ -57,7 +99,8 @@ class PullMessageProcessor:
         self._filters = filters if filters is not None else FilterManager(sql92_enabled=True)
         self._filter_support_retry = filter_support_retry
 
-    async def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand | Answer:
+        """The response now, or, for a held pull, the future of its answer."""
         header = PullMessageRequestHeader.from_fields(request.fields)
         require_group_name(header.consumer_group)
         require_topic_name(header.topic)
@@ -69,39 +112,98 @@ class PullMessageProcessor:
         self._topics.require_readable_queue(header.topic, header.queue_id)
         message_filter = self._message_filter(header, group_config.consume_broadcast_enable)
 
-        result = self._read(header, max_messages, message_filter)
+        result = self._read(header.topic, header.queue_id, header.queue_offset, max_messages, message_filter)
         code = to_response_code(result.status, header.queue_offset)
         if header.sys_flag & _COMMIT_OFFSET:
             require_non_negative("commit_offset", header.commit_offset)
             self._offsets.commit(ctx.client_addr, header.consumer_group, header.topic, header.queue_id,
                                  header.commit_offset)
-        if (code == ResponseCode.PULL_NOT_FOUND and header.sys_flag & _SUSPEND
-                and header.suspend_timeout_ms > 0):
-            if self._long_polling.enable:
-                await self._hold.wait(header.topic, header.queue_id, header.queue_offset, message_filter,
-                                      header.suspend_timeout_ms)
-            else:
-                await self._hold.wait(header.topic, header.queue_id, header.queue_offset, message_filter,
-                                      min(self._long_polling.short_polling_time_ms, header.suspend_timeout_ms),
-                                      wake_on_arrival=False)
-            result = self._read(header, max_messages, message_filter)
-            code = to_response_code(result.status, header.queue_offset)
-        if result.status is not GetMessageStatus.NO_MESSAGE_IN_QUEUE:
-            self._offsets.record_pull(header.consumer_group, header.topic, header.queue_id,
-                                      result.next_begin_offset)
-        if result.messages:
-            self._on_pulled(header.consumer_group, header.topic, len(result.messages), result.total_bytes)
-        return request.response(
-            code, PullMessageResponseHeader(next_begin_offset=result.next_begin_offset,
-                                            min_offset=result.min_offset, max_offset=result.max_offset,
-                                            suggest_which_broker_id=0),
-            body=result.messages, remark=result.status.name)
+        if code == _PULL_NOT_FOUND and header.sys_flag & _SUSPEND and header.suspend_timeout_ms > 0:
+            answered = self._hold_pull(ctx.channel, request, header, max_messages, message_filter)
+            if answered is not None:
+                return answered
+        return self._respond(request, header.consumer_group, header.topic, header.queue_id, result, code)
 
-    def _read(self, header: PullMessageRequestHeader, max_messages: int,
+    def _hold_pull(self, channel: Channel, request: RemotingCommand, header: PullMessageRequestHeader,
+                   max_messages: int, message_filter: MessageFilter | None) -> Answer | None:
+        """Hold the pull (long polling, else short polling); None when it is not held (the broker is
+        stopping, or, long polling, the queue already holds messages past the offset, e.g. a read
+        that found a hole: the answer is the read just made)."""
+        if self._long_polling.enable:
+            if self._store.get_max_offset(header.topic, header.queue_id) > header.queue_offset:
+                return None
+            timeout_ms, wake_on_arrival = header.suspend_timeout_ms, True
+        else:
+            timeout_ms = min(self._long_polling.short_polling_time_ms, header.suspend_timeout_ms)
+            wake_on_arrival = False
+        answered: Answer = asyncio.get_running_loop().create_future()
+        pull = _HeldRequest(header, max_messages, message_filter, self, channel, request, answered)
+        if not self._hold.hold(pull, timeout_ms, wake_on_arrival=wake_on_arrival):
+            return None
+        return answered
+
+    def answer(self, pulls: list[HeldPull], woken: bool) -> None:
+        """The hold service hands back held pulls of one queue (`PullResponder`): read once per
+        (queue_offset, max_messages, filter) and answer each; pulls answered from one read share
+        its header map and body. A woken pull that found messages is written to its connection
+        now; other answers (the deadline, a stop, an error) go through the dispatcher's future."""
+        reads: dict[tuple[int, int, MessageFilter | None], _Read] = {}
+        pulled: dict[tuple[str, str], list[int]] = {}     # (group, topic) -> [messages, bytes]
+        record_pull = self._offsets.record_pull
+        for pull in cast(list[_HeldRequest], pulls):
+            answered = pull.answered
+            if answered.done():         # the dispatcher gave up on it (cancelled at a stop)
+                continue
+            try:
+                key = (pull.queue_offset, pull.max_messages, pull.message_filter)
+                read = reads.get(key)
+                if read is None:
+                    read = reads[key] = self._read_for(pull, shared=len(pulls) > 1)
+                result, code, remark, fields, body = read
+                if result.status is not _NO_MESSAGE_IN_QUEUE:
+                    record_pull(pull.consumer_group, pull.topic, pull.queue_id, result.next_begin_offset)
+            except Exception as exc:
+                answered.set_exception(exc)
+                continue
+            if result.messages:
+                counts = pulled.get((pull.consumer_group, pull.topic))
+                if counts is None:
+                    pulled[(pull.consumer_group, pull.topic)] = [len(result.messages), result.total_bytes]
+                else:
+                    counts[0] += len(result.messages)
+                    counts[1] += result.total_bytes
+            response = RemotingCommand(code, pull.request.opaque, FLAG_RESPONSE, remark, fields, body)
+            if woken and code == _SUCCESS:
+                channel = pull.channel
+                if not channel.closed:          # (a closed one has nobody to answer)
+                    channel.send(response)
+                answered.set_result(None)
+            else:
+                answered.set_result(response)
+        for (consumer_group, topic), (count, size_bytes) in pulled.items():
+            self._on_pulled(consumer_group, topic, count, size_bytes)
+
+    def _read_for(self, pull: _HeldRequest, *, shared: bool) -> _Read:
+        result = self._read(pull.topic, pull.queue_id, pull.queue_offset, pull.max_messages, pull.message_filter)
+        body: bytes | list[memoryview] = result.messages
+        if shared and len(result.messages) > 0:
+            body = b"".join(result.messages)    # one copy for all the responses, not one each
+        return _Read(result, to_response_code(result.status, pull.queue_offset), result.status.name,
+                     response_fields(result), body)
+
+    def _respond(self, request: RemotingCommand, consumer_group: str, topic: str, queue_id: int,
+                 result: GetMessageResult, code: int) -> RemotingCommand:
+        if result.status is not _NO_MESSAGE_IN_QUEUE:
+            self._offsets.record_pull(consumer_group, topic, queue_id, result.next_begin_offset)
+        if result.messages:
+            self._on_pulled(consumer_group, topic, len(result.messages), result.total_bytes)
+        return RemotingCommand(code, request.opaque, FLAG_RESPONSE, result.status.name, response_fields(result),
+                               result.messages)
+
+    def _read(self, topic: str, queue_id: int, queue_offset: int, max_messages: int,
               message_filter: MessageFilter | None) -> GetMessageResult:
-        matched = self._filters.matches(message_filter, header.topic, header.queue_id)
-        return self._store.get_message(header.topic, header.queue_id, header.queue_offset, max_messages,
-                                       message_filter, matched)
+        matched = self._filters.matches(message_filter, topic, queue_id)
+        return self._store.get_message(topic, queue_id, queue_offset, max_messages, message_filter, matched)
 
     def _message_filter(self, header: PullMessageRequestHeader, broadcast_enable: bool) -> MessageFilter | None:
         """The subscription of this pull: from the request with the SUBSCRIPTION flag, else the one

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from broker.broker import Broker
@@ -87,3 +88,53 @@ async def test_suspend_with_zero_timeout_does_not_hold(broker: Broker, client_ap
     header = pull_header(topic="z", queue_offset=1, suspend_timeout_ms=0, sys_flag=0x2 | 0x4)
     result = await asyncio.wait_for(client_api.pull_message(broker.address, header, 5_000), timeout=1)
     assert result.status is PullStatus.NO_NEW_MSG
+
+
+async def test_one_arrival_answers_every_matching_pull_held_at_its_place(broker: Broker, client_api: ClientAPI) -> None:
+    await send(client_api, broker.address, "lpm", tags="A")
+    headers = [pull_header(topic="lpm", queue_offset=1, suspend_timeout_ms=10_000, group=group, subscription=sub)
+               for group, sub in [("g1", "*"), ("g1", "*"), ("g2", "*"), ("g3", "A"), ("g3", "A || C"),
+                                  ("g4", "B")]]
+    pulls = [asyncio.create_task(client_api.pull_message(broker.address, h, timeout_ms=15_000)) for h in headers]
+    await held_pulls(broker, topic="lpm", count=len(pulls))
+    await send(client_api, broker.address, "lpm", b"a", tags="A")
+    results = await asyncio.wait_for(asyncio.gather(*pulls[:5]), timeout=1)
+    for result in results:
+        assert result.status is PullStatus.FOUND and result.next_begin_offset == 2
+        assert [(m.body, m.queue_offset, m.tags) for m in result.messages] == [(b"a", 1, "A")]
+    assert not pulls[5].done(), "the message with tag A woke the pull subscribed to B"
+    await held_pulls(broker, topic="lpm", count=1)
+    await send(client_api, broker.address, "lpm", b"b", tags="B")
+    result = await asyncio.wait_for(pulls[5], timeout=1)
+    assert result.status is PullStatus.FOUND and [m.body for m in result.messages] == [b"b"]
+
+
+async def test_a_woken_pull_is_answered_before_the_send_that_woke_it(tmp_path: Path, client_api: ClientAPI) -> None:
+    """Both on one connection, the send acknowledged at once (ASYNC_FLUSH): the pull's response
+    leaves first, so by the time the send's acknowledgement is read, the pull has its message."""
+    config = broker_config(tmp_path)
+    async with Broker(replace(config, store=replace(config.store, flush_disk_type="ASYNC_FLUSH"))) as broker:
+        await send(client_api, broker.address, "lpo")
+        header = pull_header(topic="lpo", queue_offset=1, suspend_timeout_ms=10_000)
+        pull = asyncio.create_task(client_api.pull_message(broker.address, header, timeout_ms=15_000))
+        await held_pulls(broker, topic="lpo", count=1)
+        await send(client_api, broker.address, "lpo", b"now")
+        assert pull.done(), "the send was acknowledged before the held pull was answered"
+        assert [m.body for m in pull.result().messages] == [b"now"]
+
+
+async def test_pulls_held_at_different_offsets_each_get_their_own_read(broker: Broker, client_api: ClientAPI) -> None:
+    await send(client_api, broker.address, "lpd")
+    filtered = asyncio.create_task(client_api.pull_message(
+        broker.address, pull_header(topic="lpd", queue_offset=1, suspend_timeout_ms=10_000, subscription="B"),
+        timeout_ms=15_000))
+    await held_pulls(broker, topic="lpd", count=1)
+    await send(client_api, broker.address, "lpd", b"a", tags="A")          # offset 1: does not wake it
+    everything = asyncio.create_task(client_api.pull_message(
+        broker.address, pull_header(topic="lpd", queue_offset=2, suspend_timeout_ms=10_000), timeout_ms=15_000))
+    await held_pulls(broker, topic="lpd", count=2)
+    await send(client_api, broker.address, "lpd", b"b", tags="B")          # offset 2 wakes both
+    first, second = await asyncio.wait_for(asyncio.gather(filtered, everything), timeout=1)
+    assert first.status is PullStatus.FOUND and [(m.body, m.queue_offset) for m in first.messages] == [(b"b", 2)]
+    assert second.status is PullStatus.FOUND and [(m.body, m.queue_offset) for m in second.messages] == [(b"b", 2)]
+    assert first.next_begin_offset == second.next_begin_offset == 3

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from broker.broker import Broker
+from broker.processors.pull_message import response_fields
+from broker.store.results import GetMessageResult, GetMessageStatus
 from client.api import ClientAPI
 from protocol.errors import ResponseError, SystemError_, TopicNotExist
+from protocol.headers import PullMessageResponseHeader
 from protocol.model import PullStatus
 from tests.helpers import pull_header, send
 
@@ -53,3 +56,9 @@ async def test_errors(broker: Broker, client_api: ClientAPI) -> None:
         await _pull(client_api, broker, topic="q", subscription="||")
     with pytest.raises(ResponseError, match="SUBSCRIPTION_NOT_EXIST"):
         await _pull(client_api, broker, topic="q", sys_flag=0)     # no heartbeat, no SUBSCRIPTION flag
+
+
+def test_pull_response_fields_are_the_response_header() -> None:
+    result = GetMessageResult(GetMessageStatus.FOUND, [], 5, 1, 9, 0, 0)
+    assert response_fields(result) == PullMessageResponseHeader(
+        next_begin_offset=5, min_offset=1, max_offset=9, suggest_which_broker_id=0).to_fields()

@@ -11,6 +11,8 @@ from protocol.codes import Perm
 from protocol.errors import NoPermission, SystemError_, TopicNotExist
 from protocol.topics import check_topic
 
+_READ, _WRITE = int(Perm.READ), int(Perm.WRITE)     # plain ints: IntFlag `&` costs ~1 µs, paid per pull
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicConfig:
@@ -21,11 +23,11 @@ class TopicConfig:
 
     @property
     def readable(self) -> bool:
-        return bool(self.perm & Perm.READ)
+        return bool(self.perm & _READ)
 
     @property
     def writable(self) -> bool:
-        return bool(self.perm & Perm.WRITE)
+        return bool(self.perm & _WRITE)
 
 
 class TopicConfigManager(DirtyState):

@@ -46,6 +46,11 @@ class CommitLog:
         self._segments.load()
 
     @property
+    def segment_bytes(self) -> int:
+        """The size of every commit-log file."""
+        return self._segment_bytes
+
+    @property
     def min_offset(self) -> int:
         """Start of the first segment (0 when empty)."""
         return self._segments.min_offset

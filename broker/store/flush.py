@@ -99,8 +99,11 @@ class CommitLogFlushService(Service):
         """SYNC_FLUSH: start the fsync thread that every round goes through (see `FsyncThread`),
         then the service (its periodic round covers writes nobody waits for)."""
         if self.sync_flush:
-            self._fsync_thread = FsyncThread(self.name, asyncio.get_running_loop(), self._round_done,
-                                             lambda paths: fdatasync_paths(paths))   # looked up per round
+            commit_log = self._commit_log
+            self._fsync_thread = FsyncThread(
+                self.name, asyncio.get_running_loop(), self._round_done, end=lambda: commit_log.max_offset,
+                segment_bytes=commit_log.segment_bytes,
+                sync=lambda paths: fdatasync_paths(paths))   # looked up per round (tests replace it)
             self._fsync_thread.start()
         await super().start()
 
@@ -143,16 +146,18 @@ class CommitLogFlushService(Service):
         self._round_out = True
         self._fsync_thread.request(target, self._commit_log.flush_paths(self.flushed_offset, target))
 
-    def _round_done(self, target: int, seconds: float, error: OSError | None) -> None:
-        """On the loop, after the fsync thread's round up to `target`."""
+    def _round_done(self, target: int, seconds: float | None, error: OSError | None) -> None:
+        """On the loop, after the fsync thread's round up to `target` (`seconds` None: covered by
+        an earlier round, no fsync of its own)."""
         self._round_out = False
         if error is not None:
             self._round_failed(error, target)
         else:
             self.flushed_offset = max(self.flushed_offset, target)
-            self.flush_count += 1
-            if self.on_fsync is not None:
-                self.on_fsync(seconds)
+            if seconds is not None:
+                self.flush_count += 1
+                if self.on_fsync is not None:
+                    self.on_fsync(seconds)
             self._resolve_waiters()
         calls, self._flush_calls = self._flush_calls, []
         for call_target, done in calls:

@@ -5,7 +5,13 @@ and one `call_soon_threadsafe`, not an executor work item, its future and its ch
 
 The loop asks for a round with `request(target, paths)`; a request made while the thread is busy
 replaces any request not yet taken (the newest covers the older, as the commit log only grows).
-Each round's outcome is reported on the loop as `on_done(target, seconds, error)`."""
+Each round's outcome is reported on the loop as `on_done(target, seconds, error)`.
+
+Back to back: after a round, when the log has grown (`end()`) inside the round's last file, the
+thread starts the next round at once, without waiting for the loop to take the report and ask
+again (RocketMQ's group-commit thread likewise flushes while requests keep coming). The loop
+picking up a report can wait for the callback it is running: skipping that hop took a busy
+round's cycle from ~0.75 to ~0.5 ms."""
 
 from __future__ import annotations
 
@@ -20,15 +26,18 @@ from broker.store.segment import fdatasync_paths
 
 log = logging.getLogger(__name__)
 
-RoundDone = Callable[[int, float, OSError | None], None]
-"""`on_done(target, seconds, error)`: the round up to `target` took `seconds` of fdatasync; `error`
-is the OSError it raised (nothing before `target` is then known to be durable)."""
+RoundDone = Callable[[int, float | None, OSError | None], None]
+"""`on_done(target, seconds, error)`: the round up to `target` took `seconds` of fdatasync (None: no
+fsync was needed, an earlier back-to-back round covered `target`); `error` is the OSError it raised
+(nothing before `target` is then known to be durable)."""
 
 
 class FsyncThread:
-    def __init__(self, name: str, loop: asyncio.AbstractEventLoop, on_done: RoundDone,
-                 sync: Callable[[list[Path]], None] = fdatasync_paths) -> None:
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop, on_done: RoundDone, *, end: Callable[[], int],
+                 segment_bytes: int, sync: Callable[[list[Path]], None] = fdatasync_paths) -> None:
         self._loop, self._on_done, self._sync = loop, on_done, sync
+        self._end, self._segment_bytes = end, segment_bytes   # the log's write position; file size
+        self._synced = 0            # every byte before this was covered by a round that succeeded
         self._wake = threading.Condition()
         self._request: tuple[int, list[Path]] | None = None
         self._stopping = False
@@ -63,13 +72,40 @@ class FsyncThread:
                 assert self._request is not None
                 target, paths = self._request
                 self._request = None
+            next_target: int | None = target
+            while next_target is not None:
+                synced = self._round(next_target, paths)
+                if synced is None:
+                    return
+                next_target = self._next_target(next_target) if synced else None
+                paths = paths[-1:]
+
+    def _round(self, target: int, paths: list[Path]) -> bool | None:
+        """One fsync round, reported to the loop: True when it succeeded, False when it failed
+        (the loop is told; the thread waits for the next request), None when the loop is gone."""
+        seconds: float | None = None
+        error: OSError | None = None
+        if target > self._synced:       # else an earlier back-to-back round covered it
             started = time.perf_counter()
-            error: OSError | None = None
             try:
                 self._sync(paths)
             except OSError as exc:
                 error = exc
-            try:
-                self._loop.call_soon_threadsafe(self._on_done, target, time.perf_counter() - started, error)
-            except RuntimeError:        # the loop is closed: nobody is waiting any more
-                return
+            else:
+                self._synced = target
+            seconds = time.perf_counter() - started
+        try:
+            self._loop.call_soon_threadsafe(self._on_done, target, seconds, error)
+        except RuntimeError:            # the loop is closed: nobody is waiting any more
+            return None
+        return error is None
+
+    def _next_target(self, target: int) -> int | None:
+        """The end of a back-to-back round after one up to `target`: the log's end when it grew
+        within the same file and no stop or newer request is waiting; else None. Reads one int
+        (`end()`): no list the loop changes is walked from here."""
+        end = self._end()
+        if end <= target or self._stopping or self._request is not None:
+            return None
+        segment_bytes = self._segment_bytes
+        return end if (end - 1) // segment_bytes == (target - 1) // segment_bytes else None

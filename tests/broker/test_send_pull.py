@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import msgpack
+import pytest
 
 from broker.broker import Broker
 from client.api import ClientAPI
-from protocol.codes import PullSysFlag
+from protocol.codes import Perm, PullSysFlag, RequestCode, ResponseCode
+from protocol.command import request
+from protocol.errors import NoPermission, SystemError_
 from protocol.headers import SendBatchMessageRequestHeader
 from protocol.message import Message, encode_batch_body, parse_msg_id
 from protocol.model import PullStatus
@@ -69,3 +72,29 @@ async def test_commit_offset_flag_stores_the_offset(broker: Broker, client_api: 
 def test_batch_body_is_msgpack_array() -> None:
     body = encode_batch_body([Message("t", b"x", tags="a", keys=["k1", "k2"])])
     assert msgpack.unpackb(body) == [[{"TAGS": "a", "KEYS": "k1 k2"}, 0, b"x"]]
+
+
+async def test_a_topic_changed_after_sends_is_checked_again(broker: Broker, client_api: ClientAPI) -> None:
+    """The one-message send path remembers checked (topic, queue, group) sends; any topic change
+    must make the next send go through the checks again."""
+    for queue_id in (0, 3):
+        await send(client_api, broker.address, "changing", b"ok", queue_id=queue_id)   # checked, remembered
+    await client_api.create_topic(broker.address, "changing", queue_nums=2)          # shrunk to 2 queues
+    with pytest.raises(SystemError_, match="queue_id 3"):
+        await send(client_api, broker.address, "changing", b"no", queue_id=3)
+    await send(client_api, broker.address, "changing", b"ok", queue_id=1)
+    await client_api.create_topic(broker.address, "changing", queue_nums=2, perm=Perm.READ)   # read-only
+    with pytest.raises(NoPermission):
+        await send(client_api, broker.address, "changing", b"no", queue_id=0)
+    pulled = await client_api.pull_message(broker.address, pull_header(topic="changing"), 3_000)
+    assert [m.body for m in pulled.messages] == [b"ok"]
+
+
+async def test_a_mistyped_send_field_takes_the_checked_path(broker: Broker, client_api: ClientAPI) -> None:
+    """A field of an unexpected type is answered by the typed header's error, not stored."""
+    await send(client_api, broker.address, "typed", b"first")
+    cmd = request(RequestCode.SEND_MESSAGE, {"producer_group": "pg", "topic": "typed", "queue_id": "0",
+                                             "properties": {}})
+    response = await client_api.remoting.invoke(broker.address, cmd, 3_000)
+    assert response.code != ResponseCode.SUCCESS
+    assert await client_api.get_max_offset(broker.address, "typed", 0) == 1

@@ -33,6 +33,7 @@ MessagesIn = Callable[[str, int, int], None]   # (topic, message count, bytes)
 DlqCounter = Callable[[str], None]             # (consumer_group) per message sent to a DLQ
 MAX_BATCH_MESSAGES = 1024
 _MAX_CHECKED_SENDS = 65_536     # (topic, queue_id, group) triples remembered as checked
+_SUCCESS = int(ResponseCode.SUCCESS)
 
 
 def check_put(result: PutMessageResult) -> None:
@@ -108,7 +109,7 @@ class SendMessageProcessor:
             topic=topic, queue_id=queue_id, body=body, properties=properties, flag=flag,
             born_timestamp=born_timestamp, born_host=ctx.client_addr, reconsume_times=reconsume_times)
         check_put(result)
-        response = RemotingCommand(ResponseCode.SUCCESS, request.opaque, FLAG_RESPONSE, None, {
+        response = RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
             "msg_id": self._msg_id_prefix + f"{result.commit_log_offsets[0]:016X}",
             "queue_id": queue_id, "queue_offset": result.queue_offset})
         self._on_stored(topic, 1, len(body))

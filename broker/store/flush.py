@@ -114,6 +114,12 @@ class CommitLogFlushService(Service):
         thread, self._fsync_thread = self._fsync_thread, None
         if thread is not None:
             await thread.stop(self.stop_timeout_ms)
+        if self._flush_calls:       # asked for while the thread stopped (it takes no new request)
+            await self._flush_in_worker()
+            calls, self._flush_calls = self._flush_calls, []
+            for _, done in calls:
+                if not done.done():
+                    done.set_result(None)
 
     async def run(self) -> None:
         while await self.wait(self._flush_interval_ms):

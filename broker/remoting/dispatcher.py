@@ -1,10 +1,13 @@
 """`Dispatcher`: runs each inbound request's handler and writes its response.
 
-A handler answers in one of two ways. A *synchronous* answer (a `RemotingCommand`, or None for no
-response) is written in the same loop step, with no task: the hot requests (a send in ASYNC_FLUSH,
-a pull that finds messages, an offset commit, a heartbeat) answer this way, because a task per
-request was the largest single cost of a one-at-a-time send. An *awaitable* answer (an `async
-def` handler, or a handler that must wait: a held pull, a SYNC_FLUSH send) runs in one owned task.
+A handler answers in one of three ways. A *synchronous* answer (a `RemotingCommand`, or None for
+no response) is written in the same loop step, with no task: the hot requests (a send in
+ASYNC_FLUSH, a pull that finds messages, an offset commit, a heartbeat) answer this way, because a
+task per request was the largest single cost of a one-at-a-time send. A *future* (a handler that
+must wait: a SYNC_FLUSH send until its group commit, a held pull until an arrival or its deadline)
+is answered from its done callback, still with no task; its result None means the handler wrote
+the response itself. Any other *awaitable* (an `async def` handler) runs in one owned task. Both
+kinds count towards the connection's in-flight cap and are waited for, then cancelled, by `drain`.
 
 A `ResponseError` becomes a response with its code and remark; any other exception becomes
 SYSTEM_ERROR (logged with the request code); an unknown code is answered

@@ -65,6 +65,28 @@ class KeyIndex:
             _, dropped = table.popitem(last=False)
             self._entries -= len(dropped) if type(dropped) is list else 1
 
+    def add_run(self, topic: str, properties: list[dict[str, str]], commit_log_offsets: list[int],
+                stored_at_ms: int) -> None:
+        """`add` of a batch's messages (one topic, one store time), in order: the usual message
+        (a UNIQ_KEY, no KEYS) indexed in the loop itself."""
+        if self._max_entries <= 0:
+            return
+        table, time_bits = self._table, stored_at_ms & _TIME_MASK
+        for props, commit_log_offset in zip(properties, commit_log_offsets, strict=True):
+            uniq = props.get(PROPERTY_UNIQ_KEY)
+            if not uniq or PROPERTY_KEYS in props:
+                self.add(topic, props, commit_log_offset, stored_at_ms)
+                continue
+            index_key = f"{topic}#{uniq}"
+            if index_key in table:
+                self._add_entry(index_key, commit_log_offset << _TIME_BITS | time_bits)
+            else:
+                table[index_key] = commit_log_offset << _TIME_BITS | time_bits
+            self._entries += 1
+        while self._entries > self._max_entries and table:
+            _, dropped = table.popitem(last=False)
+            self._entries -= len(dropped) if isinstance(dropped, list) else 1
+
     def _add_entry(self, index_key: str, entry: int) -> None:
         table = self._table
         found = table.get(index_key)

@@ -134,8 +134,7 @@ class ReputService(Service):
             units, properties, queue_offset = units[skipped:], properties[skipped:], queue_offset + skipped
         key_index, listener = self.key_index, self.listener
         if key_index is not None:
-            for (clo, _, _), props in zip(units, properties, strict=True):
-                key_index.add(topic, props, clo, stored_at_ms)
+            key_index.add_run(topic, properties, [clo for clo, _, _ in units], stored_at_ms)
         if listener is not None:
             max_offset = queue_offset
             for (_, _, code), props in zip(units, properties, strict=True):

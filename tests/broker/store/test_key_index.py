@@ -36,3 +36,15 @@ def test_large_offsets_and_times_round_trip() -> None:
     offset, stored_at_ms = (1 << 62) + 12345, 1_800_000_000_000
     index.add("t", {"UNIQ_KEY": "big"}, offset, stored_at_ms)
     assert index.query("t", "big", 1, begin_ms=stored_at_ms, end_ms=stored_at_ms) == [offset]
+
+
+def test_a_batch_indexes_as_its_messages_one_by_one() -> None:
+    batch = [{"UNIQ_KEY": "u1"}, {"UNIQ_KEY": "u2", "KEYS": "k1 k2"}, {}, {"UNIQ_KEY": ""}, {"UNIQ_KEY": "u1"},
+             {"KEYS": ""}, {"UNIQ_KEY": "u3", "KEYS": ""}]
+    one_by_one, at_once = KeyIndex(5), KeyIndex(5)
+    for offset, properties in enumerate(batch):
+        one_by_one.add("t", properties, offset, 7)
+    at_once.add_run("t", batch, list(range(len(batch))), 7)
+    assert len(at_once) == len(one_by_one)
+    for key in ("u1", "u2", "u3", "k1", "k2", ""):
+        assert at_once.query("t", key, 10) == one_by_one.query("t", key, 10)

@@ -115,20 +115,20 @@ class ConsumeQueue:
         self.max_commit_log_end = commit_log_offset + size
         return True
 
-    def append_run(self, queue_offset: int, units: list[tuple[int, int, int]]) -> int:
-        """`append` of consecutive units from `queue_offset` (a batch's messages): one write when
-        they follow the queue's end inside one file, else unit by unit. Returns how many were
-        appended (duplicates below `max_offset` are skipped, as `append` skips them)."""
+    def append_run(self, queue_offset: int, units: list[tuple[int, int, int]]) -> bool:
+        """Write consecutive units from `queue_offset` (a batch's messages) in one go when they
+        follow the queue's end inside the current file; False, writing nothing, otherwise (the
+        caller appends them one by one)."""
         count = len(units)
         position = queue_offset * UNIT_BYTES
-        segment = self._segments.find(position) if queue_offset == self.max_offset else None
+        segment = self._segments.find(position) if queue_offset == self.max_offset and count else None
         if segment is None or position + count * UNIT_BYTES > segment.end_offset:
-            return sum(self.append(*unit, queue_offset + i) for i, unit in enumerate(units))
+            return False
         _run_struct(count).pack_into(segment.mm, position - segment.start_offset, *chain.from_iterable(units))
         self.max_offset = queue_offset + count
         last_offset, last_size, _ = units[-1]
         self.max_commit_log_end = last_offset + last_size
-        return count
+        return True
 
     def _write_unit(self, queue_offset: int, unit: bytes) -> None:
         position = queue_offset * UNIT_BYTES

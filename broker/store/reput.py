@@ -115,23 +115,17 @@ class ReputService(Service):
         """`hand_off` of a batch's records, all of one queue with consecutive queue offsets from
         `queue_offset`; `units[i]` is message i's (commit_log_offset, size, tags_code). Dispatched
         inline as one run (one consume-queue write) when nothing is waiting before it."""
-        if self._pending or self.reput_from_offset < self._handoff_from:
-            self.hand_off([(topic, queue_id, queue_offset + i, clo, size, code, stored_at_ms, properties[i])
-                           for i, (clo, size, code) in enumerate(units)])
-            return
-        try:
-            queue = self._consume_queues.get_or_create(topic, queue_id)
-            appended = queue.append_run(queue_offset, units)
-        except Exception:      # as `_dispatch_logged`: keep the run for the next pass
-            log.exception("reput: dispatch failed at %d; will retry", units[0][0])
+        queue = None
+        if not self._pending and self.reput_from_offset >= self._handoff_from:
+            queue = self._consume_queues.queues.get((topic, queue_id))
+        if queue is None or not queue.append_run(queue_offset, units):
+            # waiting entries go first, a new queue or file is made, or a run crosses files:
+            # the general path, entry by entry (and retried on the next pass after an error)
             self.hand_off([(topic, queue_id, queue_offset + i, clo, size, code, stored_at_ms, properties[i])
                            for i, (clo, size, code) in enumerate(units)])
             return
         last_offset, last_size, _ = units[-1]
         self.reput_from_offset = max(self.reput_from_offset, last_offset + last_size)
-        skipped = len(units) - appended     # duplicates lead the run (a re-dispatch; not on the put path)
-        if skipped:
-            units, properties, queue_offset = units[skipped:], properties[skipped:], queue_offset + skipped
         key_index, listener = self.key_index, self.listener
         if key_index is not None:
             key_index.add_run(topic, properties, [clo for clo, _, _ in units], stored_at_ms)

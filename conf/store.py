@@ -19,7 +19,10 @@ class StoreConfig:
     """
 
     path: Path = Path("store")
-    commit_log_segment_bytes: int = 1 << 30            # mappedFileSizeCommitLog, 1 GiB
+    # 32 MiB, not RocketMQ's 1 GiB (mappedFileSizeCommitLog): on ext4, an fdatasync of a file
+    # written by small appends costs ~150 µs through its first ~32 MiB and ~500 µs past them
+    # (measured here, preallocated or sparse), and SYNC_FLUSH pays one per group commit.
+    commit_log_segment_bytes: int = 32 << 20
     consume_queue_segment_units: int = 300_000         # 20-byte units per consume-queue file
     flush_disk_type: FlushDiskType = "SYNC_FLUSH"
     flush_interval_ms: int = 500                       # ASYNC_FLUSH commit-log flush period

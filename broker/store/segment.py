@@ -217,9 +217,13 @@ class MappedSegments:
         return True
 
     def paths_between(self, from_offset: int, to_offset: int) -> list[Path]:
-        """Files holding any byte of [from_offset, to_offset): what an fsync of that range covers."""
-        return [s.path for s in self.segments
-                if s.start_offset < to_offset and s.end_offset > from_offset]
+        """Files holding any byte of [from_offset, to_offset): what an fsync of that range covers.
+        Looks up only the files of the range (a SYNC_FLUSH round asks for one or two of them)."""
+        if to_offset <= from_offset:
+            return []
+        size = self.segment_bytes
+        found = (self._by_start.get(start) for start in range(from_offset - from_offset % size, to_offset, size))
+        return [segment.path for segment in found if segment is not None]
 
     def close(self) -> None:
         for segment in self.segments:

@@ -201,4 +201,4 @@ def test_dump_toml_layout() -> None:
     assert text == ('count = 1\nflag = false\nwhere = "data"\n\n[middle]\nname = "m"\n\n'
                     '[middle.leaf]\nratio = 0.25\nmode = "safe"\n')
     assert "listen_port = 10911\n" in dump_toml(BrokerConfig())
-    assert "commit_log_segment_bytes = 1_073_741_824\n" in dump_toml(BrokerConfig())
+    assert "commit_log_segment_bytes = 33_554_432\n" in dump_toml(BrokerConfig())

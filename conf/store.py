@@ -22,6 +22,7 @@ class StoreConfig:
     # 32 MiB, not RocketMQ's 1 GiB (mappedFileSizeCommitLog): on ext4, an fdatasync of a file
     # written by small appends costs ~150 µs through its first ~32 MiB and ~500 µs past them
     # (measured here, preallocated or sparse), and SYNC_FLUSH pays one per group commit.
+    # An existing store keeps the size its files were created with (CommitLog.load).
     commit_log_segment_bytes: int = 32 << 20
     consume_queue_segment_units: int = 300_000         # 20-byte units per consume-queue file
     flush_disk_type: FlushDiskType = "SYNC_FLUSH"

@@ -42,7 +42,20 @@ class CommitLog:
         self.max_offset = 0
 
     def load(self) -> None:
-        """Map the existing segment files. Call `recover` next to find `max_offset`."""
+        """Map the existing segment files. Call `recover` next to find `max_offset`.
+
+        A log keeps the file size it was created with: when every existing file has another size
+        than `segment_bytes` (a store made before the default went from 1 GiB to 32 MiB, or with
+        another `commit_log_segment_bytes`), that size is used for the whole log, with a warning,
+        so an upgrade or a changed setting never leaves a store unreadable; the setting applies to
+        new stores. Files of different sizes raise `ValueError` (from `MappedSegments.load`)."""
+        found = self._segments.existing_segment_bytes()
+        if found is not None and found != self._segment_bytes:
+            log.warning("commit log %s was created with files of %d bytes: keeping that size "
+                        "(commit_log_segment_bytes = %d applies to new stores)",
+                        self._segments.directory, found, self._segment_bytes)
+            self._segments = MappedSegments(self._segments.directory, found, preallocate=True)
+            self._segment_bytes = found
         self._segments.load()
 
     @property

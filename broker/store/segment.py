@@ -155,6 +155,16 @@ class MappedSegments:
         for path in paths:                   # map only once every file was checked
             self._add(Segment(path, int(path.name), self.segment_bytes))
 
+    def existing_segment_bytes(self) -> int | None:
+        """The size of the segment files already in `directory` when they all have one size (files
+        of 0 bytes, created but not yet sized, do not count); None when there are none or their
+        sizes differ (`load` then says which file does not fit)."""
+        if not self.directory.is_dir():
+            return None
+        sizes = {path.stat().st_size for path in self.directory.iterdir()
+                 if len(path.name) == NAME_DIGITS and path.name.isdigit()} - {0}
+        return sizes.pop() if len(sizes) == 1 else None
+
     def _add(self, segment: Segment) -> None:
         self._by_start[segment.start_offset] = segment
         self.segments.append(segment)

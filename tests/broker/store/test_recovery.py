@@ -210,13 +210,39 @@ async def test_kill_9_loses_no_acknowledged_message(tmp_path: Path) -> None:
         await store.stop()
 
 
-async def test_a_changed_segment_size_is_refused_not_ignored(config: StoreConfig) -> None:
+async def test_a_store_keeps_the_commit_log_file_size_it_was_created_with(
+        config: StoreConfig, caplog: pytest.LogCaptureFixture) -> None:
+    """An upgrade that changed the default (1 GiB -> 32 MiB), or a changed setting, must neither
+    refuse the store nor lose it: the files' own size is kept, the setting applies to new stores."""
+    store = await open_store(config)
+    put_many(store, 300, body_of=lambda i: bytes(300))     # ~100 KB: two 64 KiB files
+    await store.stop()
+    changed = dataclasses.replace(config, commit_log_segment_bytes=3 * 65536)
+    store = await open_store(changed)
+    try:
+        assert "created with files of 65536 bytes" in caplog.text
+        assert all_bodies(store, "t") == [bytes(300)] * 300
+        put_many(store, 300, body_of=lambda i: bytes(300))   # rolls into new files of the kept size
+        assert {p.stat().st_size for p in (config.path / "commitlog").iterdir()} == {65536}
+        assert store.get_max_offset("t", 0) == 600
+    finally:
+        await store.stop()
+    store = await open_store(config)
+    try:
+        assert all_bodies(store, "t") == [bytes(300)] * 600
+    finally:
+        await store.stop()
+
+
+async def test_commit_log_files_of_different_sizes_are_refused_not_ignored(config: StoreConfig) -> None:
     store = await open_store(config)
     put_many(store, 300, body_of=lambda i: bytes(300))
     await store.stop()
-    changed = dataclasses.replace(config, commit_log_segment_bytes=3 * 65536)
+    stray = config.path / "commitlog" / f"{4 * 65536:020d}"
+    stray.write_bytes(bytes(3 * 65536))
     with pytest.raises(ValueError, match="segment size"):
-        await open_store(changed)
+        await open_store(config)
+    stray.unlink()
     store = await open_store(config)                       # nothing was lost
     try:
         assert store.get_max_offset("t", 0) == 300

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class DiskGuard:
     def __init__(self, *, warning_ratio_percent: int, min_free_bytes: int) -> None:
         self._warning_ratio = warning_ratio_percent / 100
-        self._min_free_bytes = min_free_bytes
+        self.min_free_bytes = min_free_bytes
         self._full: str | None = None           # from the last sample
         self._error: str | None = None          # from a failed write, until space is back
         self.last_usage: DiskUsage | None = None
@@ -48,7 +48,7 @@ class DiskGuard:
         elif self._full is not None:
             log.warning("store disk %.1f%% used: accepting sends again", ratio * 100)
             self._full = None
-        if self._error is not None and ratio < self._warning_ratio and usage.free_bytes >= self._min_free_bytes:
+        if self._error is not None and ratio < self._warning_ratio and usage.free_bytes >= self.min_free_bytes:
             log.warning("store disk has %d bytes free after a write error: accepting sends again",
                         usage.free_bytes)
             self._error = None

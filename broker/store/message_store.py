@@ -121,6 +121,8 @@ class MessageStore:
         recovered = await asyncio.to_thread(
             recover_store, self._commit_log, self._consume_queues, checkpoint, crashed=crashed)
         end = recovered.commit_log_end
+        # the room a new commit-log file needs: the store's own file size (kept from its creation)
+        self.disk_guard.min_free_bytes = self._commit_log.segment_bytes
         # the key index lives in memory: rebuild it from what reput will not dispatch again
         await asyncio.to_thread(self.key_index.rebuild, indexed_records(
             self._commit_log, self._commit_log.min_offset, recovered.reput_from_offset))

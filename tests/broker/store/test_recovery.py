@@ -221,6 +221,7 @@ async def test_a_store_keeps_the_commit_log_file_size_it_was_created_with(
     store = await open_store(changed)
     try:
         assert "created with files of 65536 bytes" in caplog.text
+        assert store.disk_guard.min_free_bytes == 65536         # the room a new file of the kept size needs
         assert all_bodies(store, "t") == [bytes(300)] * 300
         put_many(store, 300, body_of=lambda i: bytes(300))   # rolls into new files of the kept size
         assert {p.stat().st_size for p in (config.path / "commitlog").iterdir()} == {65536}

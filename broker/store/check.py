@@ -16,7 +16,7 @@ from pathlib import Path
 
 from broker.store.consume_queue import BLANK_SIZE, CQ_UNIT, UNIT_BYTES, is_valid_topic_name
 from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields, record_size_at
-from broker.store.segment import NAME_DIGITS
+from broker.store.segment import segment_files
 from protocol.message import F_COMMIT_LOG_OFFSET, F_QUEUE_ID, F_QUEUE_OFFSET, F_TOPIC
 
 MAX_PROBLEMS_KEPT = 50
@@ -40,19 +40,13 @@ class CheckReport:
             self.problems.append(text)
 
 
-def _segment_files(directory: Path) -> list[Path]:
-    if not directory.is_dir():
-        return []
-    return sorted(p for p in directory.iterdir() if len(p.name) == NAME_DIGITS and p.name.isdigit())
-
-
 class _ReadOnlyLog:
     """Commit-log segments mapped read-only, looked up by byte offset."""
 
     def __init__(self, directory: Path) -> None:
         self.maps: dict[int, mmap.mmap] = {}
         self.segment_bytes = 0
-        for path in _segment_files(directory):
+        for path in segment_files(directory):
             size = path.stat().st_size
             if size == 0:
                 continue
@@ -105,7 +99,7 @@ def check_store(store_dir: Path) -> CheckReport:
 
 
 def _check_queue(log: _ReadOnlyLog, topic: str, queue_id: int, directory: Path, report: CheckReport) -> None:
-    for path in _segment_files(directory):
+    for path in segment_files(directory):
         data = path.read_bytes()
         data = data[:len(data) // UNIT_BYTES * UNIT_BYTES]
         first_queue_offset = int(path.name) // UNIT_BYTES

@@ -22,6 +22,14 @@ NAME_DIGITS = 20
 _ZERO_CHUNK_BYTES = 1 << 20
 
 
+def segment_files(directory: Path) -> list[Path]:
+    """The files of `directory` named as segments (20 digits), in offset order; none when it does
+    not exist. Other names are left out."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if len(p.name) == NAME_DIGITS and p.name.isdigit())
+
+
 def segment_name(start_offset: int) -> str:
     """`start_offset` zero-padded to 20 digits (RocketMQ `UtilAll.offset2FileName`)."""
     return f"{start_offset:0{NAME_DIGITS}d}"
@@ -159,10 +167,7 @@ class MappedSegments:
         """The size of the segment files already in `directory` when they all have one size (files
         of 0 bytes, created but not yet sized, do not count); None when there are none or their
         sizes differ (`load` then says which file does not fit)."""
-        if not self.directory.is_dir():
-            return None
-        sizes = {path.stat().st_size for path in self.directory.iterdir()
-                 if len(path.name) == NAME_DIGITS and path.name.isdigit()} - {0}
+        sizes = {path.stat().st_size for path in segment_files(self.directory)} - {0}
         return sizes.pop() if len(sizes) == 1 else None
 
     def _add(self, segment: Segment) -> None:

@@ -153,7 +153,18 @@ class Broker:
                 index_arrival(topic, queue_id, max_offset - 1, properties)
                 if notify_hold is not None:
                     notify_hold(topic, queue_id, max_offset, tags_code, properties)
-            store.set_arrival_listener(on_arrival)
+            index_run = self.filters.index.on_arrival_run
+            notify_hold_run = hold.notify_run_arriving if config.long_polling.enable else None
+
+            def on_arrival_run(topic: str, queue_id: int, queue_offset: int, units: list[tuple[int, int, int]],
+                               properties: list[dict[str, str]]) -> None:
+                if topic == SCHEDULE_TOPIC:
+                    schedule.on_arrival(topic, queue_id)
+                    return
+                index_run(topic, queue_id, queue_offset, properties)
+                if notify_hold_run is not None:
+                    notify_hold_run(topic, queue_id, queue_offset, units, properties)
+            store.set_arrival_listener(on_arrival, on_arrival_run)
             await schedule.start()
             await hold.start()
             self._housekeeping = HousekeepingService(

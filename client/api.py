@@ -151,6 +151,20 @@ def _send_result(response: RemotingCommand, topic: str, broker_name: str = "",
     return SendResult(status, msg_id, queue_id, queue_offset, topic, broker_name, (msg_id,), uniq_keys)
 
 
+def _batch_result(fields: dict[str, Any], topic: str, broker_name: str, uniq_keys: tuple[str, ...]) -> SendResult:
+    """The `SendResult` of a SEND_BATCH_MESSAGE response's fields. The usual answer (a list of
+    string ids, int queue id and offset) is read by hand; anything else goes through
+    `SendBatchMessageResponseHeader.from_fields` (its per-item conversion cost ~15 µs a batch of
+    32), which raises `MissingHeaderField` naming what is missing or mistyped."""
+    msg_ids, queue_id, queue_offset = fields.get("msg_ids"), fields.get("queue_id"), fields.get("queue_offset")
+    if (type(msg_ids) is not list or type(queue_id) is not int or type(queue_offset) is not int
+            or not all(type(msg_id) is str for msg_id in msg_ids)):
+        header = SendBatchMessageResponseHeader.from_fields(fields)
+        msg_ids, queue_id, queue_offset = header.msg_ids, header.queue_id, header.queue_offset
+    ids = tuple(msg_ids)
+    return SendResult(_SEND_OK, ids[0] if ids else "", queue_id, queue_offset, topic, broker_name, ids, uniq_keys)
+
+
 SEND_BACK_TIMEOUT_MS = 5_000
 
 
@@ -184,11 +198,11 @@ class ClientAPI:
         return _send_result(response, mq.topic, mq.broker_name, (uniq_key,) if uniq_key is not None else ())
 
     async def send_batch(self, address: str, header: SendBatchMessageRequestHeader, body: bytes,
-                         timeout_ms: int = DEFAULT_TIMEOUT_MS) -> SendResult:
+                         timeout_ms: int = DEFAULT_TIMEOUT_MS, *, broker_name: str = "",
+                         uniq_keys: tuple[str, ...] = ()) -> SendResult:
+        """SEND_BATCH_MESSAGE; the result names `broker_name` and carries `uniq_keys` as given."""
         response = await self._call(address, request(RequestCode.SEND_BATCH_MESSAGE, header, body), timeout_ms)
-        h = SendBatchMessageResponseHeader.from_fields(response.fields)
-        return SendResult(SendStatus.SEND_OK, h.msg_ids[0] if h.msg_ids else "", h.queue_id, h.queue_offset,
-                          topic=header.topic, msg_ids=tuple(h.msg_ids))
+        return _batch_result(response.fields, header.topic, broker_name, uniq_keys)
 
     # -- consuming ---------------------------------------------------------------------------------
 

@@ -93,6 +93,14 @@ class MatchIndex:
         registered = by_text.get(text) if by_text is not None else None
         return registered.queues.get(queue_id) if registered is not None else None
 
+    def on_arrival_run(self, topic: str, queue_id: int, queue_offset: int, properties: list[dict[str, str]]) -> None:
+        """`on_arrival` of a batch's messages, at consecutive queue offsets from `queue_offset`: one
+        lookup for the run when no expression is registered on `topic` (the usual case)."""
+        if topic not in self._topics:
+            return
+        for i, props in enumerate(properties):
+            self.on_arrival(topic, queue_id, queue_offset + i, props)
+
     def on_arrival(self, topic: str, queue_id: int, queue_offset: int, properties: dict[str, str]) -> None:
         """Record the message at `queue_offset` of (topic, queue_id) for every expression it
         matches. Called by reput for each message in queue order; an arrival out of order (a gap)

@@ -145,6 +145,18 @@ class HoldService:
                 pull.timer = None
         _answer(woken, True)
 
+    def notify_run_arriving(self, topic: str, queue_id: int, queue_offset: int, units: list[tuple[int, int, int]],
+                            properties: list[dict[str, str]]) -> None:
+        """`notify_message_arriving` for each message of a batch, at consecutive queue offsets from
+        `queue_offset` (`units[i]` is message i's (commit_log_offset, size, tags_code)): one lookup
+        for the run when no pull waits on the queue (the usual case)."""
+        if (topic, queue_id) not in self.held:
+            return
+        max_offset = queue_offset
+        for (_, _, tags_code), props in zip(units, properties, strict=True):
+            max_offset += 1
+            self.notify_message_arriving(topic, queue_id, max_offset, tags_code, props)
+
     def sweep(self) -> int:
         """Wake every held pull whose queue has messages past its offset (and, with a filter and
         `has_match`, a matching one among them); returns how many."""

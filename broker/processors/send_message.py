@@ -22,7 +22,6 @@ from protocol.command import RemotingCommand
 from protocol.errors import FlushDiskTimeout, MessageIllegal, NoPermission, ServiceNotAvailable, SystemError_
 from protocol.headers import (
     SendBatchMessageRequestHeader,
-    SendBatchMessageResponseHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
@@ -174,21 +173,40 @@ class SendMessageProcessor:
 
     def process_batch(self, ctx: RequestContext,
                       request: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
-        header = SendBatchMessageRequestHeader.from_fields(request.fields)
-        require_topic_name(header.topic)
-        require_group_name(header.producer_group)
-        if header.topic == SCHEDULE_TOPIC or header.topic[0] == "%":
-            raise NoPermission(f"topic {header.topic!r} is a system topic: batches cannot be sent to it")
+        """SEND_BATCH_MESSAGE: the batch's messages appended to one queue, answered as `process`
+        answers. The usual batch (every header field of its exact type, a topic and group already
+        checked for this topic-config version) reads the `ext` map directly and writes the response
+        map directly; anything else is checked field by field first, with the protocol's errors."""
+        fields = request.fields
+        topic = fields.get("topic")
+        queue_id = fields.get("queue_id")
+        group = fields.get("producer_group")
+        born_timestamp = fields.get("born_timestamp", 0)
+        if (type(topic) is not str or type(queue_id) is not int or type(group) is not str
+                or type(born_timestamp) is not int or (topic, queue_id, group) not in self._checked_sends()):
+            header = SendBatchMessageRequestHeader.from_fields(fields)
+            topic, queue_id, group, born_timestamp = (header.topic, header.queue_id, header.producer_group,
+                                                      header.born_timestamp)
+            require_topic_name(topic)
+            require_group_name(group)
+            if topic == SCHEDULE_TOPIC or topic[0] == "%":
+                raise NoPermission(f"topic {topic!r} is a system topic: batches cannot be sent to it")
+            checked = False
+        else:
+            checked = True
         messages, body_bytes = self._decode_batch(request.body_bytes())
-        self._topics.for_send(header.topic, header.queue_id)
-        result = self._store.put_messages(topic=header.topic, queue_id=header.queue_id, messages=messages,
-                                          born_timestamp=header.born_timestamp, born_host=ctx.client_addr)
+        if not checked:
+            self._topics.for_send(topic, queue_id)
+            if len(self._checked_sends()) < _MAX_CHECKED_SENDS:
+                self._checked.add((topic, queue_id, group))
+        result = self._store.put_messages(topic=topic, queue_id=queue_id, messages=messages,
+                                          born_timestamp=born_timestamp, born_host=ctx.client_addr)
         check_put(result)
-        prefix = msg_id_prefix(self._store_host)
-        response = request.response(header=SendBatchMessageResponseHeader(
-            msg_ids=[prefix + f"{o:016X}" for o in result.commit_log_offsets],
-            queue_id=header.queue_id, queue_offset=result.queue_offset))
-        self._stored(header.topic, len(messages), body_bytes, None)
+        id_format = self._msg_id_prefix + "%016X"
+        response = RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
+            "msg_ids": [id_format % o for o in result.commit_log_offsets],
+            "queue_id": queue_id, "queue_offset": result.queue_offset})
+        self._on_stored(topic, len(messages), body_bytes)
         return self._answer(result.end_offset, response)
 
     def _decode_batch(self, raw: bytes) -> tuple[list[tuple[dict[str, str], int, bytes]], int]:

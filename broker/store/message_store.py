@@ -28,7 +28,7 @@ from broker.store.flush import CommitLogFlushService, flush_consume_queues
 from broker.store.key_index import KeyIndex, indexed_records
 from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields, payload_properties
 from broker.store.recovery import recover_store
-from broker.store.reput import ArrivalListener, ReputService
+from broker.store.reput import ArrivalListener, ReputService, RunListener
 from broker.store.results import (
     GetMessageResult,
     GetMessageStatus,
@@ -610,10 +610,13 @@ class MessageStore:
         """(topic, queue_id) of every consume queue that exists."""
         return list(self._consume_queues.queues)
 
-    def set_arrival_listener(self, listener: ArrivalListener | None) -> None:
+    def set_arrival_listener(self, listener: ArrivalListener | None, run_listener: RunListener | None = None) -> None:
         """`listener(topic, queue_id, max_offset, tags_code, properties)`, called by reput after each
-        message is in its consume queue (the long-polling hold service's notify)."""
+        message is in its consume queue (the long-polling hold service's notify). With
+        `run_listener(topic, queue_id, queue_offset, units, properties)`, a batch dispatched as
+        one run is told once instead (see `reput.RunListener`)."""
         self._reput.listener = listener
+        self._reput.run_listener = run_listener
 
     def dispatch_available(self) -> int:
         """Dispatch every appended message to its consume queue now (tests; normally reput does

@@ -39,6 +39,12 @@ ArrivalListener = Callable[[str, int, int, int, dict[str, str]], None]
 """`on_message_arriving(topic, queue_id, max_offset, tags_code, properties)`; max_offset is the
 message's queue_offset + 1 (the queue's new max)."""
 
+RunListener = Callable[[str, int, int, list[tuple[int, int, int]], list[dict[str, str]]], None]
+"""`on_run_arriving(topic, queue_id, queue_offset, units, properties)`: a batch's messages, all of one
+queue from `queue_offset` on, are in their consume queue; `units[i]` is message i's
+(commit_log_offset, size, tags_code). Called once for the run instead of the `ArrivalListener` once
+per message, so the listener can see at once that nobody waits there (the usual case)."""
+
 TagsCode = Callable[[str | None], int]
 
 
@@ -58,6 +64,7 @@ class ReputService(Service):
         self._handoff_from = 0
         self._pending: list[DispatchEntry] = []
         self.listener: ArrivalListener | None = None
+        self.run_listener: RunListener | None = None    # else `listener` per message of a run
         self.key_index: KeyIndex | None = None          # filled as messages are dispatched
 
     def begin(self, reput_from_offset: int, handoff_from: int) -> None:
@@ -129,7 +136,12 @@ class ReputService(Service):
         key_index, listener = self.key_index, self.listener
         if key_index is not None:
             key_index.add_run(topic, properties, [clo for clo, _, _ in units], stored_at_ms)
-        if listener is not None:
+        if self.run_listener is not None:
+            try:
+                self.run_listener(topic, queue_id, queue_offset, units, properties)
+            except Exception:
+                log.exception("reput: arrival listener failed for %s:%d", topic, queue_id)
+        elif listener is not None:
             max_offset = queue_offset
             for (_, _, code), props in zip(units, properties, strict=True):
                 max_offset += 1

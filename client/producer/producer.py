@@ -20,7 +20,7 @@ from client.producer.uniq_id import UniqIdGenerator
 from conf.client import ClientConfig
 from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseError
 from protocol.headers import SendBatchMessageRequestHeader
-from protocol.message import PROPERTY_UNIQ_KEY, Message, encode_batch_body
+from protocol.message import PROPERTY_UNIQ_KEY, BatchItem, Message, encode_batch_items
 from protocol.model import MessageQueue
 from protocol.topics import check_group, check_topic
 
@@ -158,7 +158,8 @@ class Producer:
             if self._metrics is not None:
                 self._observe(message.topic, started, ok=True)
             return result
-        return await self._retry(message, properties, target, started, error)
+        return await self._retry(message.topic, target, started, error,
+                                 lambda mq: self._send_to(mq, message, properties))
 
     async def _send_selected(self, message: Message, properties: dict[str, str],
                              selector: MessageQueueSelector | None, arg: Any, queue: MessageQueue | None) -> SendResult:
@@ -169,16 +170,17 @@ class Producer:
             return await self._send_to(target, message, properties)
         return await self._with_retries(message.topic, queues, lambda mq: self._send_to(mq, message, properties))
 
-    async def _retry(self, message: Message, properties: dict[str, str], target: MessageQueue, started_ms: int,
-                     error: MQError) -> SendResult:
-        """After `send`'s first attempt on `target` failed with `error`: what `_with_retries`
-        does after its first attempt (raise a non-retriable error, else the remaining attempts)."""
-        self._observe(message.topic, started_ms, ok=False)
+    async def _retry(self, topic: str, target: MessageQueue, started_ms: int, error: MQError,
+                     attempt: Callable[[MessageQueue], Awaitable[SendResult]]) -> SendResult:
+        """After a first attempt written out inline (`send`, `send_batch`) failed on `target` with
+        `error`: what `_with_retries` does after its first attempt (raise a non-retriable error,
+        else the remaining attempts)."""
+        self._observe(topic, started_ms, ok=False)
         if isinstance(error, ResponseError) and error.code not in _RETRY_CODES:
             raise error
-        queues = await self._after_failure(message.topic, target, 0, error)
-        return await self._with_retries(message.topic, queues, lambda mq: self._send_to(mq, message, properties),
-                                        first_attempt=1, failed_broker=target.broker_name, last_error=error)
+        queues = await self._after_failure(topic, target, 0, error)
+        return await self._with_retries(topic, queues, attempt, first_attempt=1, failed_broker=target.broker_name,
+                                        last_error=error)
 
     async def _with_retries(self, topic: str, queues: list[MessageQueue],
                             attempt: Callable[[MessageQueue], Awaitable[SendResult]],
@@ -236,7 +238,8 @@ class Producer:
     async def send_batch(self, messages: Sequence[Message], *, queue: MessageQueue | None = None) -> SendResult:
         """Send messages of one topic as one SEND_BATCH_MESSAGE to one queue (consecutive queue
         offsets); retried on another queue like `send`. Raises `ValueError` for an empty batch or
-        mixed topics."""
+        mixed topics. The usual batch (no queue given, a known route, no latency fault tolerance)
+        takes its first attempt inline, as `send` does."""
         if not messages:
             raise ValueError("send_batch needs at least one message")
         topic = messages[0].topic
@@ -252,18 +255,33 @@ class Producer:
             if len(m.body) > max_bytes:
                 raise ValueError(f"message body of {len(m.body)} bytes exceeds {max_bytes}")
         uniq_keys = []
+        items: list[BatchItem] = []
         for m, fresh in zip(messages, self._uniq.next_ids(len(messages)), strict=True):
-            props = m.properties = dict(m.properties or {})
+            props = m.properties = dict(m.properties) if m.properties else {}
             uniq_keys.append(props.setdefault(PROPERTY_UNIQ_KEY, fresh))
-        body = encode_batch_body(messages)
+            # the wire properties are `props` itself unless TAGS or KEYS add to them (no DELAY here)
+            items.append((props if not (m.tags or m.keys) else m.wire_properties(), m.flag, m.body))
+        body = encode_batch_items(items)
         instance = self._require_instance()
-        queues = await self._publish_queues(topic)
+        keys = tuple(uniq_keys)
 
-        async def attempt(target: MessageQueue) -> SendResult:
+        def attempt(target: MessageQueue) -> Awaitable[SendResult]:
             header = SendBatchMessageRequestHeader(producer_group=self.producer_group, topic=topic,
                                                    queue_id=target.queue_id,
                                                    born_timestamp=time.time_ns() // 1_000_000)
-            result = await instance.api.send_batch(self._address_of(target), header, body, self.send_msg_timeout_ms)
-            return SendResult(result.status, result.msg_id, result.queue_id, result.queue_offset, topic=topic,
-                              broker_name=target.broker_name, msg_ids=result.msg_ids, uniq_keys=tuple(uniq_keys))
-        return await self._with_retries(topic, queues, attempt, fixed=queue)
+            return instance.api.send_batch(self._address_of(target), header, body, self.send_msg_timeout_ms,
+                                           broker_name=target.broker_name, uniq_keys=keys)
+        queues = instance.routes.publish_queues(topic)
+        if not queues or queue is not None or self._faults is not None:
+            return await self._with_retries(topic, await self._publish_queues(topic), attempt, fixed=queue)
+        target = queues[next(self._round_robin) % len(queues)]
+        started = time.monotonic_ns() // 1_000_000 if self._metrics is not None else 0
+        try:
+            result = await attempt(target)
+        except (ConnectionClosed, RequestTimeout, ResponseError) as exc:
+            error: MQError = exc
+        else:
+            if self._metrics is not None:
+                self._observe(topic, started, ok=True)
+            return result
+        return await self._retry(topic, target, started, error, attempt)

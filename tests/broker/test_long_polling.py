@@ -11,6 +11,8 @@ from pathlib import Path
 from broker.broker import Broker
 from client.api import ClientAPI
 from conf.broker import LongPollingConfig
+from protocol.headers import SendBatchMessageRequestHeader
+from protocol.message import Message, encode_batch_body
 from protocol.model import PullStatus
 from tests.conftest import broker_config
 from tests.helpers import held_pulls, pull_header, send
@@ -51,6 +53,24 @@ async def test_a_non_matching_message_does_not_wake_a_filtered_pull(broker: Brok
     result = await asyncio.wait_for(pull, timeout=1)
     assert result.status is PullStatus.FOUND and [m.body for m in result.messages] == [b"a"]
     assert result.next_begin_offset == 3
+
+
+async def test_a_batch_wakes_a_filtered_pull_by_its_matching_message(broker: Broker, client_api: ClientAPI) -> None:
+    """A batch is dispatched as one run and told to the hold service once: a pull held with a tag
+    filter wakes only for a batch holding a matching message, and reads from its first match."""
+    await send(client_api, broker.address, "lpb", tags="A")
+    header = pull_header(topic="lpb", queue_offset=1, suspend_timeout_ms=10_000, subscription="A")
+    pull = asyncio.create_task(client_api.pull_message(broker.address, header, timeout_ms=15_000))
+    await held_pulls(broker, topic="lpb", count=1)
+    batch = SendBatchMessageRequestHeader(producer_group="pg", topic="lpb", queue_id=0)
+    await client_api.send_batch(broker.address, batch, encode_batch_body([Message("lpb", b"b", tags="B")] * 3))
+    done, _ = await asyncio.wait({pull}, timeout=0.2)
+    assert not done, "a batch with other tags only woke the pull"
+    await client_api.send_batch(broker.address, batch, encode_batch_body(
+        [Message("lpb", b"b", tags="B"), Message("lpb", b"a1", tags="A"), Message("lpb", b"a2", tags="A")]))
+    result = await asyncio.wait_for(pull, timeout=1)
+    assert result.status is PullStatus.FOUND and [m.body for m in result.messages] == [b"a1", b"a2"]
+    assert result.next_begin_offset == 7
 
 
 async def test_stop_answers_every_held_pull_at_once(tmp_path: Path, client_api: ClientAPI) -> None:

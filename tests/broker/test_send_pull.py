@@ -90,6 +90,38 @@ async def test_a_topic_changed_after_sends_is_checked_again(broker: Broker, clie
     assert [m.body for m in pulled.messages] == [b"ok"]
 
 
+async def test_a_topic_changed_after_batches_is_checked_again(broker: Broker, client_api: ClientAPI) -> None:
+    """Batches share the checked-send cache of the one-message path: a topic change after batches
+    makes the next batch go through the checks again."""
+    def batch_to(queue_id: int) -> SendBatchMessageRequestHeader:
+        return SendBatchMessageRequestHeader(producer_group="pg", topic="changing-b", queue_id=queue_id)
+    body = encode_batch_body([Message("changing-b", b"ok")] * 2)
+    for queue_id in (0, 3):
+        await client_api.send_batch(broker.address, batch_to(queue_id), body)          # checked, remembered
+    await client_api.create_topic(broker.address, "changing-b", queue_nums=2)
+    with pytest.raises(SystemError_, match="queue_id 3"):
+        await client_api.send_batch(broker.address, batch_to(3), body)
+    await client_api.create_topic(broker.address, "changing-b", queue_nums=2, perm=Perm.READ)
+    with pytest.raises(NoPermission):
+        await client_api.send_batch(broker.address, batch_to(0), body)
+    assert await client_api.get_max_offset(broker.address, "changing-b", 0) == 2
+
+
+async def test_a_mistyped_batch_field_takes_the_checked_path(broker: Broker, client_api: ClientAPI) -> None:
+    body = encode_batch_body([Message("typed-b", b"x")])
+    header = SendBatchMessageRequestHeader(producer_group="pg", topic="typed-b", queue_id=0)
+    await client_api.send_batch(broker.address, header, body)
+    for fields in ({**header.to_fields(), "queue_id": "0"}, {**header.to_fields(), "born_timestamp": 1.5},
+                   {"producer_group": "pg", "queue_id": 0}):
+        response = await client_api.remoting.invoke(
+            broker.address, request(RequestCode.SEND_BATCH_MESSAGE, fields, body), 3_000)
+        assert response.code != ResponseCode.SUCCESS, fields
+    system = await client_api.remoting.invoke(broker.address, request(
+        RequestCode.SEND_BATCH_MESSAGE, {**header.to_fields(), "topic": "%RETRY%g"}, body), 3_000)
+    assert system.code == ResponseCode.NO_PERMISSION
+    assert await client_api.get_max_offset(broker.address, "typed-b", 0) == 1
+
+
 async def test_a_mistyped_send_field_takes_the_checked_path(broker: Broker, client_api: ClientAPI) -> None:
     """A field of an unexpected type is answered by the typed header's error, not stored."""
     await send(client_api, broker.address, "typed", b"first")

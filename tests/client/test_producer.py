@@ -8,12 +8,12 @@ import pytest
 
 from broker.broker import Broker
 from client import Message, MessageQueue, Producer, SelectMessageQueueByHash
-from client.api import ClientAPI, SendResult, SendStatus, _send_result, send_message_fields
+from client.api import ClientAPI, SendResult, SendStatus, _batch_result, _send_result, send_message_fields
 from client.errors import ClientStateError
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ConnectionClosed, MessageIllegal, MissingHeaderField, TopicNotExist
-from protocol.headers import SendMessageRequestHeader
+from protocol.headers import SendBatchMessageResponseHeader, SendMessageRequestHeader
 from protocol.model import PullStatus
 from tests.conftest import broker_config
 from tests.helpers import pull_header
@@ -89,6 +89,19 @@ def test_send_fields_are_the_send_header_fields_key_for_key() -> None:
                                       properties=properties)
     fields = send_message_fields("pg", "t", 3, 5, 42, properties)
     assert list(fields.items()) == list(header.to_fields().items())
+
+
+def test_a_batch_response_is_decoded_like_its_typed_header() -> None:
+    fields = {"msg_ids": ["M1", "M2"], "queue_id": 2, "queue_offset": 9}
+    typed = SendBatchMessageResponseHeader.from_fields(fields)
+    assert _batch_result(fields, "t", "b", ("K1", "K2")) == SendResult(
+        SendStatus.SEND_OK, "M1", typed.queue_id, typed.queue_offset, topic="t", broker_name="b",
+        msg_ids=tuple(typed.msg_ids), uniq_keys=("K1", "K2"))
+    assert _batch_result({**fields, "msg_ids": []}, "t", "", ()).msg_id == ""
+    for bad in ({**fields, "msg_ids": ["M1", 2]}, {**fields, "queue_id": True}, {**fields, "msg_ids": "M1"},
+                {"msg_ids": ["M1"], "queue_id": 2}):
+        with pytest.raises(MissingHeaderField):
+            _batch_result(bad, "t", "", ())
 
 
 def test_a_send_response_is_decoded_like_its_typed_header() -> None:

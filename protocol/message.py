@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,8 +168,9 @@ def message_from_fields(values: Any, prefixes: dict[str, str] | None = None) -> 
     return message
 
 
-def decode_message_batch(body: bytes | memoryview) -> list[MessageExt]:
-    """Every message of a pull (or VIEW_MESSAGE_BY_ID) body; raises `ProtocolError` on bad bytes."""
+def decode_message_batch_py(body: bytes | memoryview) -> list[MessageExt]:
+    """Every message of a pull (or VIEW_MESSAGE_BY_ID) body; raises `ProtocolError` on bad bytes.
+    The pure-Python version of `decode_message_batch` (the reference for the C one)."""
     unpacker = msgpack.Unpacker(raw=False, use_list=True, strict_map_key=False,
                                 max_buffer_size=max(len(body), 1))
     unpacker.feed(body)
@@ -184,6 +186,20 @@ def decode_message_batch(body: bytes | memoryview) -> list[MessageExt]:
     if consumed != len(body):
         raise ProtocolError(f"bad message body: {len(body) - consumed} trailing bytes are not a message")
     return messages
+
+
+def _decode_message_batch() -> Callable[[bytes | memoryview], list[MessageExt]]:
+    """`protocol._speedups.decode_message_batch` when it was built and RQ_PURE_PYTHON is not
+    set (the same messages and errors in about a third of the time: the slots of each MessageExt
+    written from C), else `decode_message_batch_py`."""
+    if os.environ.get("RQ_PURE_PYTHON"):
+        return decode_message_batch_py
+    try:
+        from protocol import _speedups  # type: ignore[attr-defined]
+    except ImportError:
+        return decode_message_batch_py
+    _speedups.configure(MessageExt, msg_id_prefix, ProtocolError)
+    return _speedups.decode_message_batch  # type: ignore[no-any-return]
 
 
 _MSG_ID = struct.Struct(">4sIQ")
@@ -233,3 +249,7 @@ def encode_batch_items(items: list[BatchItem]) -> bytes:
     """SEND_BATCH_MESSAGE body of (wire properties, flag, body) items (the same bytes as
     `encode_batch_body` of the messages they come from)."""
     return _pack_batch(items)  # type: ignore[no-any-return]
+
+
+decode_message_batch = _decode_message_batch()
+"""Every message of a pull (or VIEW_MESSAGE_BY_ID) body; raises `ProtocolError` on bad bytes."""

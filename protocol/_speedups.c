@@ -12,11 +12,26 @@
  *     spends two thirds of its time.
  *
  * configure(message_type, msg_id_prefix, protocol_error) must be called once before use: the
- * MessageExt class, the cached prefix function and the exception class, from protocol.message. */
+ * MessageExt class, the cached prefix function and the exception class, from protocol.message.
+ *
+ * decode_frames(buffer, max_frame_bytes) -> (list[RemotingCommand], consumed)
+ *     The whole frames at the start of `buffer` (PROTOCOL.md "Frame"), as protocol.frame's
+ *     FrameDecoder.feed loop finds them: the lengths checked with the same FrameErrors, each header
+ *     parsed by msgpack's unpackb and taken as it is when well formed (anything else is handed to
+ *     protocol.frame._check_header, which names what is wrong), each body copied out.
+ *
+ * encode_frame(command) -> [bytes] | None
+ *     protocol.frame.encode_frame of a command whose body is bytes of at most 4 KiB, in one buffer:
+ *     the six header keys written here, `ext` packed by msgpack's Packer, byte for byte what
+ *     msgpack writes for the whole map. None for anything else (the Python version handles it).
+ *
+ * configure_frames(command_type, frame_error, check_header) before the frame functions: the
+ * RemotingCommand class, FrameError and protocol.frame._check_header. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,32 +57,51 @@ typedef struct {
     PyObject *unpack_exception;       /* msgpack.UnpackException */
     PyObject *unpacker_kwargs;        /* raw=False, use_list=True, strict_map_key=False */
     PyObject *empty_tuple;
+    /* frames */
+    PyTypeObject *command_type;       /* RemotingCommand */
+    PyObject *frame_error;            /* protocol.errors.FrameError */
+    PyObject *check_header;           /* protocol.frame._check_header */
+    PyObject *unpackb;                /* msgpack.unpackb */
+    PyObject *unpackb_kwargs;         /* raw=False, strict_map_key=False */
+    PyObject *pack;                   /* msgpack.Packer(use_bin_type=True).pack */
+    PyObject *key_code, *key_opaque, *key_flag, *key_version, *key_remark, *key_ext;
+    Py_ssize_t command_offsets[7];
+    int frames_configured;
     Py_ssize_t slot_offsets[SLOT_COUNT];
     int configured;
 } module_state;
 
 static module_state state;
 
+/* A shared empty tuple (a new-style call's empty positional arguments). */
+static PyObject *
+state_empty_tuple(void)
+{
+    if (state.empty_tuple == NULL)
+        state.empty_tuple = PyTuple_New(0);
+    return state.empty_tuple;
+}
+
 /* The byte offset of each of `type`'s slots into `offsets`; -1 with TypeError unless every name
  * in slot_names is an object slot of `type` (a `@dataclass(slots=True)` class). */
 static int
-find_slot_offsets(PyTypeObject *type, Py_ssize_t *offsets)
+find_slot_offsets(PyTypeObject *type, const char **names, int count, Py_ssize_t *offsets)
 {
-    for (int i = 0; i < SLOT_COUNT; i++) {
-        PyObject *descr = PyObject_GetAttrString((PyObject *)type, slot_names[i]);
+    for (int i = 0; i < count; i++) {
+        PyObject *descr = PyObject_GetAttrString((PyObject *)type, names[i]);
         if (descr == NULL) {
-            PyErr_Format(PyExc_TypeError, "%s has no slot %s", type->tp_name, slot_names[i]);
+            PyErr_Format(PyExc_TypeError, "%s has no slot %s", type->tp_name, names[i]);
             return -1;
         }
         if (!PyObject_TypeCheck(descr, &PyMemberDescr_Type)) {
             Py_DECREF(descr);
-            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", type->tp_name, slot_names[i]);
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", type->tp_name, names[i]);
             return -1;
         }
         PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
         if (member->type != T_OBJECT_EX) {
             Py_DECREF(descr);
-            PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", type->tp_name, slot_names[i]);
+            PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", type->tp_name, names[i]);
             return -1;
         }
         offsets[i] = member->offset;
@@ -84,7 +118,7 @@ configure(PyObject *module, PyObject *args)
                           &protocol_error))
         return NULL;
     Py_ssize_t offsets[SLOT_COUNT];
-    if (find_slot_offsets((PyTypeObject *)message_type, offsets) < 0)
+    if (find_slot_offsets((PyTypeObject *)message_type, slot_names, SLOT_COUNT, offsets) < 0)
         return NULL;
     PyObject *msgpack = PyImport_ImportModule("msgpack");
     if (msgpack == NULL)
@@ -289,7 +323,7 @@ decode_message_batch(PyObject *module, PyObject *body)
     PyObject *kwargs = max_buffer == NULL ? NULL : PyDict_Copy(state.unpacker_kwargs);
     if (kwargs == NULL || PyDict_SetItemString(kwargs, "max_buffer_size", max_buffer) < 0)
         goto error;
-    unpacker = PyObject_Call(state.unpacker_type, state.empty_tuple, kwargs);
+    unpacker = PyObject_Call(state.unpacker_type, state_empty_tuple(), kwargs);
     if (unpacker == NULL)
         goto error;
     PyObject *fed = PyObject_CallMethod(unpacker, "feed", "O", body);
@@ -356,7 +390,447 @@ error:
     return NULL;
 }
 
+/* -- frames ------------------------------------------------------------------------------------ */
+
+enum { C_CODE, C_OPAQUE, C_FLAG, C_REMARK, C_FIELDS, C_BODY, C_VERSION, COMMAND_SLOTS };
+static const char *command_slot_names[COMMAND_SLOTS] = {
+    "code", "opaque", "flag", "remark", "fields", "body", "version",
+};
+
+#define COMMAND_SLOT(obj, i) (*(PyObject **)((char *)(obj) + state.command_offsets[i]))
+
+static PyObject *
+configure_frames(PyObject *module, PyObject *args)
+{
+    PyObject *command_type, *frame_error, *check_header;
+    if (!PyArg_ParseTuple(args, "O!OO:configure_frames", &PyType_Type, &command_type, &frame_error,
+                          &check_header))
+        return NULL;
+    Py_ssize_t offsets[COMMAND_SLOTS];
+    if (find_slot_offsets((PyTypeObject *)command_type, command_slot_names, COMMAND_SLOTS, offsets) < 0)
+        return NULL;
+    PyObject *msgpack = PyImport_ImportModule("msgpack");
+    if (msgpack == NULL)
+        return NULL;
+    PyObject *unpackb = PyObject_GetAttrString(msgpack, "unpackb");
+    PyObject *packer_type = PyObject_GetAttrString(msgpack, "Packer");
+    Py_DECREF(msgpack);
+    PyObject *packer = NULL, *pack = NULL, *kwargs = NULL, *packer_kwargs = NULL;
+    if (unpackb != NULL && packer_type != NULL) {
+        packer_kwargs = Py_BuildValue("{s:O}", "use_bin_type", Py_True);
+        packer = packer_kwargs == NULL ? NULL : PyObject_Call(packer_type, state_empty_tuple(), packer_kwargs);
+        pack = packer == NULL ? NULL : PyObject_GetAttrString(packer, "pack");
+        kwargs = Py_BuildValue("{s:O,s:O}", "raw", Py_False, "strict_map_key", Py_False);
+    }
+    Py_XDECREF(packer_type);
+    Py_XDECREF(packer);
+    Py_XDECREF(packer_kwargs);
+    if (unpackb == NULL || pack == NULL || kwargs == NULL) {
+        Py_XDECREF(unpackb);
+        Py_XDECREF(pack);
+        Py_XDECREF(kwargs);
+        return NULL;
+    }
+    PyObject **keys[6] = {&state.key_code, &state.key_opaque, &state.key_flag, &state.key_version,
+                          &state.key_remark, &state.key_ext};
+    const char *key_names[6] = {"code", "opaque", "flag", "version", "remark", "ext"};
+    for (int i = 0; i < 6; i++) {
+        if (*keys[i] == NULL && (*keys[i] = PyUnicode_InternFromString(key_names[i])) == NULL) {
+            Py_DECREF(unpackb);
+            Py_DECREF(pack);
+            Py_DECREF(kwargs);
+            return NULL;
+        }
+    }
+    memcpy(state.command_offsets, offsets, sizeof offsets);
+    Py_XSETREF(state.command_type, (PyTypeObject *)Py_NewRef(command_type));
+    Py_XSETREF(state.frame_error, Py_NewRef(frame_error));
+    Py_XSETREF(state.check_header, Py_NewRef(check_header));
+    Py_XSETREF(state.unpackb, unpackb);
+    Py_XSETREF(state.unpackb_kwargs, kwargs);
+    Py_XSETREF(state.pack, pack);
+    state.frames_configured = 1;
+    Py_RETURN_NONE;
+}
+
+static uint32_t
+read_u32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+/* (code, opaque, flag, version, remark, ext) of a header map as new references in `out`, or -1
+ * with FrameError set: the well-formed map checked here, anything else by _check_header. */
+static int
+header_fields(PyObject *header, PyObject **out)
+{
+    if (PyDict_CheckExact(header)) {
+        PyObject *code = PyDict_GetItemWithError(header, state.key_code);
+        PyObject *opaque = code == NULL ? NULL : PyDict_GetItemWithError(header, state.key_opaque);
+        PyObject *flag = opaque == NULL ? NULL : PyDict_GetItemWithError(header, state.key_flag);
+        PyObject *version = opaque == NULL ? NULL : PyDict_GetItemWithError(header, state.key_version);
+        PyObject *remark = opaque == NULL ? NULL : PyDict_GetItemWithError(header, state.key_remark);
+        PyObject *ext = opaque == NULL ? NULL : PyDict_GetItemWithError(header, state.key_ext);
+        if (PyErr_Occurred())
+            return -1;
+        if (code != NULL && opaque != NULL && PyLong_CheckExact(code) && PyLong_CheckExact(opaque)
+                && (flag == NULL || PyLong_CheckExact(flag)) && (version == NULL || PyLong_CheckExact(version))
+                && (remark == NULL || remark == Py_None || PyUnicode_CheckExact(remark))
+                && ext != NULL && PyDict_CheckExact(ext)) {
+            Py_ssize_t pos = 0;
+            PyObject *key, *value;
+            int string_keys = 1;
+            while (PyDict_Next(ext, &pos, &key, &value)) {
+                if (!PyUnicode_CheckExact(key)) {
+                    string_keys = 0;
+                    break;
+                }
+            }
+            if (string_keys) {
+                out[0] = Py_NewRef(code);
+                out[1] = Py_NewRef(opaque);
+                out[2] = flag != NULL ? Py_NewRef(flag) : PyLong_FromLong(0);
+                out[3] = version != NULL ? Py_NewRef(version) : PyLong_FromLong(1);
+                out[4] = Py_NewRef(remark != NULL ? remark : Py_None);
+                out[5] = Py_NewRef(ext);
+                return 0;
+            }
+        }
+    }
+    PyObject *fields = PyObject_CallOneArg(state.check_header, header);
+    if (fields == NULL)
+        return -1;
+    if (!PyTuple_CheckExact(fields) || PyTuple_GET_SIZE(fields) != 6) {
+        Py_DECREF(fields);
+        PyErr_SetString(PyExc_TypeError, "_check_header must return a 6-tuple");
+        return -1;
+    }
+    for (int i = 0; i < 6; i++)
+        out[i] = Py_NewRef(PyTuple_GET_ITEM(fields, i));
+    Py_DECREF(fields);
+    return 0;
+}
+
+/* A RemotingCommand of one frame's header bytes and body bytes (a new reference), or NULL. */
+static PyObject *
+command_of(const unsigned char *header_bytes, Py_ssize_t header_length, const unsigned char *body_bytes,
+           Py_ssize_t body_length)
+{
+    PyObject *view = PyMemoryView_FromMemory((char *)header_bytes, header_length, PyBUF_READ);
+    if (view == NULL)
+        return NULL;
+    PyObject *args = PyTuple_Pack(1, view);
+    Py_DECREF(view);
+    if (args == NULL)
+        return NULL;
+    PyObject *header = PyObject_Call(state.unpackb, args, state.unpackb_kwargs);
+    Py_DECREF(args);
+    if (header == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return NULL;
+        /* msgpack raises many types on garbage; all mean "not a header" (raised from None) */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        PyErr_NormalizeException(&type, &value, &traceback);
+        const char *name = _PyType_Name((PyTypeObject *)type);
+        PyObject *message = PyUnicode_FromFormat("header is not valid msgpack: %s", name);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        if (message == NULL)
+            return NULL;
+        PyObject *error = PyObject_CallOneArg(state.frame_error, message);
+        Py_DECREF(message);
+        if (error == NULL)
+            return NULL;
+        PyException_SetCause(error, NULL);
+        ((PyBaseExceptionObject *)error)->suppress_context = 1;
+        PyErr_SetObject(state.frame_error, error);
+        Py_DECREF(error);
+        return NULL;
+    }
+    PyObject *fields[6];
+    int failed = header_fields(header, fields);
+    Py_DECREF(header);
+    if (failed < 0)
+        return NULL;
+    PyObject *body = PyBytes_FromStringAndSize((const char *)body_bytes, body_length);
+    if (body == NULL) {
+        for (int i = 0; i < 6; i++)
+            Py_DECREF(fields[i]);
+        return NULL;
+    }
+    PyTypeObject *type = state.command_type;
+    PyObject *command = type->tp_alloc(type, 0);
+    if (command == NULL) {
+        for (int i = 0; i < 6; i++)
+            Py_DECREF(fields[i]);
+        Py_DECREF(body);
+        return NULL;
+    }
+    COMMAND_SLOT(command, C_CODE) = fields[0];
+    COMMAND_SLOT(command, C_OPAQUE) = fields[1];
+    COMMAND_SLOT(command, C_FLAG) = fields[2];
+    COMMAND_SLOT(command, C_VERSION) = fields[3];
+    COMMAND_SLOT(command, C_REMARK) = fields[4];
+    COMMAND_SLOT(command, C_FIELDS) = fields[5];
+    COMMAND_SLOT(command, C_BODY) = body;
+    return command;
+}
+
+static PyObject *
+decode_frames(PyObject *module, PyObject *args)
+{
+    PyObject *buffer;
+    long long max_frame_bytes;
+    if (!PyArg_ParseTuple(args, "OL:decode_frames", &buffer, &max_frame_bytes))
+        return NULL;
+    if (!state.frames_configured) {
+        PyErr_SetString(PyExc_RuntimeError, "protocol._speedups.configure_frames() was not called");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *data = view.buf;
+    Py_ssize_t end = view.len, pos = 0;
+    PyObject *commands = PyList_New(0);
+    if (commands == NULL)
+        goto error;
+    while (end - pos >= 8) {
+        uint32_t frame_length = read_u32(data + pos), header_length = read_u32(data + pos + 4);
+        if (frame_length < 4) {
+            PyErr_Format(state.frame_error, "frame_length %u is below 4", frame_length);
+            goto error;
+        }
+        if ((long long)frame_length > max_frame_bytes) {
+            PyErr_Format(state.frame_error, "frame of %u bytes exceeds max_frame_bytes %lld", frame_length,
+                         max_frame_bytes);
+            goto error;
+        }
+        if (header_length > frame_length - 4) {
+            PyErr_Format(state.frame_error, "header_length %u exceeds the frame (%u)", header_length, frame_length);
+            goto error;
+        }
+        if (end - pos < 4 + (Py_ssize_t)frame_length)
+            break;
+        Py_ssize_t header_start = pos + 8, body_start = header_start + header_length;
+        Py_ssize_t frame_end = pos + 4 + frame_length;
+        PyObject *command = command_of(data + header_start, header_length, data + body_start,
+                                       frame_end - body_start);
+        if (command == NULL)
+            goto error;
+        int failed = PyList_Append(commands, command);
+        Py_DECREF(command);
+        if (failed < 0)
+            goto error;
+        pos = frame_end;
+    }
+    PyBuffer_Release(&view);
+    PyObject *result = Py_BuildValue("(Nn)", commands, pos);
+    return result;
+
+error:
+    PyBuffer_Release(&view);
+    Py_XDECREF(commands);
+    return NULL;
+}
+
+/* -- msgpack writing, as msgpack's Packer(use_bin_type=True) writes these types --------------- */
+
+static unsigned char *
+put_be(unsigned char *out, uint64_t value, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--) {
+        out[i] = (unsigned char)(value & 0xFF);
+        value >>= 8;
+    }
+    return out + bytes;
+}
+
+/* An int the way msgpack packs it; NULL (nothing written) when it is not a 64-bit int. */
+static unsigned char *
+put_int(unsigned char *out, PyObject *number)
+{
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(number, &overflow);
+    if (value == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (overflow > 0) {
+        unsigned long long big = PyLong_AsUnsignedLongLong(number);
+        if (big == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return NULL;
+        }
+        *out++ = 0xCF;
+        return put_be(out, big, 8);
+    }
+    if (overflow < 0)
+        return NULL;
+    if (value >= 0) {
+        if (value < 0x80) {
+            *out++ = (unsigned char)value;
+            return out;
+        }
+        if (value <= 0xFF) {
+            *out++ = 0xCC;
+            return put_be(out, (uint64_t)value, 1);
+        }
+        if (value <= 0xFFFF) {
+            *out++ = 0xCD;
+            return put_be(out, (uint64_t)value, 2);
+        }
+        if (value <= 0xFFFFFFFFLL) {
+            *out++ = 0xCE;
+            return put_be(out, (uint64_t)value, 4);
+        }
+        *out++ = 0xCF;
+        return put_be(out, (uint64_t)value, 8);
+    }
+    if (value >= -0x20) {
+        *out++ = (unsigned char)(value & 0xFF);
+        return out;
+    }
+    if (value >= -0x80) {
+        *out++ = 0xD0;
+        return put_be(out, (uint64_t)value, 1);
+    }
+    if (value >= -0x8000) {
+        *out++ = 0xD1;
+        return put_be(out, (uint64_t)value, 2);
+    }
+    if (value >= -0x80000000LL) {
+        *out++ = 0xD2;
+        return put_be(out, (uint64_t)value, 4);
+    }
+    *out++ = 0xD3;
+    return put_be(out, (uint64_t)value, 8);
+}
+
+static unsigned char *
+put_str_header(unsigned char *out, Py_ssize_t length)
+{
+    if (length <= 0x1F) {
+        *out++ = (unsigned char)(0xA0 | length);
+        return out;
+    }
+    if (length <= 0xFF) {
+        *out++ = 0xD9;
+        return put_be(out, (uint64_t)length, 1);
+    }
+    if (length <= 0xFFFF) {
+        *out++ = 0xDA;
+        return put_be(out, (uint64_t)length, 2);
+    }
+    *out++ = 0xDB;
+    return put_be(out, (uint64_t)length, 4);
+}
+
+static unsigned char *
+put_key(unsigned char *out, const char *key)
+{
+    size_t length = strlen(key);
+    *out++ = (unsigned char)(0xA0 | length);
+    memcpy(out, key, length);
+    return out + length;
+}
+
+#define JOIN_BODY_BYTES 4096
+
+static PyObject *
+encode_frame(PyObject *module, PyObject *command)
+{
+    if (!state.frames_configured || Py_TYPE(command) != state.command_type)
+        Py_RETURN_NONE;
+    PyObject *code = COMMAND_SLOT(command, C_CODE), *opaque = COMMAND_SLOT(command, C_OPAQUE);
+    PyObject *flag = COMMAND_SLOT(command, C_FLAG), *version = COMMAND_SLOT(command, C_VERSION);
+    PyObject *remark = COMMAND_SLOT(command, C_REMARK), *ext = COMMAND_SLOT(command, C_FIELDS);
+    PyObject *body = COMMAND_SLOT(command, C_BODY);
+    if (code == NULL || opaque == NULL || flag == NULL || version == NULL || remark == NULL || ext == NULL
+            || body == NULL || !PyLong_CheckExact(code) || !PyLong_CheckExact(opaque)
+            || !PyLong_CheckExact(flag) || !PyLong_CheckExact(version)
+            || (remark != Py_None && !PyUnicode_CheckExact(remark)) || !PyBytes_CheckExact(body)
+            || PyBytes_GET_SIZE(body) > JOIN_BODY_BYTES)
+        Py_RETURN_NONE;
+    const char *remark_utf8 = NULL;
+    Py_ssize_t remark_length = 0;
+    if (remark != Py_None) {
+        remark_utf8 = PyUnicode_AsUTF8AndSize(remark, &remark_length);
+        if (remark_utf8 == NULL) {       /* e.g. lone surrogates: msgpack's own error, from Python */
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        if (remark_length > 0xFFFFFFFFLL)
+            Py_RETURN_NONE;
+    }
+    PyObject *packed_ext = PyObject_CallOneArg(state.pack, ext);
+    if (packed_ext == NULL) {            /* unpackable ext: the Python version raises the same */
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (!PyBytes_Check(packed_ext)) {
+        Py_DECREF(packed_ext);
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t ext_length = PyBytes_GET_SIZE(packed_ext), body_length = PyBytes_GET_SIZE(body);
+    /* 1 map + 6 keys (5+7+5+8+7+4) + 4 ints (<= 9 each) + remark (<= 5 + n) + ext */
+    Py_ssize_t bound = 8 + 1 + 36 + 4 * 9 + 5 + remark_length + ext_length + body_length;
+    PyObject *frame = PyBytes_FromStringAndSize(NULL, bound);
+    if (frame == NULL) {
+        Py_DECREF(packed_ext);
+        return NULL;
+    }
+    unsigned char *start = (unsigned char *)PyBytes_AS_STRING(frame), *out = start + 8;
+    *out++ = 0x86;
+    out = put_key(out, "code");
+    if ((out = put_int(out, code)) == NULL)
+        goto fallback;
+    out = put_key(out, "opaque");
+    if ((out = put_int(out, opaque)) == NULL)
+        goto fallback;
+    out = put_key(out, "flag");
+    if ((out = put_int(out, flag)) == NULL)
+        goto fallback;
+    out = put_key(out, "version");
+    if ((out = put_int(out, version)) == NULL)
+        goto fallback;
+    out = put_key(out, "remark");
+    if (remark == Py_None) {
+        *out++ = 0xC0;
+    } else {
+        out = put_str_header(out, remark_length);
+        memcpy(out, remark_utf8, (size_t)remark_length);
+        out += remark_length;
+    }
+    out = put_key(out, "ext");
+    memcpy(out, PyBytes_AS_STRING(packed_ext), (size_t)ext_length);
+    out += ext_length;
+    Py_DECREF(packed_ext);
+    packed_ext = NULL;
+    Py_ssize_t header_length = out - (start + 8);
+    memcpy(out, PyBytes_AS_STRING(body), (size_t)body_length);
+    out += body_length;
+    put_be(start, (uint64_t)(4 + header_length + body_length), 4);
+    put_be(start + 4, (uint64_t)header_length, 4);
+    if (_PyBytes_Resize(&frame, out - start) < 0)
+        return NULL;
+    return Py_BuildValue("[N]", frame);
+
+fallback:
+    Py_XDECREF(packed_ext);
+    Py_DECREF(frame);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"configure_frames", configure_frames, METH_VARARGS,
+     "configure_frames(command_type, frame_error, check_header): the frame functions' classes."},
+    {"decode_frames", decode_frames, METH_VARARGS,
+     "decode_frames(buffer, max_frame_bytes) -> (commands, consumed); raises FrameError."},
+    {"encode_frame", encode_frame, METH_O,
+     "encode_frame(command) -> [bytes], or None when the Python version must encode it."},
     {"configure", configure, METH_VARARGS,
      "configure(message_type, msg_id_prefix, protocol_error): the classes and function to use."},
     {"decode_message_batch", decode_message_batch, METH_O,

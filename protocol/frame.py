@@ -8,10 +8,12 @@ receiver can answer SYSTEM_ERROR before closing."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
+from protocol import native
 from protocol.command import Buffer, RemotingCommand
 from protocol.errors import FrameError
 
@@ -34,7 +36,18 @@ def encode_header(cmd: RemotingCommand) -> bytes:
 
 def encode_frame(cmd: RemotingCommand) -> list[Buffer]:
     """The buffers of one frame: lengths + header first, then the body buffer(s) unjoined; a
-    small `bytes` body is joined to the header (one buffer, one copy of a few bytes)."""
+    small `bytes` body is joined to the header (one buffer, one copy of a few bytes). The usual
+    frame (int header fields, a `bytes` body of at most 4 KiB) is written by
+    `protocol._speedups.encode_frame` when it was built: the same bytes."""
+    if _c_encode_frame is not None:
+        parts = _c_encode_frame(cmd)
+        if parts is not None:
+            return parts
+    return encode_frame_py(cmd)
+
+
+def encode_frame_py(cmd: RemotingCommand) -> list[Buffer]:
+    """`encode_frame` in Python (the reference for the C version, and every unusual frame)."""
     header = encode_header(cmd)
     body = cmd.body
     if type(body) is bytes:
@@ -127,35 +140,56 @@ class FrameDecoder:
         self._buffer = bytearray()
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        """The whole frames now buffered, as commands; raises `FrameError` (see the class)."""
         buf: bytes | bytearray
         if not self._buffer and type(data) is bytes:
             buf = data          # the usual read: whole frames, nothing held over; parsed in place
         else:
             buf = self._buffer
             buf += data
-        commands: list[RemotingCommand] = []
-        pos, end = 0, len(buf)
-        max_frame = self._max_frame_bytes
-        while end - pos >= 8:
-            frame_length, header_length = _LENGTHS.unpack_from(buf, pos)
-            if frame_length < 4:
-                raise FrameError(f"frame_length {frame_length} is below 4")
-            if frame_length > max_frame:
-                raise FrameError(f"frame of {frame_length} bytes exceeds max_frame_bytes {max_frame}")
-            if header_length > frame_length - 4:
-                raise FrameError(f"header_length {header_length} exceeds the frame ({frame_length})")
-            if end - pos < 4 + frame_length:
-                break
-            header_start = pos + 8
-            body_start = header_start + header_length
-            frame_end = pos + 4 + frame_length
-            code, opaque, flag, version, remark, ext = decode_header(buf[header_start:body_start])
-            body = bytes(buf[body_start:frame_end]) if frame_end > body_start else b""
-            commands.append(RemotingCommand(code, opaque, flag, remark, ext, body, version))
-            pos = frame_end
+        commands, pos = _decode_frames(buf, self._max_frame_bytes)
         if buf is not self._buffer:
-            if pos < end:
+            if pos < len(buf):
                 self._buffer += buf[pos:]       # a partial frame waits for its next bytes
         elif pos:
             del self._buffer[:pos]
         return commands
+
+
+def decode_frames_py(buf: bytes | bytearray, max_frame: int) -> tuple[list[RemotingCommand], int]:
+    """The whole frames at the start of `buf` and the bytes they take; raises `FrameError`. The
+    Python version of `protocol._speedups.decode_frames` (its reference)."""
+    commands: list[RemotingCommand] = []
+    pos, end = 0, len(buf)
+    while end - pos >= 8:
+        frame_length, header_length = _LENGTHS.unpack_from(buf, pos)
+        if frame_length < 4:
+            raise FrameError(f"frame_length {frame_length} is below 4")
+        if frame_length > max_frame:
+            raise FrameError(f"frame of {frame_length} bytes exceeds max_frame_bytes {max_frame}")
+        if header_length > frame_length - 4:
+            raise FrameError(f"header_length {header_length} exceeds the frame ({frame_length})")
+        if end - pos < 4 + frame_length:
+            break
+        header_start = pos + 8
+        body_start = header_start + header_length
+        frame_end = pos + 4 + frame_length
+        code, opaque, flag, version, remark, ext = decode_header(buf[header_start:body_start])
+        body = bytes(buf[body_start:frame_end]) if frame_end > body_start else b""
+        commands.append(RemotingCommand(code, opaque, flag, remark, ext, body, version))
+        pos = frame_end
+    return commands, pos
+
+
+def _native() -> tuple[Callable[[bytes | bytearray, int], tuple[list[RemotingCommand], int]],
+                       Callable[[RemotingCommand], list[Buffer] | None] | None]:
+    """The C frame functions of `protocol._speedups` when available (see `protocol.native`), else
+    `decode_frames_py` and no C encoder."""
+    speedups = native.speedups()
+    if speedups is None:
+        return decode_frames_py, None
+    speedups.configure_frames(RemotingCommand, FrameError, _check_header)
+    return speedups.decode_frames, speedups.encode_frame
+
+
+_decode_frames, _c_encode_frame = _native()

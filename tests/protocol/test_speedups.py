@@ -1,8 +1,10 @@
-"""The optional C module `protocol._speedups` against its pure-Python twins: the same result for
-every input, and the same exception type and message for every bad one."""
+"""The optional C module `protocol._speedups` against its pure-Python twins (`decode_message_batch`,
+the frame decoder and encoder): the same result for every input, and the same exception type and
+message for every bad one."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -14,10 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import message
-from protocol.errors import ProtocolError
+from protocol import frame, message
+from protocol.codes import ResponseCode
+from protocol.command import RemotingCommand
+from protocol.errors import FrameError, ProtocolError
 from protocol.message import MessageExt, decode_message_batch_py, encode_stored_message
-from tests.protocol.strategies import chunk
+from tests.protocol import test_frame
+from tests.protocol.strategies import chunk, commands
+from tests.protocol.test_frame import header_maps, packed
 from tests.protocol.test_message import _FIELDS, _GOOD, _with, stored_messages
 
 speedups: Any = None
@@ -103,3 +109,88 @@ def test_c_decoder_refuses_to_run_unconfigured_or_with_a_bad_class() -> None:
     with pytest.raises(TypeError):
         speedups.configure(NoSlots, message.msg_id_prefix, ProtocolError)
     assert speedups.decode_message_batch(_GOOD) == decode_message_batch_py(_GOOD)   # still configured
+
+
+# -- frames ----------------------------------------------------------------------------------------
+
+def frames_outcome(buf: bytes, max_frame_bytes: int, decode: Callable[..., Any]) -> Any:
+    """(commands as comparable tuples, consumed) or (error type, message, opaque, cause, context shown)."""
+    try:
+        commands, consumed = decode(buf, max_frame_bytes)
+    except Exception as exc:
+        return (type(exc), str(exc), getattr(exc, "opaque", None), exc.__cause__ is None,
+                exc.__suppress_context__)
+    return [(c.code, c.opaque, c.flag, c.remark, c.fields, c.body, c.version) for c in commands], consumed
+
+
+def assert_same_frames(buf: bytes, max_frame_bytes: int = 1 << 20) -> None:
+    python = frames_outcome(buf, max_frame_bytes, frame.decode_frames_py)
+    assert frames_outcome(buf, max_frame_bytes, speedups.decode_frames) == python
+    if isinstance(python[0], type):
+        assert issubclass(python[0], FrameError), python
+
+
+@needs_c
+def test_the_c_frame_functions_are_the_default_when_built() -> None:
+    assert frame._decode_frames is speedups.decode_frames
+    assert frame._c_encode_frame is speedups.encode_frame
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.lists(commands(), max_size=4), st.data())
+def test_c_decodes_frames_as_python_does(cmds: list[RemotingCommand], data: st.DataObject) -> None:
+    wire = b"".join(frame.encode_frame_bytes(c) for c in cmds)
+    cut = data.draw(st.integers(0, len(wire)), label="cut")       # a partial frame at the end
+    for buf in (wire, wire[:cut], bytearray(wire)):
+        assert_same_frames(bytes(buf))
+    assert speedups.decode_frames(bytearray(wire), 1 << 20)[1] == len(wire)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(header_maps(), st.binary(max_size=16), st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1))
+def test_c_checks_headers_and_lengths_as_python_does(header: dict[Any, Any], body: bytes, fl: int, hl: int) -> None:
+    raw = packed(header)
+    assert_same_frames(test_frame.frame(raw, body))
+    assert_same_frames(test_frame.frame(raw, body, header_length=hl), 1024)
+    assert_same_frames(test_frame.frame(raw, body, frame_length=fl, header_length=hl), 1024)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), commands(), st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=4))
+def test_c_agrees_with_python_on_random_and_mutated_frames(noise: bytes, cmd: RemotingCommand,
+                                                           flips: list[tuple[int, int]]) -> None:
+    wire = bytearray(frame.encode_frame_bytes(cmd))
+    for position, value in flips:
+        wire[position % len(wire)] = value
+    for buf in (noise, bytes(wire), bytes(wire) + noise):
+        assert_same_frames(buf, 256)
+        assert_same_frames(buf)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(commands(), st.binary(max_size=5000))
+def test_c_encodes_frames_as_python_does(cmd: RemotingCommand, body: bytes) -> None:
+    for candidate in (cmd, dataclasses.replace(cmd, body=body)):
+        encoded = speedups.encode_frame(candidate)
+        python = frame.encode_frame_py(candidate)
+        if encoded is not None:
+            assert encoded == [b"".join(bytes(part) for part in python)]
+        usual = (type(candidate.body) is bytes and len(candidate.body) <= 4096
+                 and all(-(2**63) <= v < 2**64 for v in (candidate.code, candidate.opaque, candidate.flag,
+                                                          candidate.version)))
+        assert (encoded is not None) == usual, candidate
+        assert frame.encode_frame(candidate) == (encoded if encoded is not None else python)
+
+
+@needs_c
+def test_c_encoder_leaves_unusual_frames_to_python() -> None:
+    unusual = [RemotingCommand(ResponseCode.SUCCESS, 1, 1),                       # an IntEnum code
+               RemotingCommand(0, 1, 1, body=bytearray(b"x")), RemotingCommand(0, 1, 1, body=[b"x", b"y"]),
+               RemotingCommand(0, 1, 1, remark="\ud800"), RemotingCommand(0, 1, 1, fields={"x": object()}),
+               RemotingCommand(0, 2**64, 1)]
+    for cmd in unusual:
+        assert speedups.encode_frame(cmd) is None

@@ -157,6 +157,218 @@ protocol_error(const char *message)
     PyErr_SetString(state.protocol_error, message);
 }
 
+/* -- msgpack reading ------------------------------------------------------------------------------
+ *
+ * mp_read decodes one value of the types rocketq's headers and messages use (nil, bools, ints,
+ * floats, str, bin, arrays, maps) as msgpack.unpackb(raw=False, strict_map_key=False) would: the
+ * same objects, str map keys interned. Anything else (an ext type, a byte msgpack never writes,
+ * invalid UTF-8, a length past the end, nesting deeper than MP_MAX_DEPTH, an unhashable key) makes
+ * it give up with MP_FALLBACK and no exception set: the caller then asks msgpack itself, which
+ * decodes it or raises its own error. So results and errors are msgpack's by construction. */
+
+#define MP_MAX_DEPTH 64
+static int MP_FALLBACK_MARK;
+#define MP_FALLBACK ((PyObject *)&MP_FALLBACK_MARK)
+
+typedef struct {
+    const unsigned char *p, *end;
+} mp_reader;
+
+static int
+mp_take(mp_reader *r, Py_ssize_t n, const unsigned char **out)
+{
+    if (r->end - r->p < n)
+        return -1;
+    *out = r->p;
+    r->p += n;
+    return 0;
+}
+
+static uint64_t
+mp_be(const unsigned char *p, int n)
+{
+    uint64_t value = 0;
+    for (int i = 0; i < n; i++)
+        value = (value << 8) | p[i];
+    return value;
+}
+
+static PyObject *mp_read(mp_reader *r, int depth);
+
+/* A container or string length of `n` bytes, or -1 when the input ends first. */
+static Py_ssize_t
+mp_length(mp_reader *r, int n)
+{
+    const unsigned char *b;
+    if (mp_take(r, n, &b) < 0)
+        return -1;
+    return (Py_ssize_t)mp_be(b, n);
+}
+
+static PyObject *
+mp_str(mp_reader *r, Py_ssize_t n)
+{
+    const unsigned char *b;
+    if (n < 0 || mp_take(r, n, &b) < 0)
+        return MP_FALLBACK;
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)b, n, NULL);
+    if (text == NULL) {            /* msgpack raises its own UnicodeDecodeError */
+        PyErr_Clear();
+        return MP_FALLBACK;
+    }
+    return text;
+}
+
+static PyObject *
+mp_bin(mp_reader *r, Py_ssize_t n)
+{
+    const unsigned char *b;
+    if (n < 0 || mp_take(r, n, &b) < 0)
+        return MP_FALLBACK;
+    return PyBytes_FromStringAndSize((const char *)b, n);
+}
+
+static PyObject *
+mp_array(mp_reader *r, Py_ssize_t n, int depth)
+{
+    if (n < 0 || n > r->end - r->p || depth >= MP_MAX_DEPTH)
+        return MP_FALLBACK;
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = mp_read(r, depth + 1);
+        if (item == NULL || item == MP_FALLBACK) {
+            Py_DECREF(list);
+            return item;
+        }
+        PyList_SET_ITEM(list, i, item);
+    }
+    return list;
+}
+
+static PyObject *
+mp_map(mp_reader *r, Py_ssize_t n, int depth)
+{
+    if (n < 0 || n > (r->end - r->p) / 2 || depth >= MP_MAX_DEPTH)
+        return MP_FALLBACK;
+    PyObject *dict = _PyDict_NewPresized(n);
+    if (dict == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = mp_read(r, depth + 1);
+        if (key == NULL || key == MP_FALLBACK) {
+            Py_DECREF(dict);
+            return key;
+        }
+        if (PyUnicode_CheckExact(key)) {
+            PyUnicode_InternInPlace(&key);
+        } else if (!PyLong_CheckExact(key) && !PyBytes_CheckExact(key) && key != Py_None && !PyBool_Check(key)
+                   && !PyFloat_CheckExact(key)) {
+            Py_DECREF(key);          /* a list or dict key: msgpack's own TypeError */
+            Py_DECREF(dict);
+            return MP_FALLBACK;
+        }
+        PyObject *value = mp_read(r, depth + 1);
+        if (value == NULL || value == MP_FALLBACK) {
+            Py_DECREF(key);
+            Py_DECREF(dict);
+            return value;
+        }
+        int failed = PyDict_SetItem(dict, key, value);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (failed < 0) {
+            Py_DECREF(dict);
+            return NULL;
+        }
+    }
+    return dict;
+}
+
+static PyObject *
+mp_read(mp_reader *r, int depth)
+{
+    const unsigned char *b;
+    if (mp_take(r, 1, &b) < 0)
+        return MP_FALLBACK;
+    unsigned char tag = b[0];
+    if (tag <= 0x7F)
+        return PyLong_FromLong(tag);
+    if (tag >= 0xE0)
+        return PyLong_FromLong((long)(signed char)tag);
+    if (tag >= 0xA0 && tag <= 0xBF)
+        return mp_str(r, tag & 0x1F);
+    if (tag >= 0x90 && tag <= 0x9F)
+        return mp_array(r, tag & 0x0F, depth);
+    if (tag >= 0x80 && tag <= 0x8F)
+        return mp_map(r, tag & 0x0F, depth);
+    switch (tag) {
+    case 0xC0:
+        Py_RETURN_NONE;
+    case 0xC2:
+        Py_RETURN_FALSE;
+    case 0xC3:
+        Py_RETURN_TRUE;
+    case 0xC4: case 0xC5: case 0xC6:
+        return mp_bin(r, mp_length(r, 1 << (tag - 0xC4)));
+    case 0xCA: {
+        if (mp_take(r, 4, &b) < 0)
+            return MP_FALLBACK;
+        uint32_t bits = (uint32_t)mp_be(b, 4);
+        float value;
+        memcpy(&value, &bits, 4);
+        return PyFloat_FromDouble((double)value);
+    }
+    case 0xCB: {
+        if (mp_take(r, 8, &b) < 0)
+            return MP_FALLBACK;
+        uint64_t bits = mp_be(b, 8);
+        double value;
+        memcpy(&value, &bits, 8);
+        return PyFloat_FromDouble(value);
+    }
+    case 0xCC: case 0xCD: case 0xCE: case 0xCF: {
+        int n = 1 << (tag - 0xCC);
+        if (mp_take(r, n, &b) < 0)
+            return MP_FALLBACK;
+        return PyLong_FromUnsignedLongLong(mp_be(b, n));
+    }
+    case 0xD0: case 0xD1: case 0xD2: case 0xD3: {
+        int n = 1 << (tag - 0xD0);
+        if (mp_take(r, n, &b) < 0)
+            return MP_FALLBACK;
+        uint64_t bits = mp_be(b, n);
+        int shift = 64 - 8 * n;
+        return PyLong_FromLongLong((long long)(bits << shift) >> shift);
+    }
+    case 0xD9: case 0xDA: case 0xDB:
+        return mp_str(r, mp_length(r, 1 << (tag - 0xD9)));
+    case 0xDC: case 0xDD:
+        return mp_array(r, mp_length(r, 2 << (tag - 0xDC)), depth);
+    case 0xDE: case 0xDF:
+        return mp_map(r, mp_length(r, 2 << (tag - 0xDE)), depth);
+    default:                        /* ext types, 0xC1 */
+        return MP_FALLBACK;
+    }
+}
+
+/* unpackb(data) when the whole buffer is one value of the types above; else MP_FALLBACK (no
+ * exception) or NULL (an exception, e.g. out of memory). */
+static PyObject *
+mp_read_all(const unsigned char *data, Py_ssize_t length)
+{
+    mp_reader reader = {data, data + length};
+    PyObject *value = mp_read(&reader, 0);
+    if (value == NULL || value == MP_FALLBACK)
+        return value;
+    if (reader.p != reader.end) {       /* msgpack's ExtraData */
+        Py_DECREF(value);
+        return MP_FALLBACK;
+    }
+    return value;
+}
+
 /* prefix + f"{commit_log_offset:016X}" in one allocation (prefix is ASCII, as msg_id_prefix makes it). */
 static PyObject *
 msg_id_of(PyObject *prefix, unsigned long long commit_log_offset)
@@ -306,6 +518,48 @@ is_unpack_error(void)
            || PyErr_ExceptionMatches(state.unpack_exception);
 }
 
+static PyObject *decode_with_unpacker(PyObject *body, Py_ssize_t length);
+
+/* The messages of `data` read by mp_read; MP_FALLBACK (no exception) when anything in it is not
+ * plainly well formed (msgpack's Unpacker then decides, see decode_with_unpacker). */
+static PyObject *
+decode_plain(const unsigned char *data, Py_ssize_t length)
+{
+    PyObject *messages = PyList_New(0), *prefixes = PyDict_New();
+    if (messages == NULL || prefixes == NULL)
+        goto error;
+    mp_reader reader = {data, data + length};
+    while (reader.p < reader.end) {
+        PyObject *values = mp_read(&reader, 0);
+        if (values == NULL)
+            goto error;
+        if (values == MP_FALLBACK)
+            goto fallback;
+        PyObject *message = message_from_fields(values, prefixes);
+        Py_DECREF(values);
+        if (message == NULL) {
+            PyErr_Clear();           /* the Unpacker path raises it, the way the twin does */
+            goto fallback;
+        }
+        int failed = PyList_Append(messages, message);
+        Py_DECREF(message);
+        if (failed < 0)
+            goto error;
+    }
+    Py_DECREF(prefixes);
+    return messages;
+
+fallback:
+    Py_DECREF(messages);
+    Py_DECREF(prefixes);
+    return MP_FALLBACK;
+
+error:
+    Py_XDECREF(messages);
+    Py_XDECREF(prefixes);
+    return NULL;
+}
+
 static PyObject *
 decode_message_batch(PyObject *module, PyObject *body)
 {
@@ -317,7 +571,17 @@ decode_message_batch(PyObject *module, PyObject *body)
     if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     Py_ssize_t length = view.len;
+    PyObject *messages = decode_plain(view.buf, length);
     PyBuffer_Release(&view);
+    if (messages != MP_FALLBACK)
+        return messages;
+    return decode_with_unpacker(body, length);
+}
+
+/* decode_message_batch through msgpack's Unpacker: every body the plain reader gives up on. */
+static PyObject *
+decode_with_unpacker(PyObject *body, Py_ssize_t length)
+{
     PyObject *messages = NULL, *prefixes = NULL, *unpacker = NULL, *values = NULL, *tell = NULL;
     PyObject *max_buffer = PyLong_FromSsize_t(length > 1 ? length : 1);
     PyObject *kwargs = max_buffer == NULL ? NULL : PyDict_Copy(state.unpacker_kwargs);
@@ -516,15 +780,18 @@ static PyObject *
 command_of(const unsigned char *header_bytes, Py_ssize_t header_length, const unsigned char *body_bytes,
            Py_ssize_t body_length)
 {
-    PyObject *view = PyMemoryView_FromMemory((char *)header_bytes, header_length, PyBUF_READ);
-    if (view == NULL)
-        return NULL;
-    PyObject *args = PyTuple_Pack(1, view);
-    Py_DECREF(view);
-    if (args == NULL)
-        return NULL;
-    PyObject *header = PyObject_Call(state.unpackb, args, state.unpackb_kwargs);
-    Py_DECREF(args);
+    PyObject *header = mp_read_all(header_bytes, header_length);
+    if (header == MP_FALLBACK) {           /* msgpack decides: the same value, or its error */
+        PyObject *view = PyMemoryView_FromMemory((char *)header_bytes, header_length, PyBUF_READ);
+        if (view == NULL)
+            return NULL;
+        PyObject *args = PyTuple_Pack(1, view);
+        Py_DECREF(view);
+        if (args == NULL)
+            return NULL;
+        header = PyObject_Call(state.unpackb, args, state.unpackb_kwargs);
+        Py_DECREF(args);
+    }
     if (header == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_Exception))
             return NULL;

@@ -20,10 +20,12 @@
  *     parsed by msgpack's unpackb and taken as it is when well formed (anything else is handed to
  *     protocol.frame._check_header, which names what is wrong), each body copied out.
  *
- * encode_frame(command) -> [bytes] | None
- *     protocol.frame.encode_frame of a command whose body is bytes of at most 4 KiB, in one buffer:
- *     the six header keys written here, `ext` packed by msgpack's Packer, byte for byte what
- *     msgpack writes for the whole map. None for anything else (the Python version handles it).
+ * frame_bytes(command, max_body_bytes) -> bytes | None
+ *     The whole frame of a command (protocol.frame.encode_frame's buffers joined) whose body is
+ *     bytes, a bytearray, a byte memoryview or a list of those, of at most `max_body_bytes` in
+ *     all: the six header keys written here (int fields may be IntEnums, as msgpack packs them),
+ *     `ext` packed by msgpack's Packer, byte for byte what msgpack writes for the whole map. None
+ *     for anything else (the Python version handles it, and raises what it raises).
  *
  * configure_frames(command_type, frame_error, check_header) before the frame functions: the
  * RemotingCommand class, FrameError and protocol.frame._check_header. */
@@ -1004,22 +1006,88 @@ put_key(unsigned char *out, const char *key)
     return out + length;
 }
 
-#define JOIN_BODY_BYTES 4096
+/* An int header field: an int or an int subclass (an IntEnum code) but not a bool, as msgpack
+ * packs them. */
+static int
+header_int(PyObject *value)
+{
+    return value != NULL && PyLong_Check(value) && !PyBool_Check(value);
+}
+
+/* The total size of a body (bytes, bytearray, a contiguous byte memoryview, or a list or tuple of
+ * those), or -1 when it is anything else. */
+static Py_ssize_t
+body_size(PyObject *body)
+{
+    if (PyBytes_CheckExact(body))
+        return PyBytes_GET_SIZE(body);
+    if (PyByteArray_CheckExact(body))
+        return PyByteArray_GET_SIZE(body);
+    if (PyMemoryView_Check(body)) {
+        Py_buffer *view = PyMemoryView_GET_BUFFER(body);
+        if (!PyBuffer_IsContiguous(view, 'C') || view->itemsize != 1)
+            return -1;
+        return view->len;
+    }
+    if (PyList_CheckExact(body) || PyTuple_CheckExact(body)) {
+        Py_ssize_t total = 0, count = PySequence_Fast_GET_SIZE(body);
+        PyObject **items = PySequence_Fast_ITEMS(body);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *item = items[i];
+            if (PyList_CheckExact(item) || PyTuple_CheckExact(item))
+                return -1;
+            Py_ssize_t size = body_size(item);
+            if (size < 0)
+                return -1;
+            total += size;
+        }
+        return total;
+    }
+    return -1;
+}
+
+static unsigned char *
+put_body(unsigned char *out, PyObject *body)
+{
+    if (PyBytes_CheckExact(body)) {
+        memcpy(out, PyBytes_AS_STRING(body), (size_t)PyBytes_GET_SIZE(body));
+        return out + PyBytes_GET_SIZE(body);
+    }
+    if (PyByteArray_CheckExact(body)) {
+        memcpy(out, PyByteArray_AS_STRING(body), (size_t)PyByteArray_GET_SIZE(body));
+        return out + PyByteArray_GET_SIZE(body);
+    }
+    if (PyMemoryView_Check(body)) {
+        Py_buffer *view = PyMemoryView_GET_BUFFER(body);
+        memcpy(out, view->buf, (size_t)view->len);
+        return out + view->len;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(body);
+    PyObject **items = PySequence_Fast_ITEMS(body);
+    for (Py_ssize_t i = 0; i < count; i++)
+        out = put_body(out, items[i]);
+    return out;
+}
 
 static PyObject *
-encode_frame(PyObject *module, PyObject *command)
+frame_bytes(PyObject *module, PyObject *args)
 {
+    PyObject *command;
+    Py_ssize_t max_body_bytes;
+    if (!PyArg_ParseTuple(args, "On:frame_bytes", &command, &max_body_bytes))
+        return NULL;
     if (!state.frames_configured || Py_TYPE(command) != state.command_type)
         Py_RETURN_NONE;
     PyObject *code = COMMAND_SLOT(command, C_CODE), *opaque = COMMAND_SLOT(command, C_OPAQUE);
     PyObject *flag = COMMAND_SLOT(command, C_FLAG), *version = COMMAND_SLOT(command, C_VERSION);
     PyObject *remark = COMMAND_SLOT(command, C_REMARK), *ext = COMMAND_SLOT(command, C_FIELDS);
     PyObject *body = COMMAND_SLOT(command, C_BODY);
-    if (code == NULL || opaque == NULL || flag == NULL || version == NULL || remark == NULL || ext == NULL
-            || body == NULL || !PyLong_CheckExact(code) || !PyLong_CheckExact(opaque)
-            || !PyLong_CheckExact(flag) || !PyLong_CheckExact(version)
-            || (remark != Py_None && !PyUnicode_CheckExact(remark)) || !PyBytes_CheckExact(body)
-            || PyBytes_GET_SIZE(body) > JOIN_BODY_BYTES)
+    if (!header_int(code) || !header_int(opaque) || !header_int(flag) || !header_int(version)
+            || remark == NULL || ext == NULL || body == NULL
+            || (remark != Py_None && !PyUnicode_CheckExact(remark)))
+        Py_RETURN_NONE;
+    Py_ssize_t body_length = body_size(body);
+    if (body_length < 0 || body_length > max_body_bytes)
         Py_RETURN_NONE;
     const char *remark_utf8 = NULL;
     Py_ssize_t remark_length = 0;
@@ -1041,7 +1109,7 @@ encode_frame(PyObject *module, PyObject *command)
         Py_DECREF(packed_ext);
         Py_RETURN_NONE;
     }
-    Py_ssize_t ext_length = PyBytes_GET_SIZE(packed_ext), body_length = PyBytes_GET_SIZE(body);
+    Py_ssize_t ext_length = PyBytes_GET_SIZE(packed_ext);
     /* 1 map + 6 keys (5+7+5+8+7+4) + 4 ints (<= 9 each) + remark (<= 5 + n) + ext */
     Py_ssize_t bound = 8 + 1 + 36 + 4 * 9 + 5 + remark_length + ext_length + body_length;
     PyObject *frame = PyBytes_FromStringAndSize(NULL, bound);
@@ -1077,13 +1145,12 @@ encode_frame(PyObject *module, PyObject *command)
     Py_DECREF(packed_ext);
     packed_ext = NULL;
     Py_ssize_t header_length = out - (start + 8);
-    memcpy(out, PyBytes_AS_STRING(body), (size_t)body_length);
-    out += body_length;
+    out = put_body(out, body);
     put_be(start, (uint64_t)(4 + header_length + body_length), 4);
     put_be(start + 4, (uint64_t)header_length, 4);
     if (_PyBytes_Resize(&frame, out - start) < 0)
         return NULL;
-    return Py_BuildValue("[N]", frame);
+    return frame;
 
 fallback:
     Py_XDECREF(packed_ext);
@@ -1096,8 +1163,9 @@ static PyMethodDef methods[] = {
      "configure_frames(command_type, frame_error, check_header): the frame functions' classes."},
     {"decode_frames", decode_frames, METH_VARARGS,
      "decode_frames(buffer, max_frame_bytes) -> (commands, consumed); raises FrameError."},
-    {"encode_frame", encode_frame, METH_O,
-     "encode_frame(command) -> [bytes], or None when the Python version must encode it."},
+    {"frame_bytes", frame_bytes, METH_VARARGS,
+     "frame_bytes(command, max_body_bytes) -> bytes of the whole frame, or None when the Python "
+     "version must encode it."},
     {"configure", configure, METH_VARARGS,
      "configure(message_type, msg_id_prefix, protocol_error): the classes and function to use."},
     {"decode_message_batch", decode_message_batch, METH_O,

@@ -16,7 +16,7 @@ from typing import Any, cast
 from protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, CommandFlag, ResponseCode
 from protocol.command import Buffer, RemotingCommand
 from protocol.errors import ConnectionClosed, FrameError, RequestTimeout
-from protocol.frame import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from protocol.frame import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame, frame_bytes
 
 log = logging.getLogger(__name__)
 
@@ -79,17 +79,12 @@ class Channel:
         leave in one write once they all are. A large body is written uncopied."""
         if self._closed:
             raise ConnectionClosed(self.remote_address)
-        parts = encode_frame(cmd)
-        if len(parts) == 1:
-            data = parts[0]
-            size = len(data)
-        else:
-            if cmd.body_length() > _JOIN_BELOW_BYTES:
-                self.flush()
-                self.transport.writelines(parts)
-                return
-            data = b"".join(parts)
-            size = len(data)
+        data = frame_bytes(cmd, _JOIN_BELOW_BYTES)
+        if data is None:            # a large body: written uncopied, behind what is queued
+            self.flush()
+            self.transport.writelines(encode_frame(cmd))
+            return
+        size = len(data)
         if self._corked:
             self._outbox.append(data)
             self._outbox_bytes += size

@@ -38,12 +38,26 @@ def encode_frame(cmd: RemotingCommand) -> list[Buffer]:
     """The buffers of one frame: lengths + header first, then the body buffer(s) unjoined; a
     small `bytes` body is joined to the header (one buffer, one copy of a few bytes). The usual
     frame (int header fields, a `bytes` body of at most 4 KiB) is written by
-    `protocol._speedups.encode_frame` when it was built: the same bytes."""
-    if _c_encode_frame is not None:
-        parts = _c_encode_frame(cmd)
-        if parts is not None:
-            return parts
+    `protocol._speedups.frame_bytes` when it was built: the same bytes."""
+    if _c_frame_bytes is not None and type(cmd.body) is bytes:
+        data = _c_frame_bytes(cmd, _JOIN_BODY_BYTES)
+        if data is not None:
+            return [data]
     return encode_frame_py(cmd)
+
+
+def frame_bytes(cmd: RemotingCommand, max_body_bytes: int) -> bytes | None:
+    """The whole frame of `cmd` as one buffer when its body (bytes, bytearray, memoryview or a list
+    of them) is at most `max_body_bytes`, else None: `encode_frame`'s buffers joined, built in one
+    pass by `protocol._speedups.frame_bytes` when it was built (the usual frame), else in Python."""
+    if _c_frame_bytes is not None:
+        data = _c_frame_bytes(cmd, max_body_bytes)
+        if data is not None:
+            return data
+    if cmd.body_length() > max_body_bytes:
+        return None
+    parts = encode_frame_py(cmd)
+    return parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
 
 
 def encode_frame_py(cmd: RemotingCommand) -> list[Buffer]:
@@ -182,14 +196,14 @@ def decode_frames_py(buf: bytes | bytearray, max_frame: int) -> tuple[list[Remot
 
 
 def _native() -> tuple[Callable[[bytes | bytearray, int], tuple[list[RemotingCommand], int]],
-                       Callable[[RemotingCommand], list[Buffer] | None] | None]:
+                       Callable[[RemotingCommand, int], bytes | None] | None]:
     """The C frame functions of `protocol._speedups` when available (see `protocol.native`), else
     `decode_frames_py` and no C encoder."""
     speedups = native.speedups()
     if speedups is None:
         return decode_frames_py, None
     speedups.configure_frames(RemotingCommand, FrameError, _check_header)
-    return speedups.decode_frames, speedups.encode_frame
+    return speedups.decode_frames, speedups.frame_bytes
 
 
-_decode_frames, _c_encode_frame = _native()
+_decode_frames, _c_frame_bytes = _native()

@@ -133,7 +133,7 @@ def assert_same_frames(buf: bytes, max_frame_bytes: int = 1 << 20) -> None:
 @needs_c
 def test_the_c_frame_functions_are_the_default_when_built() -> None:
     assert frame._decode_frames is speedups.decode_frames
-    assert frame._c_encode_frame is speedups.encode_frame
+    assert frame._c_frame_bytes is speedups.frame_bytes
 
 
 @needs_c
@@ -170,27 +170,37 @@ def test_c_agrees_with_python_on_random_and_mutated_frames(noise: bytes, cmd: Re
         assert_same_frames(buf)
 
 
+def _usual(cmd: RemotingCommand, max_body_bytes: int) -> bool:
+    """What the C encoder takes: 64-bit int fields (IntEnums too), a body of buffers within the limit."""
+    ints = (cmd.code, cmd.opaque, cmd.flag, cmd.version)
+    return all(-(2**63) <= v < 2**64 and type(v) is not bool for v in ints) and cmd.body_length() <= max_body_bytes
+
+
 @needs_c
 @settings(max_examples=300, deadline=None)
-@given(commands(), st.binary(max_size=5000))
-def test_c_encodes_frames_as_python_does(cmd: RemotingCommand, body: bytes) -> None:
+@given(commands(), st.binary(max_size=5000), st.integers(0, 6000))
+def test_c_encodes_frames_as_python_does(cmd: RemotingCommand, body: bytes, max_body_bytes: int) -> None:
     for candidate in (cmd, dataclasses.replace(cmd, body=body)):
-        encoded = speedups.encode_frame(candidate)
-        python = frame.encode_frame_py(candidate)
-        if encoded is not None:
-            assert encoded == [b"".join(bytes(part) for part in python)]
-        usual = (type(candidate.body) is bytes and len(candidate.body) <= 4096
-                 and all(-(2**63) <= v < 2**64 for v in (candidate.code, candidate.opaque, candidate.flag,
-                                                          candidate.version)))
-        assert (encoded is not None) == usual, candidate
-        assert frame.encode_frame(candidate) == (encoded if encoded is not None else python)
+        python = b"".join(bytes(part) for part in frame.encode_frame_py(candidate))
+        data = speedups.frame_bytes(candidate, max_body_bytes)
+        assert (data is not None) == _usual(candidate, max_body_bytes), candidate
+        if data is not None:
+            assert data == python
+            assert frame.frame_bytes(candidate, max_body_bytes) == data
+        else:
+            assert frame.frame_bytes(candidate, max_body_bytes) == (
+                python if candidate.body_length() <= max_body_bytes else None)
+        assert b"".join(bytes(p) for p in frame.encode_frame(candidate)) == python
 
 
 @needs_c
 def test_c_encoder_leaves_unusual_frames_to_python() -> None:
-    unusual = [RemotingCommand(ResponseCode.SUCCESS, 1, 1),                       # an IntEnum code
-               RemotingCommand(0, 1, 1, body=bytearray(b"x")), RemotingCommand(0, 1, 1, body=[b"x", b"y"]),
+    nested: Any = [b"x", [b"y"]]
+    unusual = [RemotingCommand(True, 1, 1), RemotingCommand(0, 1, 1, body=nested),
+               RemotingCommand(0, 1, 1, body=memoryview(b"abcd").cast("I")),
                RemotingCommand(0, 1, 1, remark="\ud800"), RemotingCommand(0, 1, 1, fields={"x": object()}),
-               RemotingCommand(0, 2**64, 1)]
+               RemotingCommand(0, 2**64, 1), RemotingCommand(0, 1, 1, body=b"x" * 101)]
     for cmd in unusual:
-        assert speedups.encode_frame(cmd) is None
+        assert speedups.frame_bytes(cmd, 100) is None
+    enum_code = RemotingCommand(ResponseCode.PULL_NOT_FOUND, 1, 1, "held", {"k": 1}, [memoryview(b"ab"), b"c"])
+    assert speedups.frame_bytes(enum_code, 100) == b"".join(bytes(p) for p in frame.encode_frame_py(enum_code))

@@ -3,17 +3,16 @@
 A pull is answered in the loop step it arrives in: check group, topic, queue and subscription,
 read from the store, answer. Only a pull that is long-pollable (PULL_NOT_FOUND) and carries SUSPEND
 with a positive `suspend_timeout_ms` is held: it goes to the `HoldService` and the handler returns
-a future the dispatcher awaits. The hold service hands the pull back to `answer` when a matching
+a `Deferred` the dispatcher answers from. The hold service hands the pull back to `answer` when a matching
 message arrives (in the arrival's own loop step), at the deadline, or at a stop; `answer` reads once
 more, once for all the pulls woken together at the same place, and a woken pull that found its
 messages is written to its connection right there (before the send that woke it is even
-acknowledged); anything else resolves the future for the dispatcher to write.
+acknowledged); anything else resolves the `Deferred` for the dispatcher to write.
 The committed offset (COMMIT_OFFSET flag) is stored on the first read, before any hold, as RocketMQ
 does. The response body is the stored messages side by side, never decoded."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 
@@ -25,6 +24,7 @@ from broker.processors.pull_status import to_response_code
 from broker.processors.validate import require_group_name, require_non_negative, require_topic_name
 from broker.registry.consumer_manager import ConsumerManager
 from broker.remoting.context import RequestContext
+from broker.remoting.dispatcher import Deferred
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageResult, GetMessageStatus
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
@@ -52,9 +52,9 @@ _COMMIT_OFFSET, _SUSPEND, _SUBSCRIPTION = int(PullSysFlag.COMMIT_OFFSET), int(Pu
 _SUCCESS, _PULL_NOT_FOUND = int(ResponseCode.SUCCESS), int(ResponseCode.PULL_NOT_FOUND)
 _NO_MESSAGE_IN_QUEUE = GetMessageStatus.NO_MESSAGE_IN_QUEUE
 MessagesOut = Callable[[str, str, int, int], None]   # (group, topic, message count, bytes)
-Answer = asyncio.Future[RemotingCommand | None]
-"""A held pull's answer as the dispatcher awaits it: the response to write, or None once the
-response has been written to the connection already."""
+Answer = Deferred
+"""A held pull's answer for the dispatcher: the response to write, or None once the response has
+been written to the connection already."""
 __all__ = ["MAX_MSG_NUMS", "PullMessageProcessor", "build_tag_filter", "response_fields"]
 
 
@@ -100,7 +100,7 @@ class PullMessageProcessor:
         self._filter_support_retry = filter_support_retry
 
     def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand | Answer:
-        """The response now, or, for a held pull, the future of its answer."""
+        """The response now, or, for a held pull, the `Deferred` of its answer."""
         header = PullMessageRequestHeader.from_fields(request.fields)
         require_group_name(header.consumer_group)
         require_topic_name(header.topic)
@@ -136,7 +136,7 @@ class PullMessageProcessor:
         else:
             timeout_ms = min(self._long_polling.short_polling_time_ms, header.suspend_timeout_ms)
             wake_on_arrival = False
-        answered: Answer = asyncio.get_running_loop().create_future()
+        answered = Deferred()
         pull = _HeldRequest(header, max_messages, message_filter, self, channel, request, answered)
         if not self._hold.hold(pull, timeout_ms, wake_on_arrival=wake_on_arrival):
             return None

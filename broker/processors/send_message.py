@@ -5,14 +5,14 @@ In SYNC_FLUSH (the default) the response is written after an fsync that covers t
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, cast
 
 import msgpack
 
 from broker.processors.validate import require_group_name, require_topic_name
 from broker.remoting.context import RequestContext
+from broker.remoting.dispatcher import Deferred
 from broker.store.message_store import MessageStore
 from broker.store.results import FlushDiskTimeoutError, PutMessageResult, PutMessageStatus
 from broker.topics.retry_topics import RetryTopics
@@ -74,7 +74,7 @@ class SendMessageProcessor:
         self._checked: set[tuple[str, int, str]] = set()
         self._checked_version = -1
 
-    def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+    def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand | Deferred:
         """The response at once when the put is already durable (ASYNC_FLUSH), else an awaitable
         of it that resolves after the group commit covering the put (SYNC_FLUSH).
 
@@ -124,7 +124,7 @@ class SendMessageProcessor:
         return self._checked
 
     def _process_typed(self, ctx: RequestContext,
-                       request: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+                       request: RemotingCommand) -> RemotingCommand | Deferred:
         header = SendMessageRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
         require_group_name(header.producer_group)
@@ -160,19 +160,20 @@ class SendMessageProcessor:
         if dlq_group is not None:
             self._on_dlq(dlq_group)
 
-    def _answer(self, end_offset: int, response: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """`response` now when the put is durable (ASYNC_FLUSH), else a future of it that the
+    def _answer(self, end_offset: int, response: RemotingCommand) -> RemotingCommand | Deferred:
+        """`response` now when the put is durable (ASYNC_FLUSH), else a `Deferred` of it that the
         group commit covering `end_offset` resolves (FLUSH_DISK_TIMEOUT past
-        `sync_flush_timeout_ms`): no task or coroutine per waiting send. Stored messages are
-        counted at put time either way, as RocketMQ's store statistics are."""
+        `sync_flush_timeout_ms`), which writes the response right there: no task, coroutine or
+        future per waiting send. Stored messages are counted at put time either way, as RocketMQ's
+        store statistics are."""
         if self._store.is_durable(end_offset):
             return response
-        reply: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        reply = Deferred()
         self._store.resolve_when_flushed(end_offset, reply, response)
         return reply
 
     def process_batch(self, ctx: RequestContext,
-                      request: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+                      request: RemotingCommand) -> RemotingCommand | Deferred:
         """SEND_BATCH_MESSAGE: the batch's messages appended to one queue, answered as `process`
         answers. The usual batch (every header field of its exact type, a topic and group already
         checked for this topic-config version) reads the `ext` map directly and writes the response

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from broker.store.checkpoint import Checkpoint, write_checkpoint
 from broker.store.commit_log import CommitLog
@@ -34,6 +34,18 @@ from protocol.service import Service
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Settable(Protocol[T_contra]):
+    """What `resolve_when_flushed` resolves: an asyncio future, or anything with its three methods
+    (the dispatcher's `Deferred`, which answers inside `set_result`)."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, value: T_contra, /) -> None: ...
+
+    def set_exception(self, exc: BaseException, /) -> None: ...
 
 
 class CommitLogFlushService(Service):
@@ -55,7 +67,7 @@ class CommitLogFlushService(Service):
         # on_error(exc, what) -> remark: a failed fsync makes the store refuse sends (DiskGuard)
         self.on_error: Callable[[OSError, str], str] | None = None
         # (end_offset, future, value, deadline in loop time), in commit-log order
-        self._waiters: list[tuple[int, asyncio.Future[Any], Any, float]] = []
+        self._waiters: list[tuple[int, Settable[Any], Any, float]] = []
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._flushing = False          # a round is in its fsync: it wakes itself when done
         # SYNC_FLUSH while running: the long-lived fsync thread, whether a round is out, and the
@@ -77,14 +89,14 @@ class CommitLogFlushService(Service):
         self.resolve_when_flushed(end_offset, waiter, None)
         await waiter
 
-    def resolve_when_flushed(self, end_offset: int, future: asyncio.Future[T], value: T) -> None:
+    def resolve_when_flushed(self, end_offset: int, future: Settable[T], value: T) -> None:
         """`future.set_result(value)` once the commit log is fsynced up to `end_offset`; its
         exception is `FlushDiskTimeoutError` after `sync_flush_timeout_ms`, or the store's
         write error. No task, coroutine or timer per waiter: the send path hands over the future
         its response resolves (the dispatcher writes it from the future's callback), and one
         timer watches the oldest waiter's deadline (waiters are in commit-log order, so the oldest
         is the first to expire)."""
-        loop = future.get_loop()
+        loop = asyncio.get_running_loop()
         deadline = loop.time() + self._sync_flush_timeout_ms / 1000
         self._waiters.append((end_offset, future, value, deadline))
         if self._deadline_timer is None:
@@ -225,7 +237,7 @@ class CommitLogFlushService(Service):
         waiters = self._waiters
         if not waiters:
             return
-        loop = waiters[0][1].get_loop()
+        loop = asyncio.get_running_loop()
         now = loop.time()
         expired = 0
         for end_offset, future, _, deadline in waiters:

@@ -24,7 +24,7 @@ from broker.store.clean_service import CleanResult, CleanService
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable, is_valid_topic_name
 from broker.store.disk_guard import DiskGuard
-from broker.store.flush import CommitLogFlushService, flush_consume_queues
+from broker.store.flush import CommitLogFlushService, Settable, flush_consume_queues
 from broker.store.key_index import KeyIndex, indexed_records
 from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields, payload_properties
 from broker.store.recovery import recover_store
@@ -365,7 +365,7 @@ class MessageStore:
         `sync_flush_timeout_ms`. ASYNC_FLUSH: returns at once."""
         await self._commit_log_flush.wait_flushed(commit_log_end_offset)
 
-    def resolve_when_flushed(self, commit_log_end_offset: int, future: asyncio.Future[T], value: T) -> None:
+    def resolve_when_flushed(self, commit_log_end_offset: int, future: Settable[T], value: T) -> None:
         """SYNC_FLUSH: `future.set_result(value)` once fsynced up to `commit_log_end_offset`, or
         `FlushDiskTimeoutError` after `sync_flush_timeout_ms` (see `wait_flushed`); for a caller
         that answers from the future's callback instead of awaiting (the send path)."""

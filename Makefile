@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install run test check lint typecheck bench bench-peers replay demo clean chaos fuzz cluster pipeline
 
-# setup.py builds the optional C module protocol._speedups (in place, with the editable install);
+# setup.py builds the optional C modules (in place, with the editable install);
 # without a C compiler the install goes on and the pure-Python twins run.
-$(STAMP): pyproject.toml setup.py protocol/_speedups.c
+$(STAMP): pyproject.toml setup.py protocol/_speedups.c broker/store/_fsync.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

@@ -1,8 +1,15 @@
-"""Build configuration beyond pyproject.toml: the optional C module `protocol._speedups`.
+"""Build configuration beyond pyproject.toml: the optional C modules.
 
-`optional=True`: where it cannot be compiled (no C compiler or Python headers), the install goes on
-without it and rocketq runs its pure-Python twins (protocol/message.py picks at import)."""
+- `protocol._speedups`: C versions of pure per-message functions (protocol/message.py picks them);
+- `broker.store._fsync`: the SYNC_FLUSH fsync thread in C, never taking the GIL
+  (broker/store/fsync_thread.py, `NativeFsyncThread`).
+
+`optional=True`: where one cannot be compiled (no C compiler or Python headers, or not Linux), the
+install goes on without it and rocketq runs its pure-Python twin."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("protocol._speedups", ["protocol/_speedups.c"], optional=True)])
+setup(ext_modules=[
+    Extension("protocol._speedups", ["protocol/_speedups.c"], optional=True),
+    Extension("broker.store._fsync", ["broker/store/_fsync.c"], optional=True),
+])

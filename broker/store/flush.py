@@ -23,10 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from broker.store import fsync_thread
 from broker.store.checkpoint import Checkpoint, write_checkpoint
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueTable
-from broker.store.fsync_thread import FsyncThread
+from broker.store.fsync_thread import FsyncRounds, FsyncThread, NativeFsyncThread
 from broker.store.results import FlushDiskTimeoutError, StoreNotWritableError
 from broker.store.segment import fdatasync_paths
 from protocol.service import Service
@@ -72,8 +73,9 @@ class CommitLogFlushService(Service):
         self._flushing = False          # a round is in its fsync: it wakes itself when done
         # SYNC_FLUSH while running: the long-lived fsync thread, whether a round is out, and the
         # `flush()` calls waiting for a round to reach their target
-        self._fsync_thread: FsyncThread | None = None
+        self._fsync_thread: FsyncRounds | None = None
         self._round_out = False
+        self._native = False            # the fsync thread is the C one (`NativeFsyncThread`)
         self._flush_calls: list[tuple[int, asyncio.Future[None]]] = []
 
     def begin(self, flushed_offset: int) -> None:
@@ -107,15 +109,35 @@ class CommitLogFlushService(Service):
         elif not self._flushing:
             self.wakeup()
 
+    def appended(self, end: int) -> None:
+        """The log grew to `end` (every put, before its dispatch to the consume queues). With the C
+        fsync thread, a round starts now when none is out, so the fsync overlaps the rest of the
+        put (dispatch, key index) and the response's making instead of starting when the sender
+        hands over its waiter; a round under way may go on back to back up to `end`. (The Python
+        thread needs the GIL to start a round, so an early request would only wait for the loop.)"""
+        thread = self._fsync_thread
+        if thread is None:
+            return
+        thread.note_end(end)
+        if self._native and not self._round_out:
+            self._start_round()
+
     async def start(self) -> None:
-        """SYNC_FLUSH: start the fsync thread that every round goes through (see `FsyncThread`),
-        then the service (its periodic round covers writes nobody waits for)."""
+        """SYNC_FLUSH: start the fsync thread that every round goes through (the C thread of
+        `NativeFsyncThread` when it was built, else `FsyncThread`), then the service (its periodic
+        round covers writes nobody waits for)."""
         if self.sync_flush:
             commit_log = self._commit_log
-            self._fsync_thread = FsyncThread(
-                self.name, asyncio.get_running_loop(), self._round_done, end=lambda: commit_log.max_offset,
-                segment_bytes=commit_log.segment_bytes,
-                sync=lambda paths: fdatasync_paths(paths))   # looked up per round (tests replace it)
+            loop = asyncio.get_running_loop()
+            if fsync_thread.NativeFsyncWorker is not None:
+                self._fsync_thread = NativeFsyncThread(self.name, loop, self._round_done,
+                                                       segment_bytes=commit_log.segment_bytes)
+                self._native = True
+            else:
+                self._fsync_thread = FsyncThread(
+                    self.name, loop, self._round_done, end=lambda: commit_log.max_offset,
+                    segment_bytes=commit_log.segment_bytes,
+                    sync=lambda paths: fdatasync_paths(paths))   # looked up per round (tests replace it)
             self._fsync_thread.start()
         await super().start()
 

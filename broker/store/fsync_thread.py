@@ -16,20 +16,50 @@ round's cycle from ~0.75 to ~0.5 ms."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
 from broker.store.segment import fdatasync_paths
 
 log = logging.getLogger(__name__)
 
+
+def _native_worker() -> Any:
+    """`broker.store._fsync.FsyncWorker` when it was built and RQ_PURE_PYTHON is not set, else None."""
+    if os.environ.get("RQ_PURE_PYTHON"):
+        return None
+    try:
+        from broker.store._fsync import FsyncWorker  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return FsyncWorker
+
+
+NativeFsyncWorker: Any = _native_worker()
+"""The C fsync thread class, or None (not built, or RQ_PURE_PYTHON set): `NativeFsyncThread` needs it."""
+
 RoundDone = Callable[[int, float | None, OSError | None], None]
 """`on_done(target, seconds, error)`: the round up to `target` took `seconds` of fdatasync (None: no
 fsync was needed, an earlier back-to-back round covered `target`); `error` is the OSError it raised
 (nothing before `target` is then known to be durable)."""
+
+
+class FsyncRounds(Protocol):
+    """What the flush service needs of an fsync thread (`FsyncThread` or `NativeFsyncThread`)."""
+
+    def start(self) -> None: ...
+
+    def request(self, target: int, paths: list[Path]) -> None: ...
+
+    def note_end(self, end: int) -> None: ...
+
+    async def stop(self, timeout_ms: int) -> None: ...
 
 
 class FsyncThread:
@@ -51,6 +81,9 @@ class FsyncThread:
         with self._wake:
             self._request = (target, paths)
             self._wake.notify()
+
+    def note_end(self, end: int) -> None:
+        """The log grew to `end` (this thread reads `end()` itself when a round ends: nothing to do)."""
 
     async def stop(self, timeout_ms: int) -> None:
         """Finish the round under way (its `on_done` is still delivered), take no other, and end
@@ -109,3 +142,65 @@ class FsyncThread:
             return None
         segment_bytes = self._segment_bytes
         return end if (end - 1) // segment_bytes == (target - 1) // segment_bytes else None
+
+
+class NativeFsyncThread:
+    """`FsyncThread`'s rounds on `broker.store._fsync.FsyncWorker`, a C thread that never takes the
+    GIL: it waits, opens, fdatasyncs and closes the round's files, and wakes the loop through a
+    pipe (`loop.add_reader`), which then takes the finished rounds and reports each as
+    `on_done(target, seconds, error)`. The Python thread needs the GIL before and after each
+    fdatasync, so every round also waited for the busy loop to let go of it, twice.
+
+    The back-to-back rounds need the log's end as it grows: the flush service passes it on with
+    `note_end` after every append. `inject(delay_ms, errno)` makes the disk slow or failing (tests)."""
+
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop, on_done: RoundDone, *,
+                 segment_bytes: int) -> None:
+        self.name = name
+        self._loop, self._on_done = loop, on_done
+        self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._worker = NativeFsyncWorker(self._write_fd, segment_bytes)
+        self._reading = False
+        self._closed = False
+
+    def start(self) -> None:
+        self._worker.start()
+        self._loop.add_reader(self._read_fd, self._wakeup)
+        self._reading = True
+
+    def request(self, target: int, paths: list[Path]) -> None:
+        """fdatasync `paths` (the files holding commit-log bytes up to `target`) next."""
+        self._worker.note_end(target)
+        self._worker.request(target, [os.fsencode(path) for path in paths])
+
+    def note_end(self, end: int) -> None:
+        """The log's write position is now `end` (a back-to-back round may go up to it)."""
+        self._worker.note_end(end)
+
+    def inject(self, delay_ms: int, error: int = 0) -> None:
+        """Tests: each later fsync first waits `delay_ms`, then fails with `error` unless it is 0."""
+        self._worker.inject(delay_ms, error)
+
+    def _wakeup(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._read_fd, 4096)        # more left (a burst of rounds): called again
+        for target, seconds, error in self._worker.take():
+            self._on_done(target, None if seconds < 0 else seconds,
+                          OSError(error, os.strerror(error)) if error else None)
+
+    async def stop(self, timeout_ms: int) -> None:
+        """Finish the round under way (its `on_done` is still delivered), take no other, and end
+        the thread; waits at most `timeout_ms` (a hung disk leaves the thread behind)."""
+        if self._closed:
+            return
+        joined = await asyncio.to_thread(self._worker.stop, timeout_ms)
+        if self._reading:
+            self._loop.remove_reader(self._read_fd)
+            self._reading = False
+        if joined:
+            self._wakeup()          # the rounds finished since the last wake-up
+            os.close(self._read_fd)
+            os.close(self._write_fd)
+        else:
+            log.warning("%s: an fsync is still running after %d ms; leaving it", self.name, timeout_ms)
+        self._closed = True

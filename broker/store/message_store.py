@@ -273,6 +273,7 @@ class MessageStore:
             return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, self._segment_failed(exc))
         if written is None:
             return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
+        self._commit_log_flush.appended(commit_log.max_offset)
         offsets, sizes = written
         self._topic_queue_table[key] = first_queue_offset + len(messages)
         tags_cache = self._tags_cache
@@ -320,6 +321,7 @@ class MessageStore:
             return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, self._segment_failed(exc))
         if written is None:
             return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
+        self._commit_log_flush.appended(commit_log.max_offset)
         commit_log_offset, size = written
         self._topic_queue_table[key] = queue_offset + 1
         tag = properties.get(PROPERTY_TAGS)

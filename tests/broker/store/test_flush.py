@@ -3,22 +3,87 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import threading
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 import broker.store.flush as flush_module
+from broker.store import fsync_thread
 from broker.store.checkpoint import read_checkpoint
+from broker.store.fsync_thread import NativeFsyncThread
 from broker.store.message_store import MessageStore
 from broker.store.results import FlushDiskTimeoutError, PutMessageStatus, StoreNotWritableError
-from tests.broker.store.conftest import eventually, open_store, put, small_config
+from broker.store.segment import fdatasync_paths
+from conf.store import StoreConfig
+from tests.broker.store.conftest import TickClock, eventually, open_store, put, small_config
 
 
 async def send(store: MessageStore, body: bytes = b"x") -> int:
     result = put(store, body=body)
     await store.wait_flushed(result.end_offset)
     return result.end_offset
+
+
+@pytest.fixture(params=["python", "native"])
+def fsync_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the pure-Python fsync thread and with the C one (when it was built)."""
+    if request.param == "native":
+        if fsync_thread.NativeFsyncWorker is None:
+            pytest.skip("broker.store._fsync was not built (no C compiler?)")
+    else:
+        monkeypatch.setattr(fsync_thread, "NativeFsyncWorker", None)
+    return str(request.param)
+
+
+@pytest.fixture
+async def store(fsync_impl: str, config: StoreConfig, clock: TickClock) -> AsyncIterator[MessageStore]:
+    running = await open_store(config, clock)
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+class Disk:
+    """A slow or failing disk under either fsync thread: the Python one's fsync function is
+    replaced, the C one is told through its test hook (`inject`)."""
+
+    def __init__(self, store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._thread = store._commit_log_flush._fsync_thread
+        self._monkeypatch = monkeypatch
+        self.threads: set[int] = set()        # where the Python thread's fsyncs ran
+
+    def _python(self, delay_ms: int, error: int) -> None:
+        def fsync(paths: list[Path]) -> None:
+            self.threads.add(threading.get_ident())
+            time.sleep(delay_ms / 1000)
+            if error:
+                raise OSError(error, os.strerror(error))
+            fdatasync_paths(paths)
+        self._monkeypatch.setattr(flush_module, "fdatasync_paths", fsync)
+
+    def slow(self, delay_ms: int) -> None:
+        if isinstance(self._thread, NativeFsyncThread):
+            self._thread.inject(delay_ms, 0)
+        else:
+            self._python(delay_ms, 0)
+
+    def fail(self, error: int) -> None:
+        if isinstance(self._thread, NativeFsyncThread):
+            self._thread.inject(0, error)
+        else:
+            self._python(0, error)
+
+    def heal(self) -> None:
+        if isinstance(self._thread, NativeFsyncThread):
+            self._thread.inject(0, 0)
+        else:
+            self._monkeypatch.undo()
 
 
 async def test_sync_flush_waits_for_fsync(store: MessageStore) -> None:
@@ -30,58 +95,60 @@ async def test_sync_flush_waits_for_fsync(store: MessageStore) -> None:
     assert store.flush_count == before + 1
 
 
-async def test_concurrent_sends_share_fsyncs(store: MessageStore) -> None:
+async def test_concurrent_sends_share_fsyncs(store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    Disk(store, monkeypatch).slow(100)      # every put is made while the first fsync is out
     before = store.flush_count
     ends = await asyncio.wait_for(asyncio.gather(*(send(store, b"%d" % i) for i in range(50))), timeout=5)
     assert store._commit_log_flush.flushed_offset >= max(ends)
-    assert store.flush_count - before <= 2          # one group commit (two if one was in flight)
+    assert store.flush_count - before <= 2          # the first put's round, then one for all the others
 
 
 async def test_fsync_runs_off_the_event_loop(store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    release, entered = threading.Event(), threading.Event()
-    loop_thread = threading.get_ident()
-
-    def slow_fdatasync(paths: list[Path]) -> None:
-        assert threading.get_ident() != loop_thread
-        entered.set()
-        assert release.wait(5)
-
-    monkeypatch.setattr(flush_module, "fdatasync_paths", slow_fdatasync)
+    disk = Disk(store, monkeypatch)
+    disk.slow(400)
     waiting = asyncio.create_task(send(store))
-    await eventually(entered.is_set)
-    assert not waiting.done()                         # the loop runs while fsync blocks
-    release.set()
+    ticked = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.02, ticked.set)
+    await asyncio.wait_for(ticked.wait(), timeout=1)        # the loop runs while the fsync blocks
+    assert not waiting.done()
     await asyncio.wait_for(waiting, timeout=5)
+    assert threading.get_ident() not in disk.threads
 
 
-async def test_sync_flush_timeout_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_sync_flush_timeout_raises(fsync_impl: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = await open_store(small_config(tmp_path, sync_flush_timeout_ms=50))
-    release = threading.Event()
-    monkeypatch.setattr(flush_module, "fdatasync_paths", lambda paths: release.wait(5))
+    Disk(store, monkeypatch).slow(400)
     try:
         with pytest.raises(FlushDiskTimeoutError) as raised:
             await asyncio.wait_for(send(store), timeout=5)
         assert raised.value.code.name == "FLUSH_DISK_TIMEOUT"
     finally:
-        release.set()
         await store.stop()
 
 
 async def test_failed_fsync_fails_the_waiters_and_refuses_sends_until_writable(
         store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(paths: list[Path]) -> None:
-        raise OSError(5, "I/O error")
-
-    monkeypatch.setattr(flush_module, "fdatasync_paths", broken)
+    disk = Disk(store, monkeypatch)
+    disk.fail(errno.EIO)
     with pytest.raises(StoreNotWritableError, match="fsync failed with EIO"):
         await asyncio.wait_for(send(store), timeout=5)
     # then sends are refused, saying why, until a disk check finds the store writable again
     refused = store.put_message(topic="t", queue_id=0, body=b"x", properties={}, flag=0, born_timestamp=1,
                                 born_host="10.0.0.2:1")
     assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "EIO" in refused.remark
-    monkeypatch.undo()
+    disk.heal()
     await store.check_disk()
     await asyncio.wait_for(send(store), timeout=5)
+
+
+async def test_stop_waits_for_the_round_under_way(store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop lets the fsync under way finish and reports it: the waiting send is acknowledged."""
+    Disk(store, monkeypatch).slow(200)
+    waiting = asyncio.create_task(send(store))
+    await eventually(lambda: store._commit_log_flush._round_out)
+    await store._commit_log_flush.stop()
+    end = await asyncio.wait_for(waiting, timeout=5)
+    assert store._commit_log_flush.flushed_offset >= end
 
 
 async def test_async_flush_acknowledges_at_once_and_flushes_on_interval(tmp_path: Path) -> None:

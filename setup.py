@@ -2,7 +2,9 @@
 
 - `protocol._speedups`: C versions of pure per-message functions (protocol/message.py picks them);
 - `broker.store._fsync`: the SYNC_FLUSH fsync thread in C, never taking the GIL
-  (broker/store/fsync_thread.py, `NativeFsyncThread`).
+  (broker/store/fsync_thread.py, `NativeFsyncThread`);
+- `broker.store._records`: a batch's commit-log records encoded in C (broker/store/record.py,
+  `encode_run`).
 
 `optional=True`: where one cannot be compiled (no C compiler or Python headers, or not Linux), the
 install goes on without it and rocketq runs its pure-Python twin."""
@@ -10,6 +12,8 @@ install goes on without it and rocketq runs its pure-Python twin."""
 from setuptools import Extension, setup
 
 setup(ext_modules=[
-    Extension("protocol._speedups", ["protocol/_speedups.c"], optional=True),
+    Extension("protocol._speedups", ["protocol/_speedups.c"], depends=["protocol/_msgpack.h"], optional=True),
     Extension("broker.store._fsync", ["broker/store/_fsync.c"], optional=True),
+    Extension("broker.store._records", ["broker/store/_records.c"], depends=["protocol/_msgpack.h"],
+              optional=True),
 ])

@@ -17,6 +17,7 @@ from pathlib import Path
 from broker.store.record import (
     HEADER_BYTES,
     RECORD_HEADER,
+    EncodedRun,
     RecordError,
     decode_stored_fields,
     payload_commit_log_offset,
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 
 PayloadEncoder = Callable[[int, int], bytes]
 """`encode(index, commit_log_offset) -> payload` for message `index` of a batch stored at that offset."""
+RunEncoder = Callable[[int, int, int], EncodedRun]
+"""`encode(start, commit_log_offset, limit)`: the records of messages start.. from that offset that
+end by `limit` (`record.encode_run`)."""
 
 
 class CommitLog:
@@ -159,6 +163,38 @@ class CommitLog:
             sizes.append(total)
             position += total
         _write(segment, chunk_start, chunks)
+        self.max_offset = position
+        return offsets, sizes
+
+    def append_run(self, count: int, encode: RunEncoder) -> tuple[list[int], list[int]] | None:
+        """`append_batch` of `count` records that `encode(start, commit_log_offset, limit)` encodes
+        in runs (records start.. from that offset, as many as end by `limit`, the end of the current
+        file; see `record.encode_run`): each run is written into its file in one go, and the log
+        rolls to the next file when a record does not fit. Same results, errors and rollback as
+        `append_batch`."""
+        segment_bytes = self._segment_bytes
+        batch_start = position = self.max_offset
+        segment = self._segments.get_or_create(position - position % segment_bytes)
+        offsets: list[int] = []
+        sizes: list[int] = []
+        while len(offsets) < count:
+            data, run_offsets, run_sizes = encode(len(offsets), position, segment.start_offset + segment_bytes)
+            if run_offsets:
+                relative = position - segment.start_offset
+                segment.view[relative:relative + len(data)] = data
+                offsets += run_offsets
+                sizes += run_sizes
+                position += len(data)
+                continue
+            if position == segment.start_offset:      # larger than a whole file
+                self._rollback(batch_start, position)
+                return None
+            position = segment.start_offset + segment_bytes
+            try:
+                segment = self._segments.get_or_create(position)
+            except OSError:                   # ENOSPC, EIO: the batch is not stored at all
+                self._rollback(batch_start, position)
+                raise
         self.max_offset = position
         return offsets, sizes
 

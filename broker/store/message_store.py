@@ -26,7 +26,7 @@ from broker.store.consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTab
 from broker.store.disk_guard import DiskGuard
 from broker.store.flush import CommitLogFlushService, Settable, flush_consume_queues
 from broker.store.key_index import KeyIndex, indexed_records
-from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields, payload_properties
+from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields, encode_run, payload_properties
 from broker.store.recovery import recover_store
 from broker.store.reput import ArrivalListener, ReputService, RunListener
 from broker.store.results import (
@@ -268,7 +268,13 @@ class MessageStore:
             return encode(index, commit_log_offset)
 
         try:
-            written = commit_log.append_batch(len(messages), encode if origins is None else encode_with_origin)
+            if origins is None:      # the usual batch: records encoded in runs, in C when built
+                head = (topic, queue_id, sys_flag, born_timestamp, born_host, store_timestamp, self._store_host,
+                        reconsume_times)
+                written = commit_log.append_run(len(messages), lambda start, position, limit: encode_run(
+                    head, messages, start, first_queue_offset, position, limit))
+            else:
+                written = commit_log.append_batch(len(messages), encode_with_origin)
         except OSError as exc:                   # ENOSPC/EIO creating a segment: nothing written
             return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, self._segment_failed(exc))
         if written is None:

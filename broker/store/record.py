@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
 
-from protocol.message import F_COMMIT_LOG_OFFSET, F_PROPERTIES, STORED_FIELD_COUNT
+from protocol import native
+from protocol.message import (
+    F_BODY,
+    F_COMMIT_LOG_OFFSET,
+    F_FLAG,
+    F_PROPERTIES,
+    F_QUEUE_OFFSET,
+    STORED_FIELD_COUNT,
+)
 
 RECORD_HEADER = struct.Struct(">II")
 HEADER_BYTES = RECORD_HEADER.size
@@ -24,6 +33,69 @@ STREAM_PROPERTIES_FROM_BYTES = 16 * 1024
 
 class RecordError(ValueError):
     """Bytes that are not a complete, intact record."""
+
+
+RunHead = tuple[str, int, int, int, str, int, str, int]
+"""What the messages of one run share: (topic, queue_id, sys_flag, born_timestamp, born_host,
+store_timestamp, store_host, reconsume_times)."""
+RunMessage = tuple[dict[str, str], int, bytes]                # (properties, flag, body)
+EncodedRun = tuple[bytes, list[int], list[int]]              # (records, commit_log_offsets, sizes)
+_pack_stored = msgpack.Packer(use_bin_type=True).pack      # stateless between calls: safe to share
+
+
+def encode_run_py(head: RunHead, messages: Sequence[RunMessage], start: int, first_queue_offset: int,
+                  position: int, limit: int) -> EncodedRun:
+    """The records of `messages[start:]` appended one after another from commit-log offset
+    `position` (message i at queue offset `first_queue_offset + i`), stopping before the first
+    that would end past `limit` (the end of the current file): the records' bytes, and each one's
+    commit_log_offset and total size. The Python version of `encode_run` (its reference)."""
+    topic, queue_id, sys_flag, born_timestamp, born_host, store_timestamp, store_host, reconsume_times = head
+    fields: list[Any] = [topic, queue_id, 0, 0, 0, sys_flag, born_timestamp, born_host, store_timestamp,
+                         store_host, reconsume_times, None, None]
+    chunks: list[bytes] = []
+    offsets: list[int] = []
+    sizes: list[int] = []
+    header, crc32 = RECORD_HEADER.pack, zlib.crc32
+    for index in range(start, len(messages)):
+        fields[F_PROPERTIES], fields[F_FLAG], fields[F_BODY] = messages[index]
+        fields[F_QUEUE_OFFSET] = first_queue_offset + index
+        fields[F_COMMIT_LOG_OFFSET] = position
+        payload: bytes = _pack_stored(fields)
+        total = len(payload) + HEADER_BYTES
+        if position + total > limit:
+            break
+        chunks.append(header(total, crc32(payload)))
+        chunks.append(payload)
+        offsets.append(position)
+        sizes.append(total)
+        position += total
+    return b"".join(chunks), offsets, sizes
+
+
+def _native_encode_run() -> Callable[..., EncodedRun | None] | None:
+    """`broker.store._records.encode_run` when it was built and RQ_PURE_PYTHON is not set."""
+    if native.speedups() is None:       # RQ_PURE_PYTHON, or no compiler was found at install
+        return None
+    try:
+        from broker.store import _records  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _records.encode_run  # type: ignore[no-any-return]
+
+
+_c_encode_run = _native_encode_run()
+
+
+def encode_run(head: RunHead, messages: Sequence[RunMessage], start: int, first_queue_offset: int,
+               position: int, limit: int) -> EncodedRun:
+    """`encode_run_py`'s records, encoded by `broker.store._records` (C) when it was built: the
+    same bytes, in about a third of the time for the usual batch (a msgpack array and a CRC per
+    message, no Python per message). Anything unusual takes the Python version."""
+    if _c_encode_run is not None and type(messages) is list:
+        encoded = _c_encode_run(head, messages, start, first_queue_offset, position, limit, zlib.crc32)
+        if encoded is not None:
+            return encoded
+    return encode_run_py(head, messages, start, first_queue_offset, position, limit)
 
 
 def encode_record(payload: bytes) -> bytes:

@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+import broker.store.record as record_module
 from broker.store.message_store import MessageStore
 from broker.store.record import encode_record
 from broker.store.results import PutMessageStatus
 from conf.store import StoreConfig
 from protocol.message import decode_message_batch, encode_stored_message
 from protocol.subscription import tags_code
-from tests.broker.store.conftest import BORN_HOST, STORE_HOST, TickClock, bodies, eventually, put, put_many
+from tests.broker.store.conftest import (
+    BORN_HOST,
+    STORE_HOST,
+    TickClock,
+    bodies,
+    eventually,
+    open_store,
+    put,
+    put_many,
+    small_config,
+)
 
 
 async def test_records_roll_over_to_new_segments(store: MessageStore, config: StoreConfig) -> None:
@@ -34,6 +47,28 @@ async def test_records_roll_over_to_new_segments(store: MessageStore, config: St
         got += bodies(result)
         queue_offset = result.next_begin_offset
     assert got == [m[2] for m in batch] * 10
+
+
+async def test_batches_write_the_same_log_with_c_or_python_records(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch path's records (C `encode_run` when built, else its twin) are byte for byte the
+    records the one-by-one path writes, across file roll-overs and a record too large for a file."""
+    batches = [[({"TAGS": "A", "UNIQ_KEY": f"u{b}-{i}"}, i, bytes([i]) * (100 * i + 7)) for i in range(20)]
+               for b in range(12)] + [[({}, 0, b"ok"), ({}, 0, bytes(70_000))]]
+    logs: list[list[bytes]] = []
+    for twin in (False, True):
+        if twin:
+            monkeypatch.setattr(record_module, "_c_encode_run", None)
+        config = small_config(tmp_path / f"store-{twin}")
+        store = await open_store(config, TickClock())
+        try:
+            results = [store.put_messages(topic="t", queue_id=1, messages=batch, born_timestamp=5,
+                                          born_host=BORN_HOST) for batch in batches]
+        finally:
+            await store.stop()
+        assert [r.status for r in results] == [PutMessageStatus.PUT_OK] * 12 + [PutMessageStatus.MESSAGE_ILLEGAL]
+        logs.append([path.read_bytes() for path in sorted((config.path / "commitlog").iterdir())])
+    assert len(logs[0]) >= 3 and logs[0] == logs[1]
 
 
 async def test_stored_payload_is_exactly_encode_stored_message(store: MessageStore, clock: TickClock) -> None:

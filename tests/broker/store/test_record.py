@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import zlib
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,9 +13,13 @@ from hypothesis import strategies as st
 from broker.store.record import (
     HEADER_BYTES,
     RecordError,
+    RunHead,
+    RunMessage,
     decode_record,
     decode_stored_fields,
     encode_record,
+    encode_run,
+    encode_run_py,
     payload_commit_log_offset,
     payload_properties,
     record_size_at,
@@ -89,3 +97,58 @@ def test_payload_properties_reads_the_properties_of_any_size(body_bytes: int) ->
                                      b"\xdc\x00\x0d" + bytes(40_000), b"\xdc\x00\x0d" + b"\xc1" * 40_000])
 def test_payload_properties_of_garbage_is_none(garbage: bytes) -> None:
     assert payload_properties(garbage) is None
+
+
+# -- runs of records (a batch's put) --------------------------------------------------------------
+
+native_records: Any = None
+try:
+    from broker.store import _records  # type: ignore[attr-defined]
+    native_records = _records
+except ImportError:
+    pass
+
+TEXT = st.text(max_size=12)
+INT64 = st.integers(-(2**63), 2**63 - 1)
+run_heads = st.tuples(TEXT, INT64, INT64, INT64, TEXT, INT64, TEXT, INT64)
+run_messages = st.lists(st.tuples(st.dictionaries(TEXT, TEXT, max_size=3), INT64, st.binary(max_size=300)),
+                        min_size=1, max_size=12)
+
+
+@given(run_heads, run_messages, st.integers(0, 2**62), st.integers(0, 2**40), st.integers(0, 4000), st.data())
+def test_a_run_is_the_records_of_encode_stored_message(head: RunHead, messages: list[RunMessage],
+                                                        first_queue_offset: int, position: int, room: int,
+                                                        data: st.DataObject) -> None:
+    start = data.draw(st.integers(0, len(messages)), label="start")
+    encoded, offsets, sizes = encode_run(head, messages, start, first_queue_offset, position, position + room)
+    topic, queue_id, sys_flag, born_timestamp, born_host, store_timestamp, store_host, reconsume_times = head
+    expected = b""
+    for index in range(start, len(messages)):
+        properties, flag, body = messages[index]
+        record = encode_record(encode_stored_message(
+            topic=topic, queue_id=queue_id, queue_offset=first_queue_offset + index,
+            commit_log_offset=position + len(expected), flag=flag, sys_flag=sys_flag,
+            born_timestamp=born_timestamp, born_host=born_host, store_timestamp=store_timestamp,
+            store_host=store_host, reconsume_times=reconsume_times, properties=properties, body=body))
+        if len(expected) + len(record) > room:
+            break
+        expected += record
+    assert encoded == expected
+    assert sum(sizes) == len(encoded) and offsets == [position + sum(sizes[:i]) for i in range(len(sizes))]
+    assert (encoded, offsets, sizes) == encode_run_py(head, messages, start, first_queue_offset, position,
+                                                      position + room)
+
+
+@pytest.mark.skipif(native_records is None, reason="broker.store._records was not built (no C compiler?)")
+@pytest.mark.parametrize(("head", "messages"), [
+    (("t", 0, 0, 0, "h", 0, "s", 0), [({"k": 1}, 0, b"x")]),           # a property that is not str
+    (("t", 0, 0, 0, "h", 0, "s", 0), [({}, 0, bytearray(b"x"))]),      # a bytearray body
+    (("t", 0, 0, 0, "h", 0, "s", 0), [({}, True, b"x")]),               # a bool flag
+    (("t", 2**64, 0, 0, "h", 0, "s", 0), [({}, 0, b"x")]),              # out of msgpack's ints
+    (("\ud800", 0, 0, 0, "h", 0, "s", 0), [({}, 0, b"x")]),             # not UTF-8 encodable
+    (("t", 0, 0, 0, "h", 0, "s", 0), [[{}, 0, b"x", 1]]),               # not (properties, flag, body)
+])
+def test_c_leaves_unusual_runs_to_python(head: Any, messages: Any) -> None:
+    assert native_records.encode_run(head, messages, 0, 0, 0, 1 << 20, zlib.crc32) is None
+    with contextlib.suppress(Exception):        # the twin encodes it, or raises msgpack's error
+        encode_run(head, messages, 0, 0, 0, 1 << 20)

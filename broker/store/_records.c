@@ -1,0 +1,231 @@
+/* broker.store._records: the commit-log records of a batch, encoded in C.
+ *
+ * encode_run(head, messages, start, first_queue_offset, position, limit, crc32)
+ *     -> (data, commit_log_offsets, sizes) | None
+ *
+ * The twin of broker/store/message_store.py's `encode_run_py` (its reference; the store tests run
+ * both and compare the bytes): messages[start:] appended one after another from commit-log offset
+ * `position`, each a record of broker/store/record.py (u32be total_size, u32be crc32(payload),
+ * payload) whose payload is the stored message of protocol/message.py (a 13-field msgpack array,
+ * byte for byte what msgpack's Packer(use_bin_type=True) writes):
+ *
+ *     [topic, queue_id, first_queue_offset + i, commit_log_offset, flag, sys_flag, born_timestamp,
+ *      born_host, store_timestamp, store_host, reconsume_times, properties, body]
+ *
+ * `head` is (topic, queue_id, sys_flag, born_timestamp, born_host, store_timestamp, store_host,
+ * reconsume_times); each message is (properties, flag, body). Encoding stops before the first
+ * record that would end past `limit` (the end of the current commit-log file): the caller rolls to
+ * the next file and calls again from there. `crc32` is zlib.crc32. None when anything is not of the
+ * usual types (str topic and hosts, 64-bit ints, a dict of str to str, bytes body): the Python twin
+ * then encodes the run, and raises what msgpack raises. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include "../../protocol/_msgpack.h"
+
+#define HEADER_BYTES 8
+
+typedef struct {
+    unsigned char *data;
+    Py_ssize_t length, capacity;
+} out_buffer;
+
+static int
+reserve(out_buffer *out, Py_ssize_t more)
+{
+    if (out->length + more <= out->capacity)
+        return 0;
+    Py_ssize_t capacity = out->capacity ? out->capacity : 4096;
+    while (capacity < out->length + more)
+        capacity *= 2;
+    unsigned char *grown = PyMem_Realloc(out->data, (size_t)capacity);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    out->data = grown;
+    out->capacity = capacity;
+    return 0;
+}
+
+/* The UTF-8 of a str, or NULL (no exception) when it cannot be encoded (msgpack's own error). */
+static const char *
+utf8_of(PyObject *text, Py_ssize_t *length)
+{
+    if (!PyUnicode_CheckExact(text))
+        return NULL;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, length);
+    if (utf8 == NULL)
+        PyErr_Clear();
+    return utf8;
+}
+
+static int
+is_int(PyObject *value)
+{
+    return PyLong_CheckExact(value);
+}
+
+/* One record at the end of `out`; 1 when it was written, 0 when it is not of the usual types
+ * (nothing written), -1 with an exception. */
+static int
+put_record(out_buffer *out, PyObject **head, PyObject *queue_offset, PyObject *commit_log_offset,
+           PyObject *message, PyObject *crc32)
+{
+    if (!(PyTuple_CheckExact(message) || PyList_CheckExact(message)) || PySequence_Fast_GET_SIZE(message) != 3)
+        return 0;
+    PyObject **item = PySequence_Fast_ITEMS(message);
+    PyObject *properties = item[0], *flag = item[1], *body = item[2];
+    if (!PyDict_CheckExact(properties) || !is_int(flag) || !PyBytes_CheckExact(body))
+        return 0;
+    Py_ssize_t topic_length, born_host_length, store_host_length;
+    const char *topic = utf8_of(head[0], &topic_length);
+    const char *born_host = utf8_of(head[4], &born_host_length);
+    const char *store_host = utf8_of(head[6], &store_host_length);
+    if (topic == NULL || born_host == NULL || store_host == NULL)
+        return 0;
+    Py_ssize_t body_length = PyBytes_GET_SIZE(body);
+    Py_ssize_t bound = HEADER_BYTES + 1 + 5 * 3 + topic_length + born_host_length + store_host_length
+                       + 8 * 9 + 5 + 5 + body_length;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(properties, &pos, &key, &value)) {
+        Py_ssize_t key_length, value_length;
+        if (utf8_of(key, &key_length) == NULL || utf8_of(value, &value_length) == NULL)
+            return 0;
+        bound += 10 + key_length + value_length;
+    }
+    if (reserve(out, bound) < 0)
+        return -1;
+    unsigned char *start = out->data + out->length, *p = start + HEADER_BYTES;
+    *p++ = 0x9D;                                       /* an array of 13 */
+    p = put_str_header(p, topic_length);
+    memcpy(p, topic, (size_t)topic_length);
+    p += topic_length;
+    PyObject *ints[6] = {head[1], queue_offset, commit_log_offset, flag, head[2], head[3]};
+    for (int i = 0; i < 6; i++) {
+        if (!is_int(ints[i]) || (p = put_int(p, ints[i])) == NULL)
+            return 0;
+    }
+    p = put_str_header(p, born_host_length);
+    memcpy(p, born_host, (size_t)born_host_length);
+    p += born_host_length;
+    if (!is_int(head[5]) || (p = put_int(p, head[5])) == NULL)
+        return 0;
+    p = put_str_header(p, store_host_length);
+    memcpy(p, store_host, (size_t)store_host_length);
+    p += store_host_length;
+    if (!is_int(head[7]) || (p = put_int(p, head[7])) == NULL)
+        return 0;
+    p = put_map_header(p, PyDict_GET_SIZE(properties));
+    pos = 0;
+    while (PyDict_Next(properties, &pos, &key, &value)) {
+        Py_ssize_t key_length, value_length;
+        const char *key_utf8 = utf8_of(key, &key_length), *value_utf8 = utf8_of(value, &value_length);
+        p = put_str_header(p, key_length);
+        memcpy(p, key_utf8, (size_t)key_length);
+        p += key_length;
+        p = put_str_header(p, value_length);
+        memcpy(p, value_utf8, (size_t)value_length);
+        p += value_length;
+    }
+    p = put_bin_header(p, body_length);
+    memcpy(p, PyBytes_AS_STRING(body), (size_t)body_length);
+    p += body_length;
+    Py_ssize_t total = p - start;
+    PyObject *payload = PyMemoryView_FromMemory((char *)start + HEADER_BYTES, total - HEADER_BYTES, PyBUF_READ);
+    if (payload == NULL)
+        return -1;
+    PyObject *crc = PyObject_CallOneArg(crc32, payload);
+    Py_DECREF(payload);
+    if (crc == NULL)
+        return -1;
+    unsigned long crc_value = PyLong_AsUnsignedLong(crc);
+    Py_DECREF(crc);
+    if (crc_value == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    put_be(start, (uint64_t)total, 4);
+    put_be(start + 4, (uint64_t)crc_value, 4);
+    out->length += total;
+    return 1;
+}
+
+static PyObject *
+encode_run(PyObject *module, PyObject *args)
+{
+    PyObject *head, *messages, *crc32;
+    Py_ssize_t start;
+    long long first_queue_offset, position, limit;
+    if (!PyArg_ParseTuple(args, "O!O!nLLLO:encode_run", &PyTuple_Type, &head, &PyList_Type, &messages, &start,
+                          &first_queue_offset, &position, &limit, &crc32))
+        return NULL;
+    if (PyTuple_GET_SIZE(head) != 8 || start < 0)
+        Py_RETURN_NONE;
+    PyObject **fields = &PyTuple_GET_ITEM(head, 0);
+    out_buffer out = {NULL, 0, 0};
+    PyObject *offsets = PyList_New(0), *sizes = PyList_New(0), *result = NULL;
+    if (offsets == NULL || sizes == NULL)
+        goto done;
+    Py_ssize_t count = PyList_GET_SIZE(messages);
+    for (Py_ssize_t index = start; index < count; index++) {
+        PyObject *queue_offset = PyLong_FromLongLong(first_queue_offset + index);
+        PyObject *commit_log_offset = queue_offset == NULL ? NULL : PyLong_FromLongLong(position);
+        if (commit_log_offset == NULL) {
+            Py_XDECREF(queue_offset);
+            goto done;
+        }
+        Py_ssize_t before = out.length;
+        int written = put_record(&out, fields, queue_offset, commit_log_offset,
+                                 PyList_GET_ITEM(messages, index), crc32);
+        Py_DECREF(queue_offset);
+        if (written <= 0) {
+            Py_DECREF(commit_log_offset);
+            if (written == 0)
+                result = Py_NewRef(Py_None);
+            goto done;
+        }
+        Py_ssize_t total = out.length - before;
+        if (position + total > limit) {          /* not in this file: the caller rolls */
+            Py_DECREF(commit_log_offset);
+            out.length = before;
+            break;
+        }
+        PyObject *size = PyLong_FromSsize_t(total);
+        int failed = size == NULL || PyList_Append(offsets, commit_log_offset) < 0 || PyList_Append(sizes, size) < 0;
+        Py_DECREF(commit_log_offset);
+        Py_XDECREF(size);
+        if (failed)
+            goto done;
+        position += total;
+    }
+    PyObject *data = PyBytes_FromStringAndSize((const char *)out.data, out.length);
+    if (data != NULL)
+        result = Py_BuildValue("(NOO)", data, offsets, sizes);
+
+done:
+    PyMem_Free(out.data);
+    Py_XDECREF(offsets);
+    Py_XDECREF(sizes);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"encode_run", encode_run, METH_VARARGS,
+     "encode_run(head, messages, start, first_queue_offset, position, limit, crc32) -> "
+     "(data, commit_log_offsets, sizes) | None (see the module docstring)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "broker.store._records",
+    "The commit-log records of a batch, encoded in C (see broker/store/message_store.py encode_run_py).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__records(void)
+{
+    return PyModule_Create(&module_def);
+}

@@ -846,7 +846,69 @@ fallback:
     Py_RETURN_NONE;
 }
 
+/* -- batch bodies ---------------------------------------------------------------------------- */
+
+static PyObject *key_delay;     /* "DELAY" */
+
+/* read_batch_body(raw, max_messages, max_body_bytes) -> (items, body_bytes) | None: a
+ * SEND_BATCH_MESSAGE body (an array of [properties, flag, body]) when it is plainly well formed:
+ * 1..max_messages items, each a list of a dict of str to str without DELAY, an int (not a bool)
+ * and bytes of at most max_body_bytes. None for anything else: the broker's Python check then
+ * names what is wrong (broker/processors/send_message.py _decode_batch). */
+static PyObject *
+read_batch_body(PyObject *module, PyObject *args)
+{
+    Py_buffer raw;
+    Py_ssize_t max_messages, max_body_bytes;
+    if (!PyArg_ParseTuple(args, "y*nn:read_batch_body", &raw, &max_messages, &max_body_bytes))
+        return NULL;
+    if (key_delay == NULL && (key_delay = PyUnicode_InternFromString("DELAY")) == NULL) {
+        PyBuffer_Release(&raw);
+        return NULL;
+    }
+    PyObject *value = mp_read_all(raw.buf, raw.len);
+    PyBuffer_Release(&raw);
+    if (value == NULL)
+        return NULL;
+    if (value == MP_FALLBACK)
+        Py_RETURN_NONE;
+    Py_ssize_t count = PyList_CheckExact(value) ? PyList_GET_SIZE(value) : 0;
+    if (count == 0 || count > max_messages)
+        goto fallback;
+    long long body_bytes = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(value, i);
+        if (!PyList_CheckExact(item) || PyList_GET_SIZE(item) != 3)
+            goto fallback;
+        PyObject *properties = PyList_GET_ITEM(item, 0), *flag = PyList_GET_ITEM(item, 1);
+        PyObject *body = PyList_GET_ITEM(item, 2);
+        if (!PyDict_CheckExact(properties) || !PyLong_CheckExact(flag) || !PyBytes_CheckExact(body)
+                || PyBytes_GET_SIZE(body) > max_body_bytes)
+            goto fallback;
+        Py_ssize_t pos = 0;
+        PyObject *key, *text;
+        while (PyDict_Next(properties, &pos, &key, &text)) {
+            if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(text))
+                goto fallback;
+        }
+        int delayed = PyDict_Contains(properties, key_delay);
+        if (delayed != 0) {
+            if (delayed < 0)
+                PyErr_Clear();
+            goto fallback;
+        }
+        body_bytes += PyBytes_GET_SIZE(body);
+    }
+    return Py_BuildValue("(NL)", value, body_bytes);
+
+fallback:
+    Py_DECREF(value);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"read_batch_body", read_batch_body, METH_VARARGS,
+     "read_batch_body(raw, max_messages, max_body_bytes) -> (items, body_bytes) | None."},
     {"configure_frames", configure_frames, METH_VARARGS,
      "configure_frames(command_type, frame_error, check_header): the frame functions' classes."},
     {"decode_frames", decode_frames, METH_VARARGS,

@@ -151,6 +151,9 @@ def _send_result(response: RemotingCommand, topic: str, broker_name: str = "",
     return SendResult(status, msg_id, queue_id, queue_offset, topic, broker_name, (msg_id,), uniq_keys)
 
 
+_JUST_STR = frozenset({str})
+
+
 def _batch_result(fields: dict[str, Any], topic: str, broker_name: str, uniq_keys: tuple[str, ...]) -> SendResult:
     """The `SendResult` of a SEND_BATCH_MESSAGE response's fields. The usual answer (a list of
     string ids, int queue id and offset) is read by hand; anything else goes through
@@ -158,7 +161,7 @@ def _batch_result(fields: dict[str, Any], topic: str, broker_name: str, uniq_key
     32), which raises `MissingHeaderField` naming what is missing or mistyped."""
     msg_ids, queue_id, queue_offset = fields.get("msg_ids"), fields.get("queue_id"), fields.get("queue_offset")
     if (type(msg_ids) is not list or type(queue_id) is not int or type(queue_offset) is not int
-            or not all(type(msg_id) is str for msg_id in msg_ids)):
+            or not set(map(type, msg_ids)) <= _JUST_STR):
         header = SendBatchMessageResponseHeader.from_fields(fields)
         msg_ids, queue_id, queue_offset = header.msg_ids, header.queue_id, header.queue_offset
     ids = tuple(msg_ids)

@@ -245,22 +245,29 @@ class Producer:
         topic = messages[0].topic
         self._validate(messages[0])
         max_bytes = self.max_message_bytes
-        for m in messages:      # `_validate` of each, the topic checked once (it is the same)
+        uniq_keys = []
+        items: list[BatchItem] = []
+        fresh_ids = self._uniq.next_ids(len(messages))
+        # One pass: `_validate` of each (the topic checked once: it is the same), then its UNIQ_KEY
+        # and wire item. Nothing is sent, and no message keeps a key, unless every message is valid.
+        for m in messages:
+            body = m.body
             if m.topic != topic:
                 raise ValueError("all messages of a batch must have the same topic")
             if m.delay_level:
                 raise ValueError("batched messages cannot have a delay level")
-            if not isinstance(m.body, bytes | bytearray):
+            if type(body) is not bytes and not isinstance(body, bytes | bytearray):
                 raise TypeError("message body must be bytes")
-            if len(m.body) > max_bytes:
-                raise ValueError(f"message body of {len(m.body)} bytes exceeds {max_bytes}")
-        uniq_keys = []
-        items: list[BatchItem] = []
-        for m, fresh in zip(messages, self._uniq.next_ids(len(messages)), strict=True):
-            props = m.properties = dict(m.properties) if m.properties else {}
-            uniq_keys.append(props.setdefault(PROPERTY_UNIQ_KEY, fresh))
+            if len(body) > max_bytes:
+                raise ValueError(f"message body of {len(body)} bytes exceeds {max_bytes}")
+            props = dict(m.properties) if m.properties else {}
+            uniq_keys.append(props.setdefault(PROPERTY_UNIQ_KEY, fresh_ids[len(items)]))
             # the wire properties are `props` itself unless TAGS or KEYS add to them (no DELAY here)
-            items.append((props if not (m.tags or m.keys) else m.wire_properties(), m.flag, m.body))
+            items.append((props, m.flag, body))
+        for index, m in enumerate(messages):
+            m.properties = items[index][0]
+            if m.tags or m.keys:
+                items[index] = (m.wire_properties(), m.flag, m.body)
         body = encode_batch_items(items)
         instance = self._require_instance()
         keys = tuple(uniq_keys)

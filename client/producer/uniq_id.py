@@ -34,5 +34,6 @@ class UniqIdGenerator:
         """`count` ids at once (a batch): the same as `count` calls of `next_id` within one
         millisecond, with the shared 14 bytes formatted once."""
         now_ms = time.time_ns() // 1_000_000
-        prefix = _PREFIX.pack(self._ip, self._pid, self._instance, now_ms & 0xFFFFFFFF).hex().upper()
-        return [f"{prefix}{next(self._counter) & 0xFFFF:04X}" for _ in range(count)]
+        form = _PREFIX.pack(self._ip, self._pid, self._instance, now_ms & 0xFFFFFFFF).hex().upper() + "%04X"
+        counter = self._counter
+        return [form % (next(counter) & 0xFFFF) for _ in range(count)]

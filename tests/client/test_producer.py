@@ -56,6 +56,24 @@ async def test_send_batch_and_explicit_queue(broker: Broker, client_api: ClientA
     assert [m.body for m in pulled.messages][-10:] == [f"b{i}".encode() for i in range(10)]
 
 
+async def test_a_batch_keys_its_messages_only_when_every_message_is_valid(broker: Broker,
+                                                                          client_api: ClientAPI) -> None:
+    async with Producer("pg", broker.address) as producer:
+        good, delayed = Message("bk", b"a", properties={"p": "1"}), Message("bk", b"b", delay_level=2)
+        with pytest.raises(ValueError, match="delay level"):
+            await producer.send_batch([good, delayed])
+        assert good.properties == {"p": "1"} and delayed.properties is None       # nothing keyed
+        tagged = Message("bk", b"t", tags="T", keys=["k1", "k2"])
+        result = await producer.send_batch([good, tagged])
+        assert good.properties is not None and tagged.properties is not None
+        assert (good.properties["UNIQ_KEY"], tagged.properties["UNIQ_KEY"]) == result.uniq_keys
+        assert "TAGS" not in tagged.properties                     # the user's message keeps its fields
+    pulled = await client_api.pull_message(broker.address, pull_header(topic="bk", queue_id=result.queue_id), 3_000)
+    stored = {m.body: m for m in pulled.messages}
+    assert stored[b"a"].properties["p"] == "1" and stored[b"a"].uniq_key == result.uniq_keys[0]
+    assert (stored[b"t"].tags, stored[b"t"].keys) == ("T", "k1 k2") and stored[b"t"].uniq_key == result.uniq_keys[1]
+
+
 async def test_errors_reach_the_caller(tmp_path: Path) -> None:
     producer = Producer("pg", "127.0.0.1:1")
     with pytest.raises(ClientStateError):

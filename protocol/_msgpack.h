@@ -294,23 +294,32 @@ put_int(unsigned char *out, PyObject *number)
     return put_be(out, (uint64_t)value, 8);
 }
 
+/* A str, bin or map header: the one-byte fix form up to `fix_max` (tag `fix_tag | length`, none
+ * for bin), else the 8-, 16- or 32-bit length form (tags `tag8`, `tag8 + 1`, `tag8 + 2`; no 8-bit
+ * form for maps), as msgpack's Packer(use_bin_type=True) chooses them. */
 static inline unsigned char *
-put_str_header(unsigned char *out, Py_ssize_t length)
+put_sized_header(unsigned char *out, Py_ssize_t length, int fix_tag, Py_ssize_t fix_max, int tag8, int has8)
 {
-    if (length <= 0x1F) {
-        *out++ = (unsigned char)(0xA0 | length);
+    if (length <= fix_max) {
+        *out++ = (unsigned char)(fix_tag | length);
         return out;
     }
-    if (length <= 0xFF) {
-        *out++ = 0xD9;
+    if (has8 && length <= 0xFF) {
+        *out++ = (unsigned char)tag8;
         return put_be(out, (uint64_t)length, 1);
     }
     if (length <= 0xFFFF) {
-        *out++ = 0xDA;
+        *out++ = (unsigned char)(tag8 + 1);
         return put_be(out, (uint64_t)length, 2);
     }
-    *out++ = 0xDB;
+    *out++ = (unsigned char)(tag8 + 2);
     return put_be(out, (uint64_t)length, 4);
+}
+
+static inline unsigned char *
+put_str_header(unsigned char *out, Py_ssize_t length)
+{
+    return put_sized_header(out, length, 0xA0, 0x1F, 0xD9, 1);
 }
 
 static inline unsigned char *
@@ -323,36 +332,16 @@ put_key(unsigned char *out, const char *key)
 }
 
 
-/* A bin header as msgpack's Packer(use_bin_type=True) writes it. */
 static inline unsigned char *
 put_bin_header(unsigned char *out, Py_ssize_t length)
 {
-    if (length <= 0xFF) {
-        *out++ = 0xC4;
-        return put_be(out, (uint64_t)length, 1);
-    }
-    if (length <= 0xFFFF) {
-        *out++ = 0xC5;
-        return put_be(out, (uint64_t)length, 2);
-    }
-    *out++ = 0xC6;
-    return put_be(out, (uint64_t)length, 4);
+    return put_sized_header(out, length, 0, -1, 0xC4, 1);
 }
 
-/* A map header of `count` entries. */
 static inline unsigned char *
 put_map_header(unsigned char *out, Py_ssize_t count)
 {
-    if (count <= 0x0F) {
-        *out++ = (unsigned char)(0x80 | count);
-        return out;
-    }
-    if (count <= 0xFFFF) {
-        *out++ = 0xDE;
-        return put_be(out, (uint64_t)count, 2);
-    }
-    *out++ = 0xDF;
-    return put_be(out, (uint64_t)count, 4);
+    return put_sized_header(out, count, 0x80, 0x0F, 0xDD, 0);     /* map16 0xDE, map32 0xDF */
 }
 
 #endif

@@ -152,3 +152,15 @@ def test_c_leaves_unusual_runs_to_python(head: Any, messages: Any) -> None:
     assert native_records.encode_run(head, messages, 0, 0, 0, 1 << 20, zlib.crc32) is None
     with contextlib.suppress(Exception):        # the twin encodes it, or raises msgpack's error
         encode_run(head, messages, 0, 0, 0, 1 << 20)
+
+
+@pytest.mark.parametrize(("property_count", "body_bytes"), [(15, 255), (16, 256), (40, 65_535), (3, 65_536)])
+def test_runs_use_msgpack_s_larger_map_and_bin_forms(property_count: int, body_bytes: int) -> None:
+    head: RunHead = ("t" * 40, 7, 0, 1, "h" * 300, 2, "s", 0)
+    properties = {f"k{i}": "v" * i for i in range(property_count)}
+    messages: list[RunMessage] = [(properties, -5, bytes(body_bytes))]
+    encoded, _, _ = encode_run(head, messages, 0, 9, 100, 1 << 20)
+    assert encoded == encode_record(encode_stored_message(
+        topic="t" * 40, queue_id=7, queue_offset=9, commit_log_offset=100, flag=-5, sys_flag=0, born_timestamp=1,
+        born_host="h" * 300, store_timestamp=2, store_host="s", reconsume_times=0, properties=properties,
+        body=bytes(body_bytes)))

@@ -75,7 +75,6 @@ class CommitLogFlushService(Service):
         # `flush()` calls waiting for a round to reach their target
         self._fsync_thread: FsyncRounds | None = None
         self._round_out = False
-        self._native = False            # the fsync thread is the C one (`NativeFsyncThread`)
         self._flush_calls: list[tuple[int, asyncio.Future[None]]] = []
 
     def begin(self, flushed_offset: int) -> None:
@@ -110,17 +109,13 @@ class CommitLogFlushService(Service):
             self.wakeup()
 
     def appended(self, end: int) -> None:
-        """The log grew to `end` (every put, before its dispatch to the consume queues). With the C
-        fsync thread, a round starts now when none is out, so the fsync overlaps the rest of the
-        put (dispatch, key index) and the response's making instead of starting when the sender
-        hands over its waiter; a round under way may go on back to back up to `end`. (The Python
-        thread needs the GIL to start a round, so an early request would only wait for the loop.)"""
-        thread = self._fsync_thread
-        if thread is None:
-            return
-        thread.note_end(end)
-        if self._native and not self._round_out:
-            self._start_round()
+        """The log grew to `end` (every put): a round under way may go on back to back up to it
+        (the C fsync thread is told; the Python one reads the log's end itself). A round is not
+        started here, ahead of the sender's waiter: on this 2-CPU machine an fsync running beside
+        the rest of the put delayed the held pulls it wakes (wake p99 0.5 -> 0.9-1.0 ms) and bought
+        durable batches 2-6 %, measured."""
+        if self._fsync_thread is not None:
+            self._fsync_thread.note_end(end)
 
     async def start(self) -> None:
         """SYNC_FLUSH: start the fsync thread that every round goes through (the C thread of
@@ -132,7 +127,6 @@ class CommitLogFlushService(Service):
             if fsync_thread.NativeFsyncWorker is not None:
                 self._fsync_thread = NativeFsyncThread(self.name, loop, self._round_done,
                                                        segment_bytes=commit_log.segment_bytes)
-                self._native = True
             else:
                 self._fsync_thread = FsyncThread(
                     self.name, loop, self._round_done, end=lambda: commit_log.max_offset,

@@ -711,11 +711,15 @@ body_size(PyObject *body)
         return PyBytes_GET_SIZE(body);
     if (PyByteArray_CheckExact(body))
         return PyByteArray_GET_SIZE(body);
-    if (PyMemoryView_Check(body)) {
-        Py_buffer *view = PyMemoryView_GET_BUFFER(body);
-        if (!PyBuffer_IsContiguous(view, 'C') || view->itemsize != 1)
+    if (PyMemoryView_Check(body)) {       /* through the buffer API: a released view is refused */
+        Py_buffer view;
+        if (PyObject_GetBuffer(body, &view, PyBUF_ND) < 0) {
+            PyErr_Clear();
             return -1;
-        return view->len;
+        }
+        Py_ssize_t length = view.itemsize == 1 && PyBuffer_IsContiguous(&view, 'C') ? view.len : -1;
+        PyBuffer_Release(&view);
+        return length;
     }
     if (PyList_CheckExact(body) || PyTuple_CheckExact(body)) {
         Py_ssize_t total = 0, count = PySequence_Fast_GET_SIZE(body);
@@ -746,13 +750,16 @@ put_body(unsigned char *out, PyObject *body)
         return out + PyByteArray_GET_SIZE(body);
     }
     if (PyMemoryView_Check(body)) {
-        Py_buffer *view = PyMemoryView_GET_BUFFER(body);
-        memcpy(out, view->buf, (size_t)view->len);
-        return out + view->len;
+        Py_buffer view;
+        if (PyObject_GetBuffer(body, &view, PyBUF_ND) < 0)
+            return NULL;
+        memcpy(out, view.buf, (size_t)view.len);
+        PyBuffer_Release(&view);
+        return out + view.len;
     }
     Py_ssize_t count = PySequence_Fast_GET_SIZE(body);
     PyObject **items = PySequence_Fast_ITEMS(body);
-    for (Py_ssize_t i = 0; i < count; i++)
+    for (Py_ssize_t i = 0; i < count && out != NULL; i++)
         out = put_body(out, items[i]);
     return out;
 }
@@ -833,7 +840,11 @@ frame_bytes(PyObject *module, PyObject *args)
     Py_DECREF(packed_ext);
     packed_ext = NULL;
     Py_ssize_t header_length = out - (start + 8);
-    out = put_body(out, body);
+    if (body_size(body) != body_length || (out = put_body(out, body)) == NULL) {
+        PyErr_Clear();              /* a body changed by the ext's packing: the Python version */
+        Py_DECREF(frame);
+        Py_RETURN_NONE;
+    }
     put_be(start, (uint64_t)(4 + header_length + body_length), 4);
     put_be(start + 4, (uint64_t)header_length, 4);
     if (_PyBytes_Resize(&frame, out - start) < 0)

@@ -78,8 +78,8 @@ class SendMessageProcessor:
         self._checked_version = -1
 
     def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand | Deferred:
-        """The response at once when the put is already durable (ASYNC_FLUSH), else an awaitable
-        of it that resolves after the group commit covering the put (SYNC_FLUSH).
+        """The response at once when the put is already durable (ASYNC_FLUSH), else a `Deferred`
+        of it that the group commit covering the put resolves (SYNC_FLUSH).
 
         The usual send (every field of its exact type, a topic and group already checked for this
         topic-config version, no retry topic, no DELAY) reads the `ext` map directly and writes

@@ -204,3 +204,13 @@ def test_c_encoder_leaves_unusual_frames_to_python() -> None:
         assert speedups.frame_bytes(cmd, 100) is None
     enum_code = RemotingCommand(ResponseCode.PULL_NOT_FOUND, 1, 1, "held", {"k": 1}, [memoryview(b"ab"), b"c"])
     assert speedups.frame_bytes(enum_code, 100) == b"".join(bytes(p) for p in frame.encode_frame_py(enum_code))
+
+
+@needs_c
+def test_a_released_buffer_is_refused_as_python_refuses_it() -> None:
+    released = memoryview(b"abc")
+    released.release()
+    cmd = RemotingCommand(0, 1, 1, body=[memoryview(b"ok"), released])
+    assert speedups.frame_bytes(cmd, 100) is None
+    with pytest.raises(ValueError, match="released"):
+        frame.frame_bytes(cmd, 100)

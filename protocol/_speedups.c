@@ -1,24 +1,25 @@
 /* protocol._speedups: optional C versions of pure functions on the per-message path.
  *
- * Each function here has a pure-Python twin in protocol/ that is the reference: the same result
- * for every input, the same exception type and message (tests/protocol/test_speedups.py checks
- * both on generated and corrupted inputs). protocol/message.py uses these when the module was
- * built and RQ_PURE_PYTHON is not set; an install without a C compiler still works.
+ * Each function here has a pure-Python twin that is its reference: the same result for every
+ * input, the same exception type and message (tests/protocol/test_speedups.py and
+ * tests/broker/test_batch_decode.py check both on generated, malformed and mutated input).
+ * protocol/native.py says when these are used (built, and RQ_PURE_PYTHON not set); an install
+ * without a C compiler runs the twins. Bytes are read by the small msgpack reader of _msgpack.h,
+ * which hands anything but the plain types (or anything malformed) to msgpack itself, so values
+ * and errors stay msgpack's.
  *
  * decode_message_batch(body) -> list[MessageExt]
- *     The messages of a pull body (PROTOCOL.md "Messages in a body"): msgpack's own Unpacker
- *     parses the stream; this turns each stored array into a MessageExt (the twin's
- *     `message_from_fields`) with the slots written directly, which is where the Python version
- *     spends two thirds of its time.
- *
- * configure(message_type, msg_id_prefix, protocol_error) must be called once before use: the
- * MessageExt class, the cached prefix function and the exception class, from protocol.message.
+ *     The messages of a pull body (PROTOCOL.md "Messages in a body"), each stored array turned
+ *     into a MessageExt with its slots written directly (protocol/message.py
+ *     decode_message_batch_py and message_from_fields). A body the reader gives up on goes through
+ *     msgpack's Unpacker as the twin does. configure(message_type, msg_id_prefix, protocol_error)
+ *     first: the MessageExt class, the cached prefix function and the exception class.
  *
  * decode_frames(buffer, max_frame_bytes) -> (list[RemotingCommand], consumed)
- *     The whole frames at the start of `buffer` (PROTOCOL.md "Frame"), as protocol.frame's
- *     FrameDecoder.feed loop finds them: the lengths checked with the same FrameErrors, each header
- *     parsed by msgpack's unpackb and taken as it is when well formed (anything else is handed to
- *     protocol.frame._check_header, which names what is wrong), each body copied out.
+ *     The whole frames at the start of `buffer` (PROTOCOL.md "Frame"), as protocol/frame.py
+ *     decode_frames_py finds them: the lengths checked with the same FrameErrors, a well-formed
+ *     header taken as it is (anything else is handed to protocol.frame._check_header, which names
+ *     what is wrong), each body copied out.
  *
  * frame_bytes(command, max_body_bytes) -> bytes | None
  *     The whole frame of a command (protocol.frame.encode_frame's buffers joined) whose body is
@@ -26,9 +27,12 @@
  *     all: the six header keys written here (int fields may be IntEnums, as msgpack packs them),
  *     `ext` packed by msgpack's Packer, byte for byte what msgpack writes for the whole map. None
  *     for anything else (the Python version handles it, and raises what it raises).
+ *     configure_frames(command_type, frame_error, check_header) before the frame functions: the
+ *     RemotingCommand class, FrameError and protocol.frame._check_header.
  *
- * configure_frames(command_type, frame_error, check_header) before the frame functions: the
- * RemotingCommand class, FrameError and protocol.frame._check_header. */
+ * read_batch_body(raw, max_messages, max_body_bytes) -> (items, body_bytes) | None
+ *     A plainly well-formed SEND_BATCH_MESSAGE body; None sends it to the broker's checks
+ *     (broker/processors/send_message.py decode_batch_py), which name what is wrong. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

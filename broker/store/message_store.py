@@ -248,25 +248,6 @@ class MessageStore:
         key = (topic, queue_id)
         first_queue_offset = self._topic_queue_table.get(key, 0)
         store_timestamp = self._clock_ms()
-        # The array of `protocol.message.encode_stored_message`, packed with one reusable Packer:
-        # the same bytes (a test checks it) at half the cost of a `packb` per message.
-        fields: list[Any] = [topic, queue_id, 0, 0, 0, sys_flag, born_timestamp, born_host, store_timestamp,
-                             self._store_host, reconsume_times, None, None]
-        pack = self._packer.pack
-
-        def encode(index: int, commit_log_offset: int) -> bytes:
-            fields[F_PROPERTIES], fields[F_FLAG], fields[F_BODY] = messages[index]
-            fields[F_QUEUE_OFFSET] = first_queue_offset + index
-            fields[F_COMMIT_LOG_OFFSET] = commit_log_offset
-            payload: bytes = pack(fields)
-            return payload
-
-        def encode_with_origin(index: int, commit_log_offset: int) -> bytes:
-            assert origins is not None
-            (fields[F_BORN_TIMESTAMP], fields[F_BORN_HOST], fields[F_RECONSUME_TIMES],
-             fields[F_SYS_FLAG]) = origins[index]
-            return encode(index, commit_log_offset)
-
         try:
             if origins is None:      # the usual batch: records encoded in runs, in C when built
                 head = (topic, queue_id, sys_flag, born_timestamp, born_host, store_timestamp, self._store_host,
@@ -274,7 +255,8 @@ class MessageStore:
                 written = commit_log.append_run(len(messages), lambda start, position, limit: encode_run(
                     head, messages, start, first_queue_offset, position, limit))
             else:
-                written = commit_log.append_batch(len(messages), encode_with_origin)
+                written = commit_log.append_batch(len(messages), self._origin_encoder(
+                    topic, queue_id, messages, origins, first_queue_offset, store_timestamp))
         except OSError as exc:                   # ENOSPC/EIO creating a segment: nothing written
             return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, self._segment_failed(exc))
         if written is None:
@@ -296,6 +278,26 @@ class MessageStore:
         self._reput.hand_off_run(topic, queue_id, first_queue_offset, list(zip(offsets, sizes, codes, strict=True)),
                                  store_timestamp, [properties for properties, _, _ in messages])
         return PutMessageResult(PutMessageStatus.PUT_OK, first_queue_offset, offsets, commit_log.max_offset)
+
+    def _origin_encoder(self, topic: str, queue_id: int, messages: Sequence[tuple[dict[str, str], int, bytes]],
+                        origins: Sequence[tuple[int, str, int, int]], first_queue_offset: int,
+                        store_timestamp: int) -> Callable[[int, int], bytes]:
+        """`encode(index, commit_log_offset)` for `put_scheduled`: message `index` with its own
+        origin (born_timestamp, born_host, reconsume_times, sys_flag), as the array of
+        `protocol.message.encode_stored_message`, packed with one reusable Packer (the same bytes,
+        a test checks it, at half the cost of a `packb` per message)."""
+        fields: list[Any] = [topic, queue_id, 0, 0, 0, 0, 0, "", store_timestamp, self._store_host, 0, None, None]
+        pack = self._packer.pack
+
+        def encode(index: int, commit_log_offset: int) -> bytes:
+            (fields[F_BORN_TIMESTAMP], fields[F_BORN_HOST], fields[F_RECONSUME_TIMES],
+             fields[F_SYS_FLAG]) = origins[index]
+            fields[F_PROPERTIES], fields[F_FLAG], fields[F_BODY] = messages[index]
+            fields[F_QUEUE_OFFSET] = first_queue_offset + index
+            fields[F_COMMIT_LOG_OFFSET] = commit_log_offset
+            payload: bytes = pack(fields)
+            return payload
+        return encode
 
     def _refused(self, status: PutMessageStatus, remark: str = "") -> PutMessageResult:
         """The result of a put that wrote nothing."""

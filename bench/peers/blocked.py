@@ -99,10 +99,12 @@ async def _measure(server: Measured, params: BlockedParams, tasks: list[asyncio.
     gc.collect()
     gc.freeze()
     try:
+        server_before, client_before = server.usage(), time.process_time()
         wake_started = time.perf_counter()
         await wake()
         sends_s = time.perf_counter() - wake_started
         done, pending = await asyncio.wait(tasks, timeout=params.wake_time_limit_s)
+        server_after, client_after = server.usage(), time.process_time()
     finally:
         gc.unfreeze()
     for task in pending:
@@ -114,6 +116,10 @@ async def _measure(server: Measured, params: BlockedParams, tasks: list[asyncio.
     base_cores, base = baseline
     details = {**setup, "settle_s": round(settle_s, 3), "answered_before_wake": early,
                "wake_sends_s": round(sends_s, 3),
+               # CPU over the wake (from the first send until every reader was answered, or the limit)
+               "wake_server_cpu_ms": round((server_after.cpu_s - server_before.cpu_s) * 1000, 1),
+               "wake_server_system_cpu_ms": round((server_after.system_s - server_before.system_s) * 1000, 1),
+               "wake_client_cpu_ms": round((client_after - client_before) * 1000, 1),
                "not_answered": len(pending), "errors": len(errors), "error_samples": errors[:3],
                "idle_cores_without_readers": round(base_cores, 4), "idle_cores_with_readers": round(idle_cores, 4),
                "rss_without_readers_mb": round(base.rss_bytes / (1 << 20), 1),

@@ -41,6 +41,44 @@ async def test_held_pull_ends_at_its_deadline(broker: Broker, client_api: Client
     assert 0.3 <= elapsed < 0.4, elapsed
 
 
+async def test_pulls_sharing_a_deadline_tick_each_end_at_their_own_deadline(broker: Broker,
+                                                                              client_api: ClientAPI) -> None:
+    for queue_id in range(3):
+        await send(client_api, broker.address, "lpd", queue_id=queue_id)
+    started = time.perf_counter()
+    answered_s: dict[int, float] = {}
+
+    async def pull(queue_id: int, suspend_timeout_ms: int) -> PullStatus:
+        result = await client_api.pull_message(broker.address, pull_header(
+            topic="lpd", queue_id=queue_id, queue_offset=1, suspend_timeout_ms=suspend_timeout_ms), timeout_ms=5_000)
+        answered_s[queue_id] = time.perf_counter() - started
+        return result.status
+
+    # queues 0 and 1 share a deadline (and almost surely its 10 ms tick); queue 2's is later
+    pulls = [asyncio.create_task(pull(0, 300)), asyncio.create_task(pull(1, 300)), asyncio.create_task(pull(2, 500))]
+    for queue_id in range(3):
+        await held_pulls(broker, topic="lpd", count=1, queue_id=queue_id)
+    await send(client_api, broker.address, "lpd", b"wake", queue_id=0)
+    assert await asyncio.wait_for(pulls[0], timeout=1) is PullStatus.FOUND
+    assert answered_s[0] < 0.25, answered_s            # woken, long before the shared deadline
+    assert await asyncio.wait_for(pulls[1], timeout=2) is PullStatus.NO_NEW_MSG
+    assert await asyncio.wait_for(pulls[2], timeout=2) is PullStatus.NO_NEW_MSG
+    assert 0.3 <= answered_s[1] < 0.4 and 0.5 <= answered_s[2] < 0.6, answered_s
+    assert broker.hold_service.held_count == 0 and broker.hold_service.deadline_timers == 0
+
+
+async def test_waking_every_held_pull_leaves_no_deadline_timer(broker: Broker, client_api: ClientAPI) -> None:
+    await send(client_api, broker.address, "lpw")
+    pulls = [asyncio.create_task(client_api.pull_message(broker.address, pull_header(
+        topic="lpw", queue_offset=1, suspend_timeout_ms=10_000 + 7 * i), timeout_ms=15_000)) for i in range(20)]
+    await held_pulls(broker, topic="lpw", count=20)
+    assert broker.hold_service.deadline_timers >= 2        # deadlines 7 ms apart span several ticks
+    await send(client_api, broker.address, "lpw", b"wake")
+    results = await asyncio.wait_for(asyncio.gather(*pulls), timeout=2)
+    assert all(r.status is PullStatus.FOUND for r in results)
+    assert broker.hold_service.held_count == 0 and broker.hold_service.deadline_timers == 0
+
+
 async def test_a_non_matching_message_does_not_wake_a_filtered_pull(broker: Broker, client_api: ClientAPI) -> None:
     await send(client_api, broker.address, "lpf", tags="A")
     header = pull_header(topic="lpf", queue_offset=1, suspend_timeout_ms=10_000, subscription="A")

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from broker.broker import Broker
+from broker.longpoll.hold_service import HoldService
 from client.api import ClientAPI
 from conf.broker import LongPollingConfig
 from protocol.headers import SendBatchMessageRequestHeader
@@ -16,6 +17,11 @@ from protocol.message import Message, encode_batch_body
 from protocol.model import PullStatus
 from tests.conftest import broker_config
 from tests.helpers import held_pulls, pull_header, send
+
+
+def _hold(broker: Broker) -> HoldService:
+    assert broker.hold_service is not None
+    return broker.hold_service
 
 
 async def test_held_pull_wakes_when_a_message_arrives(broker: Broker, client_api: ClientAPI) -> None:
@@ -64,7 +70,7 @@ async def test_pulls_sharing_a_deadline_tick_each_end_at_their_own_deadline(brok
     assert await asyncio.wait_for(pulls[1], timeout=2) is PullStatus.NO_NEW_MSG
     assert await asyncio.wait_for(pulls[2], timeout=2) is PullStatus.NO_NEW_MSG
     assert 0.3 <= answered_s[1] < 0.4 and 0.5 <= answered_s[2] < 0.6, answered_s
-    assert broker.hold_service.held_count == 0 and broker.hold_service.deadline_timers == 0
+    assert _hold(broker).held_count == 0 and _hold(broker).deadline_timers == 0
 
 
 async def test_waking_every_held_pull_leaves_no_deadline_timer(broker: Broker, client_api: ClientAPI) -> None:
@@ -72,11 +78,11 @@ async def test_waking_every_held_pull_leaves_no_deadline_timer(broker: Broker, c
     pulls = [asyncio.create_task(client_api.pull_message(broker.address, pull_header(
         topic="lpw", queue_offset=1, suspend_timeout_ms=10_000 + 7 * i), timeout_ms=15_000)) for i in range(20)]
     await held_pulls(broker, topic="lpw", count=20)
-    assert broker.hold_service.deadline_timers >= 2        # deadlines 7 ms apart span several ticks
+    assert _hold(broker).deadline_timers >= 2        # deadlines 7 ms apart span several ticks
     await send(client_api, broker.address, "lpw", b"wake")
     results = await asyncio.wait_for(asyncio.gather(*pulls), timeout=2)
     assert all(r.status is PullStatus.FOUND for r in results)
-    assert broker.hold_service.held_count == 0 and broker.hold_service.deadline_timers == 0
+    assert _hold(broker).held_count == 0 and _hold(broker).deadline_timers == 0
 
 
 async def test_a_non_matching_message_does_not_wake_a_filtered_pull(broker: Broker, client_api: ClientAPI) -> None:

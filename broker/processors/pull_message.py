@@ -24,7 +24,7 @@ from broker.processors.pull_status import to_response_code
 from broker.processors.validate import require_group_name, require_non_negative, require_topic_name
 from broker.registry.consumer_manager import ConsumerManager
 from broker.remoting.context import RequestContext
-from broker.remoting.dispatcher import Deferred
+from broker.remoting.dispatcher import Deferred, settle_written
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageResult, GetMessageStatus
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
@@ -148,6 +148,7 @@ class PullMessageProcessor:
         its header map and body. A woken pull that found messages is written to its connection
         now; other answers (the deadline, a stop, an error) go through the dispatcher's future."""
         reads: dict[tuple[int, int, MessageFilter | None], _Read] = {}
+        written: list[Deferred] = []      # answered on their connections here, settled in one pass
         pulled: dict[tuple[str, str], list[int]] = {}     # (group, topic) -> [messages, bytes]
         record_pull = self._offsets.record_pull
         for pull in cast(list[_HeldRequest], pulls):
@@ -177,9 +178,10 @@ class PullMessageProcessor:
                 channel = pull.channel
                 if not channel.closed:          # (a closed one has nobody to answer)
                     channel.send(response)
-                answered.set_result(None)
+                written.append(answered)
             else:
                 answered.set_result(response)
+        settle_written(written)
         for (consumer_group, topic), (count, size_bytes) in pulled.items():
             self._on_pulled(consumer_group, topic, count, size_bytes)
 

@@ -92,6 +92,21 @@ class Deferred:
         if dispatcher is not None:
             dispatcher._deferred_given_up(self)
 
+def settle_written(answers: list[Deferred]) -> None:
+    """`set_result(None)` on each of `answers` whose handler has written its response itself (held
+    pulls answered on their connections at a wake): one pass per dispatcher, with one clock read
+    for their latency, instead of a call chain each (a tenth of the broker's CPU when 10,000 held
+    pulls wake at once). Answers already done are skipped, as `set_result` would."""
+    if not answers:
+        return
+    dispatcher = answers[0]._dispatcher
+    if dispatcher is None:
+        for answer in answers:
+            answer.set_result(None)
+        return
+    dispatcher._settle_written(answers)
+
+
 _WRITE_PAUSE = "responses"      # the pause reason while a connection does not read its responses
 _CONTEXT = "request_context"     # the channel attribute holding its `RequestContext`
 
@@ -204,6 +219,23 @@ class Dispatcher:
         finally:
             self._done(channel)
             self._check_drained()
+
+    def _settle_written(self, answers: list[Deferred]) -> None:
+        """`settle_written` for the answers this dispatcher holds (others are resolved one by one)."""
+        now = perf_counter()
+        observe, deferred = self._observe, self._deferred
+        for answer in answers:
+            if answer._done:
+                continue
+            if answer._dispatcher is not self:
+                answer.set_result(None)
+                continue
+            answer._done, answer._dispatcher = True, None
+            deferred.discard(answer)
+            if observe is not None:
+                observe(answer._request.code, 0, now - answer._started)
+            self._done(answer.channel)
+        self._check_drained()
 
     def _deferred_given_up(self, answer: Deferred) -> None:
         self._deferred.discard(answer)

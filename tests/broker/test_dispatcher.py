@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from broker.remoting.context import RequestContext
-from broker.remoting.dispatcher import Deferred, Dispatcher
+from broker.remoting.dispatcher import Deferred, Dispatcher, settle_written
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand, request
 from protocol.errors import TopicNotExist
@@ -107,3 +107,28 @@ async def test_drain_returns_once_the_last_deferred_is_resolved(held: tuple[Disp
         answer.set_result(cmd.response(ResponseCode.SUCCESS))
         await asyncio.wait_for(drain, WAIT_S)
         assert (await asyncio.wait_for(call, WAIT_S)).code == ResponseCode.SUCCESS
+
+
+async def test_settle_written_resolves_answers_whose_responses_were_written() -> None:
+    observed: list[tuple[int, int]] = []
+    handler = Held()
+    dispatcher = Dispatcher({CODE: handler},
+                            observe=lambda code, response_code, _: observed.append((code, response_code)))
+    async with serving(dispatcher.on_request) as server, client(server) as channel:
+        calls = [asyncio.create_task(channel.invoke(request(CODE), 5_000)) for _ in range(3)]
+        while len(handler.pending) < 3:
+            await handler.next()
+        (first, first_cmd), (given_up, _), (last, last_cmd) = handler.pending
+        given_up.cancel()                           # skipped, as `set_result` would skip it
+        drain = asyncio.create_task(dispatcher.drain(60_000))
+        await asyncio.sleep(0)
+        for answer, cmd in ((first, first_cmd), (last, last_cmd)):     # the handler writes them itself
+            answer.channel.send(cmd.response(ResponseCode.SUCCESS, {"opaque": cmd.opaque}))
+        settle_written([first, given_up, last])
+        assert first.done() and last.done() and dispatcher.in_flight == 0
+        assert observed == [(CODE, 0), (CODE, 0)]
+        await asyncio.wait_for(drain, WAIT_S)       # the last one settled: drain returns
+        done, pending = await asyncio.wait(calls, timeout=0.3)
+        assert {calls.index(c) for c in done} == {0, 2} and len(pending) == 1
+        for call in pending:
+            call.cancel()

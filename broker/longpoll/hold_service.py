@@ -5,8 +5,8 @@ is answered on time without a scan (PROTOCOL.md deliberate difference 5: within 
 Deadlines are kept in 10 ms buckets, one loop timer per bucket: a pull answered early leaves its
 bucket with a dict deletion, and the timer is cancelled only when the bucket empties (a timer per
 pull, created at the hold and cancelled at the wake, was 15 % of waking 10,000 held pulls). A
-pull is answered at the end of its bucket, never before its deadline and at most 10 ms after. The reput step
-calls `notify_message_arriving` after dispatching each message; the pulls whose filter matches
+pull is answered at the end of its bucket: not before its deadline, at most 10 ms after. The reput
+step calls `notify_message_arriving` after dispatching each message; the pulls whose filter matches
 are taken out and handed, in one batch, to their `PullResponder`, which answers them right there,
 in the loop step of the arrival (no task wakes up per pull, and pulls waiting at the same place
 share one read). At the deadline, at a stop, or from the sweep, pulls are answered the same way.

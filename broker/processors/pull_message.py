@@ -146,7 +146,9 @@ class PullMessageProcessor:
         """The hold service hands back held pulls of one queue (`PullResponder`): read once per
         (queue_offset, max_messages, filter) and answer each; pulls answered from one read share
         its header map and body. A woken pull that found messages is written to its connection
-        now; other answers (the deadline, a stop, an error) go through the dispatcher's future."""
+        now, and these are settled with the dispatcher together at the end (`settle_written`);
+        other answers (the deadline, a stop, an error) resolve their `Deferred` for the
+        dispatcher to write."""
         reads: dict[tuple[int, int, MessageFilter | None], _Read] = {}
         written: list[Deferred] = []      # answered on their connections here, settled in one pass
         pulled: dict[tuple[str, str], list[int]] = {}     # (group, topic) -> [messages, bytes]

@@ -92,6 +92,7 @@ class Deferred:
         if dispatcher is not None:
             dispatcher._deferred_given_up(self)
 
+
 def settle_written(answers: list[Deferred]) -> None:
     """`set_result(None)` on each of `answers` whose handler has written its response itself (held
     pulls answered on their connections at a wake): one pass per dispatcher, with one clock read

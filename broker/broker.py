@@ -36,7 +36,7 @@ from broker.registry.housekeeping import HousekeepingService
 from broker.registry.ids_changed import notify_consumer_ids_changed
 from broker.registry.producer_manager import ProducerManager
 from broker.remoting.dispatcher import Dispatcher, Handler
-from broker.remoting.guard import ConnectionGuard, ConnectionLimits
+from broker.remoting.guard import ConnectionGuard, ConnectionLimits, GuardedProtocol
 from broker.remoting.server import RemotingServer
 from broker.schedule.schedule_service import DelayOffsets, ScheduleService
 from broker.store.message_store import MessageStore
@@ -244,6 +244,14 @@ class Broker:
     @property
     def port(self) -> int:
         return int(self.address.rpartition(":")[2])
+
+    def connection_protocol(self) -> GuardedProtocol:
+        """A protocol exactly as the broker gives each accepted TCP connection (guard, dispatcher,
+        channel tracking); `connection_made(transport)` opens it. For feeding the broker frames in
+        process (`bench.inproc`). Raises `RuntimeError` before `start`."""
+        if self._server is None:
+            raise RuntimeError("the broker is not started")
+        return self._server.protocol()
 
     def _connection_count(self) -> int:
         return len(self._server.channels) if self._server is not None else 0

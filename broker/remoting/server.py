@@ -34,9 +34,13 @@ class RemotingServer:
         address is taken."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: GuardedProtocol(self.guard, on_request=self._on_request, on_close=self._closed,
-                                    on_connect=self.channels.add, max_frame_bytes=self._max_frame_bytes),
-            self._host, self._port, reuse_address=True, backlog=1024, start_serving=False)
+            self.protocol, self._host, self._port, reuse_address=True, backlog=1024, start_serving=False)
+
+    def protocol(self) -> GuardedProtocol:
+        """The protocol of one accepted connection (the server's factory). `bench.inproc` also
+        hands one a transport of its own, to feed the broker frames in process."""
+        return GuardedProtocol(self.guard, on_request=self._on_request, on_close=self._closed,
+                               on_connect=self.channels.add, max_frame_bytes=self._max_frame_bytes)
 
     async def begin_serving(self) -> None:
         """Accept connections from now on."""

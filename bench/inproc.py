@@ -1,0 +1,265 @@
+"""The broker's own CPU per request, in process: `python -m bench.inproc {send,batch,wake-all}`.
+
+A `Broker` (ASYNC_FLUSH, a temporary store) runs in this process; pre-encoded request frames are
+fed to `Broker.connection_protocol()` exactly as the TCP server would hand them over, through a
+transport that drops what is written. No socket, no client and no other process share the
+measurement, so it is the Python the broker runs per request, which is what the per-request work
+of issue 14 cut (the README's "Per-request cost" quotes it). Figures are µs (or ms) of this
+thread's CPU (`time.thread_time`).
+
+- `send`: `--count` single SENDs of 128 B on 8 queues, back to back ("hot"), or with
+  `--idle-us` of sleep before each ("cold": the CPU's caches and predictors lose the broker's
+  state while it waits, as between the requests of one producer awaiting each send).
+- `batch`: SEND_BATCH of 32 messages of 128 B, back to back.
+- `wake-all`: 10,000 held pulls (10 on each of 1,000 queues, over 100 connections) woken by 1,000
+  sends fed in reads of 16, as `make bench-peers`' blocked readers; the CPU of the wake phase.
+
+`--profile` prints cProfile's top functions of the measured phase (cProfile's own cost inflates
+every figure; compare shares, not totals). Results are printed only: the benchmarks with targets
+are `make bench` and `make bench-peers`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench.common import pull_header, run
+from broker.broker import Broker
+from client.api import send_message_fields
+from conf.broker import BrokerConfig
+from conf.store import StoreConfig
+from protocol.codes import RequestCode
+from protocol.command import RemotingCommand
+from protocol.frame import encode_frame_bytes
+from protocol.headers import SendBatchMessageRequestHeader
+from protocol.message import Message, encode_batch_body
+
+BODY = bytes(128)
+QUEUES = 8
+UNIQ = {"UNIQ_KEY": "7F000001000000000000000000000001"}
+
+
+class DroppingTransport(asyncio.Transport):
+    """A transport that accepts every write and sends nothing; `writes` counts the calls."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__()
+        self.writes = 0
+        self._port = port
+
+    def write(self, data: Any) -> None:
+        self.writes += 1
+
+    def writelines(self, list_of_data: Any) -> None:
+        self.writes += 1
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", self._port) if name in ("peername", "sockname") else default
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def send_frame(topic: str, queue_id: int, opaque: int, body: bytes = BODY) -> bytes:
+    fields = send_message_fields("pg", topic, queue_id, 0, int(time.time() * 1000), dict(UNIQ))
+    return encode_frame_bytes(RemotingCommand(int(RequestCode.SEND_MESSAGE), opaque=opaque, fields=fields, body=body))
+
+
+def batch_frame(topic: str, queue_id: int, opaque: int, size: int = 32) -> bytes:
+    header = SendBatchMessageRequestHeader(producer_group="pg", topic=topic, queue_id=queue_id, born_timestamp=0)
+    messages = [Message(topic=topic, body=BODY, properties={"UNIQ_KEY": f"7F0000010000000000000000{i:08X}"})
+                for i in range(size)]
+    return encode_frame_bytes(RemotingCommand(int(RequestCode.SEND_BATCH_MESSAGE), opaque=opaque,
+                                              fields=header.to_fields(), body=encode_batch_body(messages)))
+
+
+@contextmanager
+def profiled(enabled: bool) -> Iterator[None]:
+    profile = cProfile.Profile() if enabled else None
+    if profile is not None:
+        profile.enable()
+    try:
+        yield
+    finally:
+        if profile is not None:
+            profile.disable()
+            pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(30)
+
+
+class InProcess:
+    """A started broker and `connect`ed in-process connections to it."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._next_port = 20_000
+
+    def connect(self) -> tuple[asyncio.Protocol, DroppingTransport]:
+        protocol = self.broker.connection_protocol()
+        transport = DroppingTransport(self._next_port)
+        self._next_port += 1
+        protocol.connection_made(transport)
+        return protocol, transport
+
+
+async def _with_broker(body: Any) -> None:
+    with tempfile.TemporaryDirectory(prefix="rocketq-inproc-") as directory:
+        config = BrokerConfig(listen_port=0, metrics_port=0,
+                              store=StoreConfig(path=Path(directory), flush_disk_type="ASYNC_FLUSH"))
+        async with Broker(config) as broker:
+            await body(InProcess(broker))
+
+
+async def _settle() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+async def bench_send(args: argparse.Namespace) -> None:
+    async def body(inproc: InProcess) -> None:
+        inproc.broker.topics.ensure("inproc", QUEUES)
+        protocol, transport = inproc.connect()
+        frames = [send_frame("inproc", i % QUEUES, i + 1) for i in range(64)]
+        for i in range(2_000):                          # warm-up: files mapped, caches filled
+            protocol.data_received(frames[i & 63])
+        await _settle()
+        idle_s = args.idle_us / 1e6
+        for round_index in range(args.rounds):
+            gc.collect()
+            cpu = 0.0
+            with profiled(args.profile and round_index == args.rounds - 1):
+                for i in range(args.count):
+                    if idle_s:
+                        time.sleep(idle_s)
+                    started = time.thread_time()
+                    protocol.data_received(frames[i & 63])
+                    cpu += time.thread_time() - started
+                    if i & 255 == 255:
+                        await asyncio.sleep(0)          # let the loop run its callbacks (flushes)
+            print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per SEND "
+                  f"({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'}, "
+                  f"{transport.writes} writes so far)")
+
+    await _with_broker(body)
+
+
+async def bench_batch(args: argparse.Namespace) -> None:
+    async def body(inproc: InProcess) -> None:
+        inproc.broker.topics.ensure("inproc", QUEUES)
+        protocol, _ = inproc.connect()
+        frames = [batch_frame("inproc", i % QUEUES, i + 1) for i in range(QUEUES)]
+        for i in range(200):
+            protocol.data_received(frames[i % QUEUES])
+        await _settle()
+        count = max(1, args.count // 32)
+        for round_index in range(args.rounds):
+            gc.collect()
+            with profiled(args.profile and round_index == args.rounds - 1):
+                started = time.thread_time()
+                for i in range(count):
+                    protocol.data_received(frames[i % QUEUES])
+                    if i & 63 == 63:
+                        await asyncio.sleep(0)
+                cpu = time.thread_time() - started
+            print(f"round {round_index}: {cpu / count * 1e6:.1f} µs of broker CPU per SEND_BATCH of 32")
+
+    await _with_broker(body)
+
+
+async def bench_wake_all(args: argparse.Namespace) -> None:
+    queues, per_queue, connections, per_read = 1_000, 10, 100, 16
+    pulls_each = queues * per_queue // connections
+
+    async def body(inproc: InProcess) -> None:
+        topics = [f"inproc_held_{t}" for t in range(queues // 100)]
+        for topic in topics:
+            inproc.broker.topics.ensure(topic, 100)
+        pullers = [inproc.connect()[0] for _ in range(connections)]
+        sender, _ = inproc.connect()
+        hold = inproc.broker.hold_service
+        assert hold is not None
+        opaque = 0
+
+        def sends() -> list[bytes]:
+            nonlocal opaque
+            opaque += queues
+            return [send_frame(topics[q // 100], q % 100, opaque + q, b"held") for q in range(queues)]
+
+        for frame in sends():                           # every queue at offset 1
+            sender.data_received(frame)
+        results = []
+        for round_index in range(args.rounds):
+            for c, puller in enumerate(pullers):        # pull i waits on queue i % 1,000
+                frames = []
+                for k in range(pulls_each):
+                    q = (c * pulls_each + k) % queues
+                    header = pull_header(topics[q // 100], q % 100, round_index + 1, suspend_timeout_ms=60_000)
+                    opaque += 1
+                    frames.append(encode_frame_bytes(RemotingCommand(
+                        int(RequestCode.PULL_MESSAGE), opaque=opaque, fields=header.to_fields())))
+                puller.data_received(b"".join(frames))
+            if hold.held_count != queues * per_queue:
+                raise RuntimeError(f"{hold.held_count} pulls held, not {queues * per_queue}")
+            wake = sends()
+            gc.collect()
+            await _settle()
+            with profiled(args.profile and round_index == args.rounds - 1):
+                started = time.thread_time()
+                for first in range(0, queues, per_read):
+                    sender.data_received(b"".join(wake[first:first + per_read]))
+                    await asyncio.sleep(0)
+                await _settle()
+                cpu = time.thread_time() - started
+            if hold.held_count:
+                raise RuntimeError(f"{hold.held_count} pulls still held after the wake")
+            results.append(cpu * 1000)
+            print(f"round {round_index}: {cpu * 1000:.1f} ms of broker CPU for 1,000 sends waking 10,000 pulls")
+        print(f"median {statistics.median(results):.1f} ms over {len(results)} rounds")
+
+    await _with_broker(body)
+
+
+WORKLOADS = {"send": bench_send, "batch": bench_batch, "wake-all": bench_wake_all}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.inproc", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workload", choices=sorted(WORKLOADS))
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds (default 3)")
+    parser.add_argument("--count", type=int, default=20_000,
+                        help="send: SENDs per round; batch: messages per round (default 20,000)")
+    parser.add_argument("--idle-us", type=float, default=0.0,
+                        help="send: sleep this many µs before each SEND (default 0: back to back)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the last round")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.count < 1 or args.idle_us < 0:
+        parser.error("--rounds and --count must be positive, --idle-us not negative")
+    run(WORKLOADS[args.workload](args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

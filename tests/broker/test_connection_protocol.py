@@ -1,0 +1,74 @@
+"""`Broker.connection_protocol`: a connection handed its own transport is served as an accepted
+TCP one (what `bench.inproc` relies on to measure the broker in process)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.broker import Broker
+from client.api import ClientAPI
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.frame import FrameDecoder, encode_frame_bytes
+from protocol.model import PullStatus
+from tests.conftest import broker_config
+from tests.helpers import pull_header, send
+
+
+class CollectingTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.wrote = asyncio.Event()
+
+    def write(self, data: Any) -> None:
+        self.written += data
+        self.wrote.set()
+
+    def writelines(self, list_of_data: Any) -> None:
+        for data in list_of_data:
+            self.write(data)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40_000) if name in ("peername", "sockname") else default
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_send_fed_to_a_connection_protocol_is_stored_and_answered(broker: Broker,
+                                                                         client_api: ClientAPI) -> None:
+    await send(client_api, broker.address, "cp")                      # topic exists, offset 0 taken
+    transport = CollectingTransport()
+    protocol = broker.connection_protocol()
+    protocol.connection_made(transport)
+    fields = {"producer_group": "pg", "topic": "cp", "queue_id": 0, "flag": 0, "born_timestamp": 0,
+              "properties": {}, "reconsume_times": 0, "max_reconsume_times": None}
+    protocol.data_received(encode_frame_bytes(RemotingCommand(int(RequestCode.SEND_MESSAGE), opaque=7,
+                                                              fields=fields, body=b"in process")))
+    await asyncio.wait_for(transport.wrote.wait(), 5)                 # SYNC_FLUSH: after the fsync
+    [response] = FrameDecoder().feed(bytes(transport.written))
+    assert (response.code, response.opaque, response.fields["queue_offset"]) == (ResponseCode.SUCCESS, 7, 1)
+    pulled = await client_api.pull_message(broker.address, pull_header(topic="cp", queue_offset=1), 5_000)
+    assert pulled.status is PullStatus.FOUND and [m.body for m in pulled.messages] == [b"in process"]
+
+
+async def test_no_connection_protocol_before_the_broker_starts(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="not started"):
+        Broker(broker_config(tmp_path)).connection_protocol()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bench.inproc import DroppingTransport
 from broker.broker import Broker
 from client.api import ClientAPI
 from protocol.codes import RequestCode, ResponseCode
@@ -19,37 +20,22 @@ from tests.conftest import broker_config
 from tests.helpers import pull_header, send
 
 
-class CollectingTransport(asyncio.Transport):
+class CollectingTransport(DroppingTransport):
+    """`bench.inproc`'s transport, keeping what is written."""
+
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(40_000)
         self.written = bytearray()
         self.wrote = asyncio.Event()
 
     def write(self, data: Any) -> None:
+        super().write(data)
         self.written += data
         self.wrote.set()
 
     def writelines(self, list_of_data: Any) -> None:
         for data in list_of_data:
             self.write(data)
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40_000) if name in ("peername", "sockname") else default
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
 
 
 async def test_a_send_fed_to_a_connection_protocol_is_stored_and_answered(broker: Broker,

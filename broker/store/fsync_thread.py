@@ -26,22 +26,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from broker.store.segment import fdatasync_paths
+from protocol import native
 
 log = logging.getLogger(__name__)
 
 
-def _native_worker() -> Any:
-    """`broker.store._fsync.FsyncWorker` when it was built and RQ_PURE_PYTHON is not set, else None."""
-    if os.environ.get("RQ_PURE_PYTHON"):
-        return None
-    try:
-        from broker.store._fsync import FsyncWorker  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return FsyncWorker
-
-
-NativeFsyncWorker: Any = _native_worker()
+_fsync = native.load("broker.store._fsync")
+NativeFsyncWorker: Any = _fsync.FsyncWorker if _fsync is not None else None
 """The C fsync thread class, or None (not built, or RQ_PURE_PYTHON set): `NativeFsyncThread` needs it."""
 
 RoundDone = Callable[[int, float | None, OSError | None], None]

@@ -72,18 +72,8 @@ def encode_run_py(head: RunHead, messages: Sequence[RunMessage], start: int, fir
     return b"".join(chunks), offsets, sizes
 
 
-def _native_encode_run() -> Callable[..., EncodedRun | None] | None:
-    """`broker.store._records.encode_run` when it was built and RQ_PURE_PYTHON is not set."""
-    if native.speedups() is None:       # RQ_PURE_PYTHON, or no compiler was found at install
-        return None
-    try:
-        from broker.store import _records  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _records.encode_run  # type: ignore[no-any-return]
-
-
-_c_encode_run = _native_encode_run()
+_records = native.load("broker.store._records")
+_c_encode_run: Callable[..., EncodedRun | None] | None = _records.encode_run if _records is not None else None
 
 
 def encode_run(head: RunHead, messages: Sequence[RunMessage], start: int, first_queue_offset: int,

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import frame, message
+from protocol import frame, message, native
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import FrameError, ProtocolError
@@ -26,14 +26,10 @@ from tests.protocol.strategies import chunk, commands
 from tests.protocol.test_frame import header_maps, packed
 from tests.protocol.test_message import _FIELDS, _GOOD, _with, stored_messages
 
-speedups: Any = None
-try:
-    from protocol import _speedups  # type: ignore[attr-defined]
-    speedups = _speedups
-except ImportError:
-    pass
+speedups: Any = native.speedups()    # configured by the modules that use it; None under RQ_PURE_PYTHON
 
-needs_c = pytest.mark.skipif(speedups is None, reason="protocol._speedups was not built (no C compiler?)")
+needs_c = pytest.mark.skipif(speedups is None,
+                             reason="protocol._speedups was not built (no C compiler?) or RQ_PURE_PYTHON is set")
 
 
 def outcome(decode: Callable[[bytes], list[MessageExt]], body: bytes) -> Any:

@@ -89,6 +89,18 @@ state_empty_tuple(void)
     return state.empty_tuple;
 }
 
+/* `msgpack.<name>` (a new reference), or NULL with the import or attribute error set. */
+static PyObject *
+msgpack_attr(const char *name)
+{
+    PyObject *msgpack = PyImport_ImportModule("msgpack");
+    if (msgpack == NULL)
+        return NULL;
+    PyObject *attr = PyObject_GetAttrString(msgpack, name);
+    Py_DECREF(msgpack);
+    return attr;
+}
+
 /* The byte offset of each of `type`'s slots into `offsets`; -1 with TypeError unless every name
  * in slot_names is an object slot of `type` (a `@dataclass(slots=True)` class). */
 static int
@@ -127,24 +139,14 @@ configure(PyObject *module, PyObject *args)
     Py_ssize_t offsets[SLOT_COUNT];
     if (find_slot_offsets((PyTypeObject *)message_type, slot_names, SLOT_COUNT, offsets) < 0)
         return NULL;
-    PyObject *msgpack = PyImport_ImportModule("msgpack");
-    if (msgpack == NULL)
-        return NULL;
-    PyObject *unpacker_type = PyObject_GetAttrString(msgpack, "Unpacker");
-    PyObject *unpack_exception = PyObject_GetAttrString(msgpack, "UnpackException");
-    Py_DECREF(msgpack);
-    PyObject *kwargs = Py_BuildValue("{s:O,s:O,s:O}", "raw", Py_False, "use_list", Py_True,
-                                     "strict_map_key", Py_False);
-    if (unpacker_type == NULL || unpack_exception == NULL || kwargs == NULL) {
+    PyObject *unpacker_type = msgpack_attr("Unpacker");
+    PyObject *unpack_exception = unpacker_type == NULL ? NULL : msgpack_attr("UnpackException");
+    PyObject *kwargs = unpack_exception == NULL ? NULL : Py_BuildValue(
+        "{s:O,s:O,s:O}", "raw", Py_False, "use_list", Py_True, "strict_map_key", Py_False);
+    if (kwargs == NULL || state_empty_tuple() == NULL) {
         Py_XDECREF(unpacker_type);
         Py_XDECREF(unpack_exception);
         Py_XDECREF(kwargs);
-        return NULL;
-    }
-    if (state.empty_tuple == NULL && (state.empty_tuple = PyTuple_New(0)) == NULL) {
-        Py_DECREF(unpacker_type);
-        Py_DECREF(unpack_exception);
-        Py_DECREF(kwargs);
         return NULL;
     }
     memcpy(state.slot_offsets, offsets, sizeof offsets);
@@ -468,12 +470,8 @@ configure_frames(PyObject *module, PyObject *args)
     Py_ssize_t offsets[COMMAND_SLOTS];
     if (find_slot_offsets((PyTypeObject *)command_type, command_slot_names, COMMAND_SLOTS, offsets) < 0)
         return NULL;
-    PyObject *msgpack = PyImport_ImportModule("msgpack");
-    if (msgpack == NULL)
-        return NULL;
-    PyObject *unpackb = PyObject_GetAttrString(msgpack, "unpackb");
-    PyObject *packer_type = PyObject_GetAttrString(msgpack, "Packer");
-    Py_DECREF(msgpack);
+    PyObject *unpackb = msgpack_attr("unpackb");
+    PyObject *packer_type = unpackb == NULL ? NULL : msgpack_attr("Packer");
     PyObject *packer = NULL, *pack = NULL, *kwargs = NULL, *packer_kwargs = NULL;
     if (unpackb != NULL && packer_type != NULL) {
         packer_kwargs = Py_BuildValue("{s:O}", "use_bin_type", Py_True);

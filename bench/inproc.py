@@ -1,4 +1,4 @@
-"""The broker's own CPU per request, in process: `python -m bench.inproc {send,batch,wake-all}`.
+"""The broker's own CPU per request, in process: `python -m bench.inproc {send,batch,wake-one,wake-all}`.
 
 A `Broker` (ASYNC_FLUSH, a temporary store) runs in this process; pre-encoded request frames are
 fed to `Broker.connection_protocol()` exactly as the TCP server would hand them over, through a
@@ -11,6 +11,10 @@ thread's CPU (`time.thread_time`).
   `--idle-us` of sleep before each ("cold": the CPU's caches and predictors lose the broker's
   state while it waits, as between the requests of one producer awaiting each send).
 - `batch`: SEND_BATCH of 32 messages of 128 B, back to back.
+- `wake-one`: `--count` rounds of one held pull and one SEND that wakes it (`make bench-peers`'
+  wake latency, broker side): the CPU of the SEND's handling, which reads and writes the woken
+  pull's response before the send's own; `--idle-us` as for `send`. The difference from `send`
+  is what waking one pull costs.
 - `wake-all`: 10,000 held pulls (10 on each of 1,000 queues, over 100 connections) woken by 1,000
   sends fed in reads of 16, as `make bench-peers`' blocked readers; the CPU of the wake phase.
 
@@ -51,12 +55,23 @@ UNIQ = {"UNIQ_KEY": "7F000001000000000000000000000001"}
 
 
 class DroppingTransport(asyncio.Transport):
-    """A transport that accepts every write and sends nothing; `writes` counts the calls."""
+    """A transport that accepts every write and sends nothing; `writes` counts the calls. Closing
+    it tells the protocol given by `set_protocol` that the connection is lost, as a socket's
+    transport does (the broker waits for that at its stop)."""
 
     def __init__(self, port: int) -> None:
         super().__init__()
         self.writes = 0
         self._port = port
+        self._protocol: asyncio.BaseProtocol | None = None
+        self._closing = False
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._protocol = protocol
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        assert self._protocol is not None
+        return self._protocol
 
     def write(self, data: Any) -> None:
         self.writes += 1
@@ -77,10 +92,13 @@ class DroppingTransport(asyncio.Transport):
         pass
 
     def is_closing(self) -> bool:
-        return False
+        return self._closing
 
     def close(self) -> None:
-        pass
+        if not self._closing:
+            self._closing = True
+            if self._protocol is not None:
+                asyncio.get_running_loop().call_soon(self._protocol.connection_lost, None)
 
 
 def send_frame(topic: str, queue_id: int, opaque: int, body: bytes = BODY) -> bytes:
@@ -120,6 +138,7 @@ class InProcess:
         protocol = self.broker.connection_protocol()
         transport = DroppingTransport(self._next_port)
         self._next_port += 1
+        transport.set_protocol(protocol)
         protocol.connection_made(transport)
         return protocol, transport
 
@@ -188,6 +207,51 @@ async def bench_batch(args: argparse.Namespace) -> None:
     await _with_broker(body)
 
 
+async def bench_wake_one(args: argparse.Namespace) -> None:
+    async def body(inproc: InProcess) -> None:
+        inproc.broker.topics.ensure("inproc_wake", 1)
+        puller, pulled = inproc.connect()
+        sender, _ = inproc.connect()
+        hold = inproc.broker.hold_service
+        assert hold is not None
+        idle_s, opaque, queue_offset = args.idle_us / 1e6, 0, 0
+
+        def round_trip(measure: bool) -> float:
+            """Hold a pull at the end of the queue, then SEND; the CPU of the SEND's handling."""
+            nonlocal opaque, queue_offset
+            opaque += 2
+            header = pull_header("inproc_wake", 0, queue_offset, suspend_timeout_ms=60_000)
+            puller.data_received(encode_frame_bytes(RemotingCommand(
+                int(RequestCode.PULL_MESSAGE), opaque=opaque, fields=header.to_fields())))
+            if hold.held_count != 1:
+                raise RuntimeError(f"{hold.held_count} pulls held, not 1")
+            frame, writes = send_frame("inproc_wake", 0, opaque + 1), pulled.writes
+            if measure and idle_s:
+                time.sleep(idle_s)
+            started = time.thread_time()
+            sender.data_received(frame)
+            cpu = time.thread_time() - started
+            if hold.held_count or pulled.writes == writes:
+                raise RuntimeError("the SEND did not answer the held pull in its own handling")
+            queue_offset += 1
+            return cpu
+
+        for _ in range(1_000):                          # warm-up
+            round_trip(False)
+            await asyncio.sleep(0)
+        for round_index in range(args.rounds):
+            gc.collect()
+            cpu = 0.0
+            with profiled(args.profile and round_index == args.rounds - 1):
+                for _ in range(args.count):
+                    cpu += round_trip(True)
+                    await asyncio.sleep(0)              # the loop's callbacks (flushes) between rounds
+            print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per SEND waking one "
+                  f"held pull ({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'})")
+
+    await _with_broker(body)
+
+
 async def bench_wake_all(args: argparse.Namespace) -> None:
     queues, per_queue, connections, per_read = 1_000, 10, 100, 16
     pulls_each = queues * per_queue // connections
@@ -241,7 +305,7 @@ async def bench_wake_all(args: argparse.Namespace) -> None:
     await _with_broker(body)
 
 
-WORKLOADS = {"send": bench_send, "batch": bench_batch, "wake-all": bench_wake_all}
+WORKLOADS = {"send": bench_send, "batch": bench_batch, "wake-one": bench_wake_one, "wake-all": bench_wake_all}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,9 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("workload", choices=sorted(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (default 3)")
     parser.add_argument("--count", type=int, default=20_000,
-                        help="send: SENDs per round; batch: messages per round (default 20,000)")
+                        help="send, wake-one: SENDs per round; batch: messages per round (default 20,000)")
     parser.add_argument("--idle-us", type=float, default=0.0,
-                        help="send: sleep this many µs before each SEND (default 0: back to back)")
+                        help="send, wake-one: sleep this many µs before each SEND (default 0: back to back)")
     parser.add_argument("--profile", action="store_true", help="cProfile the last round")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.count < 1 or args.idle_us < 0:

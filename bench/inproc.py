@@ -245,7 +245,7 @@ async def bench_wake_one(args: argparse.Namespace) -> None:
             with profiled(args.profile and round_index == args.rounds - 1):
                 for _ in range(args.count):
                     cpu += round_trip(True)
-                    await asyncio.sleep(0)              # the loop's callbacks (flushes) between rounds
+                    await asyncio.sleep(0)              # the loop's callbacks (flushes) between round trips
             print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per SEND waking one "
                   f"held pull ({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'})")
 

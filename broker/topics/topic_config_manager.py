@@ -11,7 +11,7 @@ from protocol.codes import Perm
 from protocol.errors import NoPermission, SystemError_, TopicNotExist
 from protocol.topics import check_topic
 
-_READ, _WRITE = int(Perm.READ), int(Perm.WRITE)     # plain ints: IntFlag `&` costs ~1 µs, paid per pull
+_READ, _WRITE = int(Perm.READ), int(Perm.WRITE)     # plain ints: IntFlag `&` costs ~1 µs, paid per request
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -19,7 +19,11 @@ class TopicConfig:
     topic: str
     read_queue_nums: int = 4
     write_queue_nums: int = 4
-    perm: int = Perm.READ | Perm.WRITE
+    perm: int = _READ | _WRITE
+
+    def __post_init__(self) -> None:
+        if type(self.perm) is not int:      # a `Perm` given: kept a plain int (see `_READ`)
+            object.__setattr__(self, "perm", int(self.perm))
 
     @property
     def readable(self) -> bool:
@@ -97,7 +101,7 @@ class TopicConfigManager(DirtyState):
                                f"{config.write_queue_nums} write queues")
         return config
 
-    def ensure(self, topic: str, queue_nums: int, perm: int = Perm.READ | Perm.WRITE) -> TopicConfig:
+    def ensure(self, topic: str, queue_nums: int, perm: int = _READ | _WRITE) -> TopicConfig:
         """An existing topic, or a new one with `queue_nums` queues (retry topics)."""
         config = self._topics.get(topic)
         if config is None:

@@ -15,7 +15,7 @@
  *   .note_end(end)                        the log's write position now (for back-to-back rounds)
  *   .take() -> [(target, seconds, errno)] finished rounds in order; seconds < 0: covered by an
  *                                         earlier round (no fsync of its own); errno 0: success
- *   .stop(timeout_ms) -> bool             finish the round under way, take no other, join; False
+ *   .stop(timeout_ms) -> bool             finish the round under way (or asked for), take no other, join; False
  *                                         when the thread is still in an fsync at the timeout
  *   .inject(delay_ms, errno)              tests: every later fsync first sleeps `delay_ms`, then
  *                                         fails with `errno` unless it is 0 (a slow or broken disk)
@@ -145,7 +145,7 @@ run(void *arg)
         pthread_mutex_lock(&self->mutex);
         while (!self->has_request && !self->stopping)
             pthread_cond_wait(&self->wake, &self->mutex);
-        if (self->stopping) {
+        if (!self->has_request) {            /* stopping; a round asked for is still done */
             self->running = 0;
             pthread_mutex_unlock(&self->mutex);
             return NULL;

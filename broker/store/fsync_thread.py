@@ -77,8 +77,9 @@ class FsyncThread:
         """The log grew to `end` (this thread reads `end()` itself when a round ends: nothing to do)."""
 
     async def stop(self, timeout_ms: int) -> None:
-        """Finish the round under way (its `on_done` is still delivered), take no other, and end
-        the thread; waits at most `timeout_ms` (a hung disk leaves the daemon thread behind)."""
+        """Finish the round under way, or the one requested and not yet begun (the loop counts it
+        as out: its `on_done` is still delivered), take no other, and end the thread; waits at
+        most `timeout_ms` (a hung disk leaves the daemon thread behind)."""
         with self._wake:
             self._stopping = True
             self._wake.notify()
@@ -91,9 +92,8 @@ class FsyncThread:
             with self._wake:
                 while self._request is None and not self._stopping:
                     self._wake.wait()
-                if self._stopping:
+                if self._request is None:   # stopping, and no round asked for that is not yet done
                     return
-                assert self._request is not None
                 target, paths = self._request
                 self._request = None
             next_target: int | None = target
@@ -180,8 +180,9 @@ class NativeFsyncThread:
                           OSError(error, os.strerror(error)) if error else None)
 
     async def stop(self, timeout_ms: int) -> None:
-        """Finish the round under way (its `on_done` is still delivered), take no other, and end
-        the thread; waits at most `timeout_ms` (a hung disk leaves the thread behind)."""
+        """Finish the round under way, or the one requested and not yet begun (its `on_done` is
+        still delivered), take no other, and end the thread; waits at most `timeout_ms` (a hung
+        disk leaves the thread behind)."""
         if self._closed:
             return
         joined = await asyncio.to_thread(self._worker.stop, timeout_ms)

@@ -15,8 +15,9 @@
  *   .note_end(end)                        the log's write position now (for back-to-back rounds)
  *   .take() -> [(target, seconds, errno)] finished rounds in order; seconds < 0: covered by an
  *                                         earlier round (no fsync of its own); errno 0: success
- *   .stop(timeout_ms) -> bool             finish the round under way (or asked for), take no other, join; False
- *                                         when the thread is still in an fsync at the timeout
+ *   .stop(timeout_ms) -> bool             finish the round under way or asked for, take no
+ *                                         other, join; False when the thread is still in an
+ *                                         fsync at the timeout
  *   .inject(delay_ms, errno)              tests: every later fsync first sleeps `delay_ms`, then
  *                                         fails with `errno` unless it is 0 (a slow or broken disk)
  */

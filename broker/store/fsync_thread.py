@@ -92,7 +92,7 @@ class FsyncThread:
             with self._wake:
                 while self._request is None and not self._stopping:
                     self._wake.wait()
-                if self._request is None:   # stopping, and no round asked for that is not yet done
+                if self._request is None:   # stopping, with no round asked for (one asked for is run)
                     return
                 target, paths = self._request
                 self._request = None

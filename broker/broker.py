@@ -124,7 +124,8 @@ class Broker:
             # binding, so the socket is bound first but accepts nothing before `begin_serving`.
             server = RemotingServer(config.listen_host, config.listen_port, on_request=self._on_request,
                                     on_close=self._on_channel_closed, max_frame_bytes=config.max_frame_bytes,
-                                    guard=self.connection_guard)
+                                    guard=self.connection_guard,
+                                    max_requests_per_step=config.max_requests_per_step)
             await server.start()
             self._server = server
             self._address = f"{host}:{server.port}"

@@ -28,6 +28,7 @@ class BrokerConfig:
     graceful_shutdown_timeout_ms: int = 5_000
     max_frame_bytes: int = 16 * 1024 * 1024
     max_in_flight_per_connection: int = 4096      # past it the broker stops reading that connection
+    max_requests_per_step: int = 8                # one connection's requests handled per loop step; 0: all read
     frame_read_timeout_ms: int = 30_000           # a started frame must complete within this, else closed
     max_connections: int = 10_000                 # more connections are refused (SYSTEM_BUSY frame, closed)
     max_buffered_bytes: int = 256 * 1024 * 1024   # all partial frames + unsent responses; past it reads pause
@@ -45,3 +46,8 @@ class BrokerConfig:
     filter_support_retry: bool = False            # filter retried messages by the group's SQL92 expression
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+
+    def __post_init__(self) -> None:
+        if self.max_requests_per_step < 0:
+            raise ValueError(f"max_requests_per_step must be 0 (no bound) or positive, "
+                             f"got {self.max_requests_per_step}")

@@ -92,6 +92,9 @@ class HoldService:
         self.held: dict[QueueKey, dict[HeldPull, None]] = {}
         self._due: dict[int, _Due] = {}         # deadline tick -> the pulls due then
         self._released = False
+        # the loop, looked up at start: asyncio.get_running_loop() is a getpid syscall on CPython
+        # 3.11 (its fork check), which every held pull would pay
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def held_count(self) -> int:
@@ -116,7 +119,9 @@ class HoldService:
         if pulls is None:
             pulls = self.held[key] = {}
         pulls[pull] = None
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:        # not started (a test driving the service alone)
+            loop = asyncio.get_running_loop()
         tick = math.ceil((loop.time() + timeout_ms / 1000) / DEADLINE_TICK_S)
         due = self._due.get(tick)
         if due is None:
@@ -240,11 +245,13 @@ class HoldService:
 
     async def start(self) -> None:
         self._released = False
+        self._loop = asyncio.get_running_loop()
         await self._sweeper.start()
 
     async def stop(self) -> None:
         self.release_all()
         await self._sweeper.stop()
+        self._loop = None
 
 
 def _answer(pulls: list[HeldPull], woken: bool) -> None:

@@ -189,9 +189,9 @@ class GuardedProtocol(ChannelProtocol):
     connection never gets a `Channel`."""
 
     def __init__(self, guard: ConnectionGuard, *, on_request: RequestHandler, on_close: CloseHandler,
-                 on_connect: Callable[[Channel], None], max_frame_bytes: int) -> None:
+                 on_connect: Callable[[Channel], None], max_frame_bytes: int, max_dispatch_per_step: int = 0) -> None:
         super().__init__(on_request=on_request, on_close=on_close, on_connect=on_connect,
-                         max_frame_bytes=max_frame_bytes)
+                         max_frame_bytes=max_frame_bytes, max_dispatch_per_step=max_dispatch_per_step)
         self._guard = guard
         self._conn: GuardedConnection | None = None
 

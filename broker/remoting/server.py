@@ -15,11 +15,13 @@ log = logging.getLogger(__name__)
 
 class RemotingServer:
     def __init__(self, host: str, port: int, *, on_request: RequestHandler,
-                 on_close: Callable[[Channel], None], max_frame_bytes: int, guard: ConnectionGuard) -> None:
+                 on_close: Callable[[Channel], None], max_frame_bytes: int, guard: ConnectionGuard,
+                 max_requests_per_step: int = 0) -> None:
         self._host, self._port = host, port
         self.guard = guard
         self._on_request, self._on_close = on_request, on_close
         self._max_frame_bytes = max_frame_bytes
+        self._max_requests_per_step = max_requests_per_step      # `Channel`'s max_dispatch_per_step
         self._server: asyncio.Server | None = None
         self.channels: set[Channel] = set()
 
@@ -40,7 +42,8 @@ class RemotingServer:
         """The protocol of one accepted connection (the server's factory). `bench.inproc` also
         hands one a transport of its own, to feed the broker frames in process."""
         return GuardedProtocol(self.guard, on_request=self._on_request, on_close=self._closed,
-                               on_connect=self.channels.add, max_frame_bytes=self._max_frame_bytes)
+                               on_connect=self.channels.add, max_frame_bytes=self._max_frame_bytes,
+                               max_dispatch_per_step=self._max_requests_per_step)
 
     async def begin_serving(self) -> None:
         """Accept connections from now on."""

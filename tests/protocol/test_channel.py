@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import struct
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 import pytest
@@ -24,8 +24,9 @@ RequestHandler = Callable[[Channel, RemotingCommand], None]
 class Server:
     """ChannelProtocol server on 127.0.0.1:0 that records its channels."""
 
-    def __init__(self, on_request: RequestHandler | None, max_frame_bytes: int) -> None:
+    def __init__(self, on_request: RequestHandler | None, max_frame_bytes: int, max_dispatch_per_step: int = 0) -> None:
         self.on_request, self.max_frame_bytes = on_request, max_frame_bytes
+        self.max_dispatch_per_step = max_dispatch_per_step
         self.channels: list[Channel] = []
         self.closed: list[Channel] = []
         self.lost = asyncio.Event()
@@ -37,13 +38,14 @@ class Server:
 
     def protocol(self) -> ChannelProtocol:
         return ChannelProtocol(on_request=self.on_request, on_connect=self.channels.append,
-                               on_close=self._lost, max_frame_bytes=self.max_frame_bytes)
+                               on_close=self._lost, max_frame_bytes=self.max_frame_bytes,
+                               max_dispatch_per_step=self.max_dispatch_per_step)
 
 
 @contextlib.asynccontextmanager
 async def serving(on_request: RequestHandler | None = None, max_frame_bytes: int = 1 << 20,
-                  ) -> AsyncIterator[Server]:
-    server = Server(on_request, max_frame_bytes)
+                  max_dispatch_per_step: int = 0) -> AsyncIterator[Server]:
+    server = Server(on_request, max_frame_bytes, max_dispatch_per_step)
     tcp = await asyncio.get_running_loop().create_server(server.protocol, "127.0.0.1", 0)
     server.port = tcp.sockets[0].getsockname()[1]
     try:
@@ -252,3 +254,123 @@ async def test_connect_to_a_closed_port_raises_connection_closed() -> None:
         port = server.port
     with pytest.raises(ConnectionClosed, match="cannot connect"):
         await connect("127.0.0.1", port, timeout_ms=WAIT_S * 1000)
+
+
+class LoopSteps:
+    """Counts event-loop steps: a callback that re-schedules itself once per step while running."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._running = False
+
+    def start(self) -> None:
+        self._running = True
+        self._tick()
+
+    def stop(self) -> None:
+        self._running = False
+
+    def _tick(self) -> None:
+        self.count += 1
+        if self._running:
+            asyncio.get_running_loop().call_soon(self._tick)
+
+
+def numbered_requests(count: int) -> bytes:
+    """`count` GET_MAX_OFFSET requests numbered by opaque and field "i", as one write."""
+    frames = []
+    for i in range(count):
+        cmd = request(RequestCode.GET_MAX_OFFSET, {"i": i})
+        cmd.opaque = i
+        frames.append(encode_frame_bytes(cmd))
+    return b"".join(frames)
+
+
+async def read_commands(reader: asyncio.StreamReader, count: int) -> list[RemotingCommand]:
+    decoder, commands = FrameDecoder(), list[RemotingCommand]()
+    while len(commands) < count:
+        chunk = await reader.read(65_536)
+        assert chunk, f"the connection closed after {len(commands)} of {count} commands"
+        commands += decoder.feed(chunk)
+    return commands
+
+
+async def test_a_burst_is_handled_a_chunk_per_loop_step_in_order_and_unread_meanwhile() -> None:
+    """`max_dispatch_per_step=4`: 20 pipelined requests (one write, so one read) are handled four
+    per loop step, in the order sent; the connection is not read while some wait, and is read
+    again once the last chunk is taken."""
+    steps = LoopSteps()
+    handled: list[tuple[int, int, bool]] = []      # (i, loop step, reading paused)
+
+    def answer(channel: Channel, cmd: RemotingCommand) -> None:
+        handled.append((cmd.fields["i"], steps.count, channel.reading_paused))
+        channel.send(cmd.response(header={"i": cmd.fields["i"]}))
+
+    async with asyncio.timeout(WAIT_S), serving(answer, max_dispatch_per_step=4) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        steps.start()
+        try:
+            writer.write(numbered_requests(20))
+            answers = await read_commands(reader, 20)
+            assert [a.opaque for a in answers] == list(range(20))
+            assert [i for i, _, _ in handled] == list(range(20))
+            per_step = [step for _, step, _ in handled]
+            assert [per_step.count(step) for step in sorted(set(per_step))] == [4] * 5
+            assert [paused for _, _, paused in handled] == [True] * 16 + [False] * 4
+            writer.write(numbered_requests(1))          # read again
+            (again,) = await read_commands(reader, 1)
+            assert again.opaque == 0 and len(handled) == 21
+        finally:
+            steps.stop()
+            writer.close()
+
+
+async def test_without_a_bound_a_read_is_handled_in_one_step() -> None:
+    steps = LoopSteps()
+    handled: list[int] = []
+
+    def answer(channel: Channel, cmd: RemotingCommand) -> None:
+        handled.append(steps.count)
+        channel.send(cmd.response())
+
+    async with asyncio.timeout(WAIT_S), serving(answer) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        steps.start()
+        try:
+            writer.write(numbered_requests(20))
+            assert [a.opaque for a in await read_commands(reader, 20)] == list(range(20))
+            assert len(set(handled)) == 1
+        finally:
+            steps.stop()
+            writer.close()
+
+
+async def test_requests_waiting_their_turn_are_handled_before_the_close_is_reported() -> None:
+    """The first request closes the connection while 16 wait their turn: they are still handled
+    (as every received request is), all before `on_close`, and nothing is answered on it."""
+    handled: list[int] = []
+    handled_at_close: list[int] = []
+
+    def close_at_first(channel: Channel, cmd: RemotingCommand) -> None:
+        handled.append(cmd.fields["i"])
+        if cmd.fields["i"] == 0:
+            channel.close()
+        elif not channel.closed:
+            channel.send(cmd.response())
+
+    async with asyncio.timeout(WAIT_S), serving(close_at_first, max_dispatch_per_step=4) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            writer.write(numbered_requests(20))
+            await server.lost.wait()
+            handled_at_close.extend(handled)
+            answers = await read_until_eof(reader)
+        finally:
+            writer.close()
+    assert handled_at_close == list(range(20))
+    assert {a.opaque for a in answers} <= {1, 2, 3}     # at most the rest of the first chunk
+
+
+def test_a_negative_bound_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_dispatch_per_step"):
+        Channel(cast(asyncio.Transport, None), max_dispatch_per_step=-1)

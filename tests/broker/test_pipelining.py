@@ -1,0 +1,99 @@
+"""Pipelined requests on one connection (`max_requests_per_step`): a burst is stored and answered
+in the order sent, a chunk per loop step, and other connections are served between the chunks."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from broker.broker import Broker
+from conf import BrokerConfig, ConfigError, load
+from conf.store import FlushDiskType
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.frame import FrameDecoder, encode_frame_bytes
+from protocol.headers import SendMessageRequestHeader
+from tests.broker.store.conftest import decoded
+from tests.conftest import broker_config
+
+WAIT_S = 5
+BURST = 200
+
+
+def send_frames(topic: str, count: int) -> bytes:
+    """`count` SEND_MESSAGE requests to queue 0 of `topic`, opaque i and body b"i", as one write."""
+    header = SendMessageRequestHeader(producer_group="pg", topic=topic, queue_id=0, properties={})
+    frames = []
+    for i in range(count):
+        cmd = RemotingCommand(int(RequestCode.SEND_MESSAGE), opaque=i, fields=header.to_fields(), body=b"%d" % i)
+        frames.append(encode_frame_bytes(cmd))
+    return b"".join(frames)
+
+
+async def read_commands(reader: asyncio.StreamReader, count: int) -> list[RemotingCommand]:
+    decoder, commands = FrameDecoder(), list[RemotingCommand]()
+    while len(commands) < count:
+        chunk = await reader.read(65_536)
+        assert chunk, f"the broker closed the connection after {len(commands)} of {count} responses"
+        commands += decoder.feed(chunk)
+    return commands
+
+
+@pytest.mark.parametrize("flush_disk_type", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+async def test_a_burst_of_pipelined_sends_is_stored_and_answered_in_order(tmp_path: Path,
+                                                                          flush_disk_type: FlushDiskType) -> None:
+    config = broker_config(tmp_path, max_requests_per_step=4)
+    config = dataclasses.replace(config, store=dataclasses.replace(config.store, flush_disk_type=flush_disk_type))
+    async with Broker(config) as broker:
+        host, port = broker.address.rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            async with asyncio.timeout(WAIT_S):
+                writer.write(send_frames("burst", BURST))
+                answers = await read_commands(reader, BURST)
+        finally:
+            writer.close()
+        assert [a.opaque for a in answers] == list(range(BURST))
+        assert {a.code for a in answers} == {ResponseCode.SUCCESS}
+        assert [a.fields["queue_offset"] for a in answers] == list(range(BURST))    # stored in the order sent
+        assert broker.store is not None
+        bodies: list[bytes] = []
+        while len(bodies) < BURST:          # 32 messages per read at most
+            read = decoded(broker.store.get_message("burst", 0, len(bodies), BURST, None))
+            assert read, f"nothing stored at queue offset {len(bodies)}"
+            bodies += [m.body for m in read]
+        assert bodies == [b"%d" % i for i in range(BURST)]
+
+
+async def test_another_connection_is_served_between_the_chunks_of_a_burst(tmp_path: Path) -> None:
+    """While a 200-send burst on one connection is handled four at a time, a request on a second
+    connection, written once the burst's first answers are back, is answered before its last."""
+    async with Broker(broker_config(tmp_path, max_requests_per_step=4)) as broker:
+        host, port = broker.address.rsplit(":", 1)
+        burst_reader, burst_writer = await asyncio.open_connection(host, int(port))
+        other_reader, other_writer = await asyncio.open_connection(host, int(port))
+        try:
+            async with asyncio.timeout(WAIT_S):
+                burst_writer.write(send_frames("burst", BURST))
+                first = await read_commands(burst_reader, 1)
+                probe = RemotingCommand(int(RequestCode.GET_MAX_OFFSET), opaque=7,
+                                        fields={"topic": "burst", "queue_id": 0})
+                other_writer.write(encode_frame_bytes(probe))
+                (answer,) = await read_commands(other_reader, 1)
+                rest = await read_commands(burst_reader, BURST - len(first))
+        finally:
+            burst_writer.close()
+            other_writer.close()
+        assert answer.code == ResponseCode.SUCCESS
+        assert 0 < answer.fields["offset"] < BURST, "the probe waited for the whole burst"
+        assert [a.opaque for a in first + rest] == list(range(BURST))
+
+
+def test_max_requests_per_step_is_checked_and_documented(tmp_path: Path) -> None:
+    assert BrokerConfig().max_requests_per_step == 8
+    assert BrokerConfig(max_requests_per_step=0).max_requests_per_step == 0      # no bound
+    with pytest.raises(ConfigError, match="max_requests_per_step"):
+        load(BrokerConfig, overrides={"max_requests_per_step": "-1"})

@@ -37,8 +37,9 @@ class Channel:
     read meanwhile. The broker sets it, so that a burst of pipelined requests on one connection
     lets the loop turn to its other work between chunks (other connections, finished fsync
     rounds) and sends each chunk's responses before handling the next. Measured with one
-    producer keeping 64 sends in flight (bench.peers send_one): ASYNC_FLUSH 48-58k to 65-67k
-    msg/s, SYNC_FLUSH 27-30k to 31-39k, the broker's loop busy where it used to wait."""
+    producer keeping 64 sends in flight (bench.peers send_one, 3 interleaved runs): ASYNC_FLUSH
+    47-52k to 58-65k msg/s, SYNC_FLUSH 22-28k to 29-35k, the broker's loop busy where it used
+    to wait for the client."""
 
     def __init__(self, transport: asyncio.Transport, *, on_request: RequestHandler | None = None,
                  on_close: CloseHandler | None = None, max_dispatch_per_step: int = 0) -> None:

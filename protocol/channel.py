@@ -280,7 +280,11 @@ class Channel:
         self._closed = True
         if self._backlog:       # received before the loss: handled as every read is (no answer)
             backlog, self._backlog = self._backlog, []
-            self._dispatch(backlog)
+            try:
+                self._dispatch(backlog)
+            except Exception:   # the pending requests must still fail and `on_close` still run
+                log.exception("%s: handling %d commands received before the connection was lost failed",
+                              self, len(backlog))
         reason = self._close_remark or str(exc or "connection closed")
         for future in self.pending.values():
             if not future.done():

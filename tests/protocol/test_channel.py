@@ -11,6 +11,7 @@ from typing import Any, cast
 import msgpack
 import pytest
 
+from bench.inproc import DroppingTransport
 from protocol.channel import Channel, ChannelProtocol, connect
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
@@ -374,3 +375,24 @@ async def test_requests_waiting_their_turn_are_handled_before_the_close_is_repor
 def test_a_negative_bound_is_refused() -> None:
     with pytest.raises(ValueError, match="max_dispatch_per_step"):
         Channel(cast(asyncio.Transport, None), max_dispatch_per_step=-1)
+
+
+async def test_a_failing_handler_at_the_loss_still_lets_the_close_be_reported(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The connection is lost with 16 requests waiting their turn and the handler fails on one:
+    that is logged, and the close is still reported (the broker unregisters the connection)."""
+    handled: list[int] = []
+    closed: list[Channel] = []
+
+    def fail_at_ten(channel: Channel, cmd: RemotingCommand) -> None:
+        handled.append(cmd.fields["i"])
+        if cmd.fields["i"] == 10:
+            raise RuntimeError("handler failed")
+
+    protocol = ChannelProtocol(on_request=fail_at_ten, on_close=closed.append, max_dispatch_per_step=4)
+    protocol.connection_made(DroppingTransport(40_001))
+    protocol.data_received(numbered_requests(20))
+    assert handled == [0, 1, 2, 3]
+    protocol.connection_lost(None)
+    assert handled == list(range(11)) and closed == [protocol.channel]
+    assert "handling 16 commands received before the connection was lost failed" in caplog.text

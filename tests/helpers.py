@@ -8,6 +8,8 @@ from collections.abc import Callable
 from broker.broker import Broker
 from client.api import ClientAPI, SendResult
 from protocol.codes import PullSysFlag
+from protocol.command import RemotingCommand
+from protocol.frame import FrameDecoder
 from protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
 
 
@@ -48,3 +50,14 @@ async def held_pulls(broker: Broker, *, topic: str, count: int, queue_id: int = 
     assert hold is not None
     await wait_until(lambda: len(hold.held.get((topic, queue_id), {})) >= count, timeout_s,
                      f"{count} held pulls on {topic}:{queue_id}")
+
+
+async def read_commands(reader: asyncio.StreamReader, count: int) -> list[RemotingCommand]:
+    """The next `count` commands from a raw connection (more if they came in the same read);
+    fails if the peer closes first. Callers bound it with `asyncio.timeout`."""
+    decoder, commands = FrameDecoder(), list[RemotingCommand]()
+    while len(commands) < count:
+        chunk = await reader.read(65_536)
+        assert chunk, f"the connection closed after {len(commands)} of {count} commands"
+        commands += decoder.feed(chunk)
+    return commands

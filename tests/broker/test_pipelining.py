@@ -14,10 +14,11 @@ from conf import BrokerConfig, ConfigError, load
 from conf.store import FlushDiskType
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.frame import FrameDecoder, encode_frame_bytes
+from protocol.frame import encode_frame_bytes
 from protocol.headers import SendMessageRequestHeader
 from tests.broker.store.conftest import decoded
 from tests.conftest import broker_config
+from tests.helpers import read_commands
 
 WAIT_S = 5
 BURST = 200
@@ -31,15 +32,6 @@ def send_frames(topic: str, count: int) -> bytes:
         cmd = RemotingCommand(int(RequestCode.SEND_MESSAGE), opaque=i, fields=header.to_fields(), body=b"%d" % i)
         frames.append(encode_frame_bytes(cmd))
     return b"".join(frames)
-
-
-async def read_commands(reader: asyncio.StreamReader, count: int) -> list[RemotingCommand]:
-    decoder, commands = FrameDecoder(), list[RemotingCommand]()
-    while len(commands) < count:
-        chunk = await reader.read(65_536)
-        assert chunk, f"the broker closed the connection after {len(commands)} of {count} responses"
-        commands += decoder.feed(chunk)
-    return commands
 
 
 @pytest.mark.parametrize("flush_disk_type", ["ASYNC_FLUSH", "SYNC_FLUSH"])

@@ -17,6 +17,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
 from protocol.errors import ConnectionClosed, RequestTimeout
 from protocol.frame import FrameDecoder, encode_frame_bytes
+from tests.helpers import read_commands
 
 WAIT_S = 5   # bound on every wait; the happy paths take milliseconds
 RequestHandler = Callable[[Channel, RemotingCommand], None]
@@ -285,15 +286,6 @@ def numbered_requests(count: int) -> bytes:
         cmd.opaque = i
         frames.append(encode_frame_bytes(cmd))
     return b"".join(frames)
-
-
-async def read_commands(reader: asyncio.StreamReader, count: int) -> list[RemotingCommand]:
-    decoder, commands = FrameDecoder(), list[RemotingCommand]()
-    while len(commands) < count:
-        chunk = await reader.read(65_536)
-        assert chunk, f"the connection closed after {len(commands)} of {count} commands"
-        commands += decoder.feed(chunk)
-    return commands
 
 
 async def test_a_burst_is_handled_a_chunk_per_loop_step_in_order_and_unread_meanwhile() -> None:

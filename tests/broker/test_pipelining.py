@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from bench.inproc import send_frame
 from broker.broker import Broker
 from conf import BrokerConfig, ConfigError, load
 from conf.store import FlushDiskType
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.frame import encode_frame_bytes
-from protocol.headers import SendMessageRequestHeader
 from tests.broker.store.conftest import decoded
 from tests.conftest import broker_config
 from tests.helpers import read_commands
@@ -26,12 +26,7 @@ BURST = 200
 
 def send_frames(topic: str, count: int) -> bytes:
     """`count` SEND_MESSAGE requests to queue 0 of `topic`, opaque i and body b"i", as one write."""
-    header = SendMessageRequestHeader(producer_group="pg", topic=topic, queue_id=0, properties={})
-    frames = []
-    for i in range(count):
-        cmd = RemotingCommand(int(RequestCode.SEND_MESSAGE), opaque=i, fields=header.to_fields(), body=b"%d" % i)
-        frames.append(encode_frame_bytes(cmd))
-    return b"".join(frames)
+    return b"".join(send_frame(topic, 0, i, b"%d" % i) for i in range(count))
 
 
 def config_with(tmp_path: Path, flush_disk_type: FlushDiskType) -> BrokerConfig:

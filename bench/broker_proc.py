@@ -64,7 +64,7 @@ class BrokerProcess(BrokerSubprocess):
     """A `BrokerSubprocess` (the repo root as working directory, `python -m broker` unless told
     otherwise) with CPU/RSS sampling, optional CPU pinning and the optional py-spy recorder."""
 
-    def __init__(self, store_dir: Path, *, settings: Mapping[str, str] | None = None,
+    def __init__(self, store_dir: Path | None, *, settings: Mapping[str, str] | None = None,
                  command: Sequence[str] | None = None, cpus: frozenset[int] | None = None,
                  keep_lines: int = 200) -> None:
         super().__init__(store_dir, settings=settings,

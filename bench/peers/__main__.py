@@ -20,7 +20,7 @@ from importlib.metadata import version
 from typing import Any, TypeVar
 
 from bench.common import Options, run, running_broker, wait_for_quiet
-from bench.peers import blocked, consume, send, wake
+from bench.peers import blocked, consume, floor, send, wake
 from bench.peers.results import RatioOp, Row, Side, format_table, write_json
 from bench.peers.servers import DURABLE, IN_MEMORY, Pairing, RedisServer, raise_fd_limit, redis_version
 
@@ -99,6 +99,8 @@ async def run_pairing(session: Session, pairing: Pairing, only: set[str]) -> Non
                                    "send 1 awaited at a time 128B", SEQUENTIAL_SEND_TARGET,
                                    note="one producer awaiting each send")
             _cpu_rows(rows, "send 1 awaited at a time", p, a, b)
+            if pairing is IN_MEMORY:
+                await _floor_rows(session, redis_server, p)
         if "send_batch" in only:
             for size in (128, 1024):
                 name = "128B" if size == 128 else "1KiB"
@@ -170,6 +172,32 @@ def _cpu_rows(rows: list[Row], workload: str, pairing: str, a: Side, b: Side) ->
                         rocketq=Side(value=a.details.get(system, float("nan"))),
                         redis=Side(value=b.details.get(system, float("nan"))),
                         note="system CPU: the read, write and epoll calls and the wake-ups they cause"))
+
+
+async def _floor_rows(session: Session, redis_server: RedisServer, pairing: str) -> None:
+    """The CPU a round trip costs a server doing no work (`bench.peers.floor`): a Python uvloop
+    process answering unparsed, beside Redis answering PING, through one identical client. What a
+    single send costs the broker above the first is its own handling."""
+    params = floor.QUICK if session.opts.quick else floor.FULL
+
+    async def python_floor() -> Side:
+        async with floor.floor_server() as server:
+            return await floor.round_trips(server.address, server, params)
+
+    a, b = await session.pair(f"floor [{pairing}]", python_floor,
+                              lambda: floor.round_trips(f"127.0.0.1:{redis_server.port}", redis_server, params),
+                              _same)
+    rows = session.rows
+    rows.append(Row(workload="no-work round trip, 1 awaited at a time", pairing=pairing, unit="req/s",
+                    rocketq=a, redis=b, note="rocketq column: a Python uvloop server answering every read "
+                                             "unparsed (bench.peers.floor); Redis: PING"))
+    for key, name in (("server_cpu_us_per_call", "  its server CPU per round trip"),
+                      ("server_system_us_per_call", "  of which kernel")):
+        rows.append(Row(workload=name, pairing=pairing, unit="µs",
+                        rocketq=Side(value=a.details.get(key, float("nan"))),
+                        redis=Side(value=b.details.get(key, float("nan"))),
+                        note="the floor under the broker CPU per send row: the loop and the kernel alone"
+                        if key == "server_cpu_us_per_call" else ""))
 
 
 async def _consume(session: Session, broker: Any, redis_server: RedisServer, p: str) -> None:

@@ -30,7 +30,7 @@ from bench import (
     sql92,
 )
 from bench.common import Options, run, wait_for_quiet
-from bench.report import BenchResult, format_table, write_result, write_summary
+from bench.report import BenchResult, cpu_idle_line, format_table, write_result, write_summary
 
 Benchmark = Callable[[BenchResult, Options], Coroutine[Any, Any, None]]
 
@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     for result in results:
         for note in result.notes:
             print(f"note: {result.name}: {note}")
+    print(cpu_idle_line())
     summary = write_summary(results, opts.quick, opts.pinned)
     print(f"results: {summary.parent}/")
     return 0 if all(r.ok for r in results) else 1

@@ -23,6 +23,7 @@ from bench.common import Options, run, running_broker, wait_for_quiet
 from bench.peers import blocked, consume, floor, send, wake
 from bench.peers.results import RatioOp, Row, Side, format_table, write_json
 from bench.peers.servers import DURABLE, IN_MEMORY, Pairing, RedisServer, raise_fd_limit, redis_version
+from bench.report import cpu_idle_line
 
 T = TypeVar("T")
 WORKLOADS = ("send_one", "send_batch", "send_seq", "batch_seq", "consume", "consume_seq", "e2e", "wake", "blocked")
@@ -300,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pairing {pairing.label}")
     print(f"clients: rocketq client (uvloop); redis-py {version('redis')} asyncio + hiredis {version('hiredis')}; "
           f"server: {redis_version()}; RLIMIT_NOFILE {fds}")
+    print(cpu_idle_line())
     for note in session.notes:
         print(f"note: {note}")
     missed = [f"{r.workload} [{r.pairing}] ({r.ratio:.2f}x)" for r in rows if r.passed is False]

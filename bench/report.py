@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 import psutil
 
+from broker.host import cpu_idle
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 Op = Literal["≥", "≤"]
 
@@ -76,36 +78,22 @@ def machine_info() -> dict[str, Any]:
             "platform": platform.platform(), "machine": platform.machine(), **cpu_idle_info()}
 
 
-_CPUIDLE = Path("/sys/devices/system/cpu/cpuidle")
-_HALT_POLL_NS = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
-
-
 def cpu_idle_info() -> dict[str, Any]:
-    """How this machine's CPUs idle: {"cpuidle_driver", "guest_halt_poll_ns"} (None where Linux
-    does not say). A virtual machine's `haltpoll` driver polls for `guest_halt_poll_ns` before it
-    halts the vCPU; with 0 every idle moment halts it, and a request that comes while it is halted
-    waits for the host to resume it, then runs with cold caches and branch predictors: on the
-    development VM that doubled the CPU of one request awaited at a time, for every server
-    (README, "Per-request cost")."""
-    def read(path: Path) -> str | None:
-        try:
-            return path.read_text().strip()
-        except OSError:
-            return None
-
-    poll_ns = read(_HALT_POLL_NS)
-    return {"cpuidle_driver": read(_CPUIDLE / "current_driver"),
-            "guest_halt_poll_ns": int(poll_ns) if poll_ns is not None and poll_ns.isdigit() else None}
+    """{"cpuidle_driver", "guest_halt_poll_ns"} of this machine (`broker.host.cpu_idle`): with the
+    `haltpoll` driver at 0 ns every idle moment halts the vCPU, which doubled the CPU of one request
+    awaited at a time on the development VM (README, "Per-request cost")."""
+    state = cpu_idle()
+    return {"cpuidle_driver": state.driver, "guest_halt_poll_ns": state.guest_halt_poll_ns}
 
 
 def cpu_idle_line() -> str:
     """One line for a benchmark's footer: the idle driver and its halt polling."""
-    info = cpu_idle_info()
-    line = f"cpu idle: driver {info['cpuidle_driver'] or 'unknown'}"
-    if info["guest_halt_poll_ns"] is not None:
-        line += f", guest_halt_poll_ns {info['guest_halt_poll_ns']}"
-        if info["guest_halt_poll_ns"] == 0:
-            line += " (halt polling off: every idle moment halts the vCPU; single-request rows pay for it)"
+    state = cpu_idle()
+    line = f"cpu idle: driver {state.driver or 'unknown'}"
+    if state.guest_halt_poll_ns is not None:
+        line += f", guest_halt_poll_ns {state.guest_halt_poll_ns}"
+    if state.halts_at_once:
+        line += " (every idle moment halts the vCPU: the single-request rows pay for it)"
     return line
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 import click
 
+from broker.host import warn_if_idle_halts
 from broker.store.check import check_store
 from conf import BrokerConfig, ConfigError, load
 from conf.broker import EventLoop
@@ -213,6 +214,7 @@ def run_broker(config: BrokerConfig, loop_factory: Callable[[], asyncio.Abstract
 
     factory: BrokerFactory = Broker
     tune_garbage_collector()
+    warn_if_idle_halts()
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(serve(config, factory))
 

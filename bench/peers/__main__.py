@@ -178,7 +178,7 @@ def _cpu_rows(rows: list[Row], workload: str, pairing: str, a: Side, b: Side) ->
 async def _floor_rows(session: Session, redis_server: RedisServer, pairing: str) -> None:
     """The CPU a round trip costs a server doing no work (`bench.peers.floor`): a Python uvloop
     process answering unparsed, beside Redis answering PING, through one identical client. What a
-    single send costs the broker above the first is its own handling."""
+    single send costs the broker above this floor is its own handling."""
     params = floor.QUICK if session.opts.quick else floor.FULL
 
     async def python_floor() -> Side:

@@ -14,7 +14,7 @@ work per request comes on top of it. So the rows show how much of the single-sen
 of broker CPU per send) is left for the broker's handling on the machine the run is on.
 
     async with floor_server() as server:
-        side = await round_trips(server.address, server)"""
+        side = await round_trips(server.address, server, FULL)"""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import cast
+
+import uvloop
 
 from bench.broker_proc import BrokerProcess
 from bench.peers.results import Side
@@ -80,7 +82,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--store-dir", help="ignored")
     parser.add_argument("--set", action="append", default=[], help="ignored")
     args = parser.parse_args(argv)
-    import uvloop
     uvloop.run(_serve(args.listen_host, args.listen_port))
 
 
@@ -118,6 +119,8 @@ async def round_trips(address: str, server: Measured, params: FloorParams) -> Si
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
+    if done == 0:
+        raise RuntimeError(f"no round trip finished within {params.time_limit_s} s")
     rate = done / elapsed
     details: dict[str, float] = {"round_trips": done, "elapsed_s": round(elapsed, 2), **cpu}
     for who in ("server", "client"):

@@ -32,7 +32,7 @@ import uvloop
 
 from bench.broker_proc import BrokerProcess
 from bench.peers.results import Side
-from bench.peers.servers import Measured, ServerMeter
+from bench.peers.servers import Measured, ServerMeter, cpu_us_per_call
 
 PING = b"PING\r\n"
 PONG = b"+PONG\r\n"
@@ -122,10 +122,8 @@ async def round_trips(address: str, server: Measured, params: FloorParams) -> Si
     if done == 0:
         raise RuntimeError(f"no round trip finished within {params.time_limit_s} s")
     rate = done / elapsed
-    details: dict[str, float] = {"round_trips": done, "elapsed_s": round(elapsed, 2), **cpu}
-    for who in ("server", "client"):
-        details[f"{who}_cpu_us_per_call"] = round(cpu[f"{who}_cores"] / rate * 1e6, 1)
-        details[f"{who}_system_us_per_call"] = round(cpu[f"{who}_system_cores"] / rate * 1e6, 1)
+    details: dict[str, float] = {"round_trips": done, "elapsed_s": round(elapsed, 2), **cpu,
+                                 **cpu_us_per_call(cpu, rate)}
     return Side(value=round(rate), details=details)
 
 

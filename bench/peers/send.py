@@ -23,7 +23,7 @@ from bench.broker_proc import BrokerProcess
 from bench.client_produce import create_topic, max_offsets
 from bench.common import BATCH_SIZE, PRODUCER_GROUP, LoadStats, drive
 from bench.peers.results import Delivery, Side
-from bench.peers.servers import RedisServer, ServerMeter
+from bench.peers.servers import RedisServer, ServerMeter, cpu_us_per_call
 from bench.report import percentile
 from client import Message, Producer
 
@@ -58,10 +58,7 @@ def _side(stats: LoadStats, cpu: dict[str, float], latencies_s: list[float], del
                "error_samples": stats.error_samples, **cpu,
                **{f"call_p{int(q * 100)}_ms": round(percentile(ordered, q) * 1000, 3) for q in (0.5, 0.99)}}
     calls_s = stats.requests / stats.elapsed_s if stats.elapsed_s > 0 else 0.0
-    for who in ("server", "client"):      # CPU µs per call: cores / (calls per second)
-        details[f"{who}_cpu_us_per_call"] = round(cpu[f"{who}_cores"] / calls_s * 1e6, 1) if calls_s else float("nan")
-        details[f"{who}_system_us_per_call"] = (round(cpu[f"{who}_system_cores"] / calls_s * 1e6, 1) if calls_s
-                                               else float("nan"))
+    details.update(cpu_us_per_call(cpu, calls_s))
     error = f"{stats.errors} failed calls, e.g. {stats.error_samples[:1]}" if stats.errors else None
     return Side(value=round(stats.rate), delivery=delivery, details=details, error=error)
 

@@ -243,3 +243,14 @@ class ServerMeter:
                 "server_system_cores": round((now.system_s - self._start.system_s) / elapsed, 3),
                 "client_system_cores": round((client_system - self._client_start[1]) / elapsed, 3),
                 "server_rss_mb": round(now.rss_bytes / (1 << 20), 1)}
+
+
+def cpu_us_per_call(cpu: dict[str, float], calls_s: float) -> dict[str, float]:
+    """`ServerMeter.stop()`'s cores turned into CPU µs per call at `calls_s` calls per second:
+    {"server_cpu_us_per_call", "server_system_us_per_call", "client_cpu_us_per_call",
+    "client_system_us_per_call"} (NaN when no call finished)."""
+    out: dict[str, float] = {}
+    for who in ("server", "client"):      # cores / (calls per second)
+        for part, key in (("cpu", f"{who}_cores"), ("system", f"{who}_system_cores")):
+            out[f"{who}_{part}_us_per_call"] = round(cpu[key] / calls_s * 1e6, 1) if calls_s else float("nan")
+    return out

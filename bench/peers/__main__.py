@@ -101,7 +101,7 @@ async def run_pairing(session: Session, pairing: Pairing, only: set[str]) -> Non
                                    note="one producer awaiting each send")
             _cpu_rows(rows, "send 1 awaited at a time", p, a, b)
             if pairing is IN_MEMORY:
-                await _floor_rows(session, redis_server, p)
+                await _floor_rows(session, redis_server, p, b)
         if "send_batch" in only:
             for size in (128, 1024):
                 name = "128B" if size == 128 else "1KiB"
@@ -175,10 +175,12 @@ def _cpu_rows(rows: list[Row], workload: str, pairing: str, a: Side, b: Side) ->
                         note="system CPU: the read, write and epoll calls and the wake-ups they cause"))
 
 
-async def _floor_rows(session: Session, redis_server: RedisServer, pairing: str) -> None:
+async def _floor_rows(session: Session, redis_server: RedisServer, pairing: str, redis_xadd: Side) -> None:
     """The CPU a round trip costs a server doing no work (`bench.peers.floor`): a Python uvloop
     process answering unparsed, beside Redis answering PING, through one identical client. What a
-    single send costs the broker above this floor is its own handling."""
+    single send costs the broker above this floor is its own handling. Then the minimal SEND
+    server (frames in C, a body copy, no store: the bound of a request path in C) beside
+    `redis_xadd`, the send row's Redis side."""
     params = floor.QUICK if session.opts.quick else floor.FULL
 
     async def python_floor() -> Side:
@@ -199,6 +201,22 @@ async def _floor_rows(session: Session, redis_server: RedisServer, pairing: str)
                         redis=Side(value=b.details.get(key, float("nan"))),
                         note="the floor under the broker CPU per send row: the loop and the kernel alone"
                         if key == "server_cpu_us_per_call" else ""))
+
+    async def minimal_send() -> Side:
+        async with floor.floor_server(answer="send") as server:
+            return await floor.send_round_trips(server.address, server, params)
+
+    c = await session.attempt("rocketq", f"floor_send [{pairing}]", minimal_send, _same)
+    rows.append(Row(workload="send 1 awaited at a time, minimal SEND server", pairing=pairing, unit="msg/s",
+                    rocketq=c, redis=redis_xadd,
+                    note="rocketq column: SEND answered with the C frame functions and a body copy, no store "
+                         "(bench.peers.floor --answer send, ClientAPI.send_message_to): the bound of a request "
+                         "path in C; Redis column: the send row's XADD"))
+    for key, name in (("server_cpu_us_per_call", "  its server CPU per send"),
+                      ("server_system_us_per_call", "  of which kernel")):
+        rows.append(Row(workload=name, pairing=pairing, unit="µs",
+                        rocketq=Side(value=c.details.get(key, float("nan"))),
+                        redis=Side(value=redis_xadd.details.get(key, float("nan")))))
 
 
 async def _consume(session: Session, broker: Any, redis_server: RedisServer, p: str) -> None:

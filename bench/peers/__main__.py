@@ -209,9 +209,9 @@ async def _floor_rows(session: Session, redis_server: RedisServer, pairing: str,
     c = await session.attempt("rocketq", f"floor_send [{pairing}]", minimal_send, _same)
     rows.append(Row(workload="send 1 awaited at a time, minimal SEND server", pairing=pairing, unit="msg/s",
                     rocketq=c, redis=redis_xadd,
-                    note="rocketq column: SEND answered with the C frame functions and a body copy, no store "
-                         "(bench.peers.floor --answer send, ClientAPI.send_message_to): the bound of a request "
-                         "path in C; Redis column: the send row's XADD"))
+                    note="rocketq column: SEND answered with the frame functions (C when built) and a body "
+                         "copy, no store (bench.peers.floor --answer send, ClientAPI.send_message_to): the bound "
+                         "of a request path in C; Redis column: the send row's XADD"))
     for key, name in (("server_cpu_us_per_call", "  its server CPU per send"),
                       ("server_system_us_per_call", "  of which kernel")):
         rows.append(Row(workload=name, pairing=pairing, unit="µs",

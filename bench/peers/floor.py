@@ -57,7 +57,6 @@ SEND_BODY = bytes(128)
 SEND_TOPIC = "peers_floor"
 SEND_QUEUES = 8
 _RING_BYTES = 64 << 20          # the minimal SEND server's bodies go round this buffer
-_JOIN_BELOW_BYTES = 256 * 1024
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
 _SUCCESS = int(ResponseCode.SUCCESS)
 _SYSTEM_ERROR = int(ResponseCode.SYSTEM_ERROR)
@@ -137,8 +136,8 @@ class _Sends(asyncio.Protocol):
                 response = RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
                     "msg_id": f"7F00000100002A9F{position:016X}", "queue_id": queue_id,
                     "queue_offset": queue_offset})
-            frame = frame_bytes(response, _JOIN_BELOW_BYTES)
-            assert frame is not None            # no body: always one buffer
+            frame = frame_bytes(response, 0)       # as the broker's `Channel.send` builds it
+            assert frame is not None                # no body, so never over the limit
             self.transport.write(frame)
 
 

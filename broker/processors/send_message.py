@@ -107,7 +107,7 @@ class SendMessageProcessor:
         for key, value in properties.items():
             if type(key) is not str or type(value) is not str:
                 return self._process_typed(ctx, request)
-        result = self._store.put_message(
+        result = self._store.put_checked_message(
             topic=topic, queue_id=queue_id, body=body, properties=properties, flag=flag,
             born_timestamp=born_timestamp, born_host=ctx.client_addr, reconsume_times=reconsume_times)
         check_put(result)

@@ -210,6 +210,18 @@ class MessageStore:
         return self._put(topic, queue_id, ((properties, flag, body),), born_timestamp, born_host,
                          reconsume_times, sys_flag)
 
+    def put_checked_message(self, *, topic: str, queue_id: int, body: bytes, properties: dict[str, str], flag: int,
+                            born_timestamp: int, born_host: str, reconsume_times: int) -> PutMessageResult:
+        """`put_message` for a caller that has already checked the message as `_put` would: a topic
+        name matching `^[%|a-zA-Z0-9_-]+$`, `0 <= queue_id`, `len(body) <= max_message_bytes` and no
+        `DELAY` property (the broker's usual one-at-a-time send, whose topic, queue and group passed
+        these checks under the current topic configs). Only the store's own state is checked
+        (running, the disk guard's refusal): the statuses and record bytes are `put_message`'s."""
+        refused = self._not_writable()
+        if refused is not None:
+            return refused
+        return self._put_one(topic, queue_id, (properties, flag, body), born_timestamp, born_host, reconsume_times, 0)
+
     def put_messages(self, *, topic: str, queue_id: int,
                      messages: Sequence[tuple[dict[str, str], int, bytes]], born_timestamp: int,
                      born_host: str) -> PutMessageResult:
@@ -231,12 +243,9 @@ class MessageStore:
              born_timestamp: int, born_host: str, reconsume_times: int, sys_flag: int,
              origins: Sequence[tuple[int, str, int, int]] | None = None) -> PutMessageResult:
         commit_log = self._commit_log
-        if not self._running:
-            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                 "the store is not running (starting or stopping)")
-        refusal = self.disk_guard.refusal
-        if refusal is not None:
-            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, refusal)
+        refused = self._not_writable()
+        if refused is not None:
+            return refused
         max_bytes = self._config.max_message_bytes
         if not messages or queue_id < 0 or not is_valid_topic_name(topic):
             return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
@@ -298,6 +307,17 @@ class MessageStore:
             payload: bytes = pack(fields)
             return payload
         return encode
+
+    def _not_writable(self) -> PutMessageResult | None:
+        """SERVICE_NOT_AVAILABLE (nothing written) while the store is not running or the disk guard
+        refuses sends; None when a put may go ahead."""
+        if not self._running:
+            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                 "the store is not running (starting or stopping)")
+        refusal = self.disk_guard.refusal
+        if refusal is not None:
+            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, refusal)
+        return None
 
     def _refused(self, status: PutMessageStatus, remark: str = "") -> PutMessageResult:
         """The result of a put that wrote nothing."""

@@ -116,7 +116,36 @@ async def test_put_before_start_is_refused(config: StoreConfig) -> None:
     result = store.put_message(topic="t", queue_id=0, body=b"x", properties={}, flag=0, born_timestamp=1,
                                born_host=BORN_HOST)
     assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    checked = store.put_checked_message(topic="t", queue_id=0, body=b"x", properties={}, flag=0,
+                                        born_timestamp=1, born_host=BORN_HOST, reconsume_times=0)
+    assert checked.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
     assert not config.path.exists()
+
+
+async def test_a_checked_put_writes_what_put_message_writes(tmp_path: Path) -> None:
+    """`put_checked_message` (the broker's usual send, its checks made by the caller) gives the
+    results and writes the commit log, consume queue and tags codes byte for byte as `put_message`."""
+    sends = [(f"t{i % 3}", i % 2, {"TAGS": f"tag{i % 4}", "UNIQ_KEY": f"u{i}", "KEYS": "k"}, i - 3,
+              bytes([i]) * (50 * i + 1), i % 5) for i in range(40)]
+    outcomes = []
+    for checked in (False, True):
+        config = small_config(tmp_path / f"store-{checked}")
+        store = await open_store(config, TickClock())
+        try:
+            results = []
+            for topic, queue_id, properties, flag, body, reconsume_times in sends:
+                put_one = store.put_checked_message if checked else store.put_message
+                result = put_one(topic=topic, queue_id=queue_id, body=body, properties=properties, flag=flag,
+                                 born_timestamp=7, born_host=BORN_HOST, reconsume_times=reconsume_times)
+                results.append((result.status, result.queue_offset, result.commit_log_offsets, result.end_offset))
+            store.dispatch_available()
+            queue = store.get_message("t1", 1, 0, 32, None)
+        finally:
+            await store.stop()
+        files = sorted(p for p in config.path.rglob("*") if p.is_file() and "checkpoint" not in p.name)
+        outcomes.append((results, bodies(queue), [(p.relative_to(config.path), p.read_bytes()) for p in files]))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0][-1][0] is PutMessageStatus.PUT_OK and len(outcomes[0][1]) == 7
 
 
 async def test_appends_are_dispatched_at_once_and_notify_the_listener(store: MessageStore) -> None:

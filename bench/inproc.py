@@ -101,14 +101,16 @@ class DroppingTransport(asyncio.Transport):
                 asyncio.get_running_loop().call_soon(self._protocol.connection_lost, None)
 
 
-def send_frame(topic: str, queue_id: int, opaque: int, body: bytes = BODY) -> bytes:
-    fields = send_message_fields("pg", topic, queue_id, 0, int(time.time() * 1000), dict(UNIQ))
+def send_frame(topic: str, queue_id: int, opaque: int, body: bytes = BODY, uniq_key: str = UNIQ["UNIQ_KEY"]
+               ) -> bytes:
+    fields = send_message_fields("pg", topic, queue_id, 0, int(time.time() * 1000), {"UNIQ_KEY": uniq_key})
     return encode_frame_bytes(RemotingCommand(int(RequestCode.SEND_MESSAGE), opaque=opaque, fields=fields, body=body))
 
 
 def batch_frame(topic: str, queue_id: int, opaque: int, size: int = 32) -> bytes:
+    """A SEND_BATCH of `size` messages whose UNIQ_KEYs no other frame with another `opaque` has."""
     header = SendBatchMessageRequestHeader(producer_group="pg", topic=topic, queue_id=queue_id, born_timestamp=0)
-    messages = [Message(topic=topic, body=BODY, properties={"UNIQ_KEY": f"7F0000010000000000000000{i:08X}"})
+    messages = [Message(topic=topic, body=BODY, properties={"UNIQ_KEY": f"7F000001{opaque:016X}{i:08X}"})
                 for i in range(size)]
     return encode_frame_bytes(RemotingCommand(int(RequestCode.SEND_BATCH_MESSAGE), opaque=opaque,
                                               fields=header.to_fields(), body=encode_batch_body(messages)))
@@ -146,7 +148,8 @@ class InProcess:
 async def _with_broker(body: Any, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="rocketq-inproc-") as directory:
         config = BrokerConfig(listen_port=0, metrics_port=0, max_requests_per_step=args.max_requests_per_step,
-                              store=StoreConfig(path=Path(directory), flush_disk_type="ASYNC_FLUSH"))
+                              store=StoreConfig(path=Path(directory), flush_disk_type="ASYNC_FLUSH",
+                                                 key_index_max_entries=args.key_index_max_entries))
         async with Broker(config) as broker:
             await body(InProcess(broker))
 
@@ -171,12 +174,14 @@ async def bench_send(args: argparse.Namespace) -> None:
     async def body(inproc: InProcess) -> None:
         inproc.broker.topics.ensure("inproc", QUEUES)
         protocol, transport = inproc.connect()
-        frames = [send_frame("inproc", i % QUEUES, i + 1) for i in range(64)]
         for i in range(2_000):                          # warm-up: files mapped, caches filled
-            protocol.data_received(frames[i & 63])
+            protocol.data_received(send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{i:024X}"))
         await _settle()
         idle_s = args.idle_us / 1e6
         for round_index in range(args.rounds):
+            # every SEND its own UNIQ_KEY, as a producer's: each one is a new key-index entry
+            frames = [send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{round_index + 1:08X}{i:016X}")
+                      for i in range(args.count)]
             gc.collect()
             cpu = 0.0
             with profiled(args.profile and round_index == args.rounds - 1):
@@ -184,7 +189,7 @@ async def bench_send(args: argparse.Namespace) -> None:
                     if idle_s:
                         time.sleep(idle_s)
                     started = time.thread_time()
-                    protocol.data_received(frames[i & 63])
+                    protocol.data_received(frames[i])
                     cpu += time.thread_time() - started
                     if i & 255 == 255:
                         await asyncio.sleep(0)          # let the loop run its callbacks (flushes)
@@ -199,17 +204,18 @@ async def bench_batch(args: argparse.Namespace) -> None:
     async def body(inproc: InProcess) -> None:
         inproc.broker.topics.ensure("inproc", QUEUES)
         protocol, _ = inproc.connect()
-        frames = [batch_frame("inproc", i % QUEUES, i + 1) for i in range(QUEUES)]
-        for i in range(200):
-            protocol.data_received(frames[i % QUEUES])
+        for i in range(200):                            # warm-up: files mapped, caches filled
+            protocol.data_received(batch_frame("inproc", i % QUEUES, i + 1))
         await _settle()
         count = max(1, args.count // 32)
         for round_index in range(args.rounds):
+            # every message its own UNIQ_KEY, as a producer's: each one is a new key-index entry
+            frames = [batch_frame("inproc", i % QUEUES, (round_index + 1) << 32 | i) for i in range(count)]
             gc.collect()
             with profiled(args.profile and round_index == args.rounds - 1):
                 started = time.thread_time()
                 for i in range(count):
-                    protocol.data_received(frames[i % QUEUES])
+                    protocol.data_received(frames[i])
                     if i & 63 == 63:
                         await asyncio.sleep(0)
                 cpu = time.thread_time() - started
@@ -330,9 +336,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the last round")
     parser.add_argument("--max-requests-per-step", type=int, default=BrokerConfig().max_requests_per_step,
                         help="the broker's max_requests_per_step (default: its default; 0: no bound)")
+    parser.add_argument("--key-index-max-entries", type=int, default=StoreConfig().key_index_max_entries,
+                        help="the store's key_index_max_entries (default: its default; 0: no key index, "
+                             "to see what indexing each message's UNIQ_KEY costs)")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.count < 1 or args.idle_us < 0 or args.max_requests_per_step < 0:
-        parser.error("--rounds and --count must be positive, --idle-us and --max-requests-per-step not negative")
+    if (args.rounds < 1 or args.count < 1 or args.idle_us < 0 or args.max_requests_per_step < 0
+            or args.key_index_max_entries < 0):
+        parser.error("--rounds and --count must be positive, --idle-us, --max-requests-per-step and "
+                     "--key-index-max-entries not negative")
     run(WORKLOADS[args.workload](args))
     return 0
 

@@ -1,4 +1,5 @@
-/* broker.store._records: the commit-log records of a batch, encoded in C.
+/* broker.store._records: the commit-log records of a batch, encoded in C, and its messages' keys
+ * indexed (`index_unique_keys`, below `encode_run`).
  *
  * encode_run(head, messages, start, first_queue_offset, position, limit, crc32)
  *     -> (data, commit_log_offsets, sizes) | None
@@ -211,16 +212,131 @@ done:
     return result;
 }
 
+/* index_unique_keys(table, prefix, properties, units, start, time_bits) -> stop
+ *
+ * The twin of broker/store/key_index.py's `index_unique_keys_py` (its reference; the key-index
+ * tests run both and compare the tables): from message `start` on, each message whose properties
+ * (a dict) hold a non-empty str UNIQ_KEY and no KEYS is indexed under `prefix + UNIQ_KEY` with the
+ * entry `commit_log_offset << 44 | time_bits` (commit_log_offset is item 0 of `units[i]`, a tuple):
+ * a new key maps to the entry, a key holding one entry (an int) to the list of both, a key holding
+ * a list gets the entry appended. `table` is a dict or an OrderedDict (set through the mapping
+ * protocol, so an OrderedDict keeps its order). Stops at the first message that is anything else
+ * (KEYS, no UNIQ_KEY, unusual types) and returns its index (len(properties) when none is): the
+ * caller indexes that one in Python and calls again after it. */
+
+#define TIME_BITS 44
+
+static PyObject *
+entry_value(PyObject *commit_log_offset, unsigned long long time_bits)
+{
+    int overflow = 0;
+    long long offset = PyLong_AsLongLongAndOverflow(commit_log_offset, &overflow);
+    if (offset == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow || offset < 0)
+        return Py_NewRef(Py_None);           /* unusual: left to Python */
+    unsigned long long low = ((unsigned long long)offset << TIME_BITS) | time_bits;
+    unsigned long long high = (unsigned long long)offset >> (64 - TIME_BITS);
+    if (high == 0)
+        return PyLong_FromUnsignedLongLong(low);
+    unsigned char bytes[16];
+    for (int i = 0; i < 8; i++) {
+        bytes[i] = (unsigned char)(low >> (8 * i));
+        bytes[8 + i] = (unsigned char)(high >> (8 * i));
+    }
+    return _PyLong_FromByteArray(bytes, 16, 1, 0);
+}
+
+static PyObject *
+index_unique_keys(PyObject *module, PyObject *args)
+{
+    PyObject *table, *prefix, *properties, *units;
+    Py_ssize_t start;
+    unsigned long long time_bits;
+    static PyObject *uniq_name = NULL, *keys_name = NULL;
+    if (!PyArg_ParseTuple(args, "O!UO!O!nK:index_unique_keys", &PyDict_Type, &table, &prefix, &PyList_Type,
+                          &properties, &PyList_Type, &units, &start, &time_bits))
+        return NULL;
+    if (uniq_name == NULL) {
+        uniq_name = PyUnicode_InternFromString("UNIQ_KEY");
+        keys_name = PyUnicode_InternFromString("KEYS");
+        if (uniq_name == NULL || keys_name == NULL)
+            return NULL;
+    }
+    time_bits &= (1ULL << TIME_BITS) - 1;
+    Py_ssize_t count = PyList_GET_SIZE(properties);
+    if (PyList_GET_SIZE(units) < count)
+        count = PyList_GET_SIZE(units);
+    Py_ssize_t index = start < 0 ? 0 : start;
+    for (; index < count; index++) {
+        PyObject *props = PyList_GET_ITEM(properties, index), *unit = PyList_GET_ITEM(units, index);
+        if (!PyDict_CheckExact(props) || !PyTuple_CheckExact(unit) || PyTuple_GET_SIZE(unit) < 1
+                || !PyLong_CheckExact(PyTuple_GET_ITEM(unit, 0)))
+            break;
+        PyObject *uniq = PyDict_GetItemWithError(props, uniq_name);
+        if (uniq == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            break;
+        }
+        if (!PyUnicode_CheckExact(uniq) || PyUnicode_GET_LENGTH(uniq) == 0)
+            break;
+        int has_keys = PyDict_Contains(props, keys_name);
+        if (has_keys != 0) {
+            if (has_keys < 0)
+                return NULL;
+            break;
+        }
+        PyObject *entry = entry_value(PyTuple_GET_ITEM(unit, 0), time_bits);
+        if (entry == NULL)
+            return NULL;
+        if (entry == Py_None) {
+            Py_DECREF(entry);
+            break;
+        }
+        PyObject *key = PyUnicode_Concat(prefix, uniq);
+        if (key == NULL) {
+            Py_DECREF(entry);
+            return NULL;
+        }
+        PyObject *found = PyDict_GetItemWithError(table, key);      /* borrowed */
+        int failed;
+        if (found == NULL)
+            failed = PyErr_Occurred() != NULL || PyObject_SetItem(table, key, entry) < 0;
+        else if (PyList_CheckExact(found))
+            failed = PyList_Append(found, entry) < 0;
+        else {
+            PyObject *pair = PyList_New(2);
+            failed = pair == NULL;
+            if (!failed) {
+                PyList_SET_ITEM(pair, 0, Py_NewRef(found));
+                PyList_SET_ITEM(pair, 1, Py_NewRef(entry));
+                failed = PyObject_SetItem(table, key, pair) < 0;
+                Py_DECREF(pair);
+            }
+        }
+        Py_DECREF(key);
+        Py_DECREF(entry);
+        if (failed)
+            return NULL;
+    }
+    return PyLong_FromSsize_t(index);
+}
+
 static PyMethodDef methods[] = {
     {"encode_run", encode_run, METH_VARARGS,
      "encode_run(head, messages, start, first_queue_offset, position, limit, crc32) -> "
      "(data, commit_log_offsets, sizes) | None (see the module docstring)."},
+    {"index_unique_keys", index_unique_keys, METH_VARARGS,
+     "index_unique_keys(table, prefix, properties, units, start, time_bits) -> stop: a batch's usual "
+     "messages (a UNIQ_KEY, no KEYS) added to the key index's table (see broker/store/key_index.py)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "broker.store._records",
-    "The commit-log records of a batch, encoded in C (see broker/store/message_store.py encode_run_py).", -1,
+    "A batch's commit-log records encoded in C (see broker/store/record.py encode_run_py), and its keys "
+    "indexed (broker/store/key_index.py index_unique_keys_py).", -1,
     methods,
 };
 

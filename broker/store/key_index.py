@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from broker.store.commit_log import CommitLog
 from broker.store.record import RecordError, decode_stored_fields
+from protocol import native
 from protocol.message import F_PROPERTIES, F_STORE_TIMESTAMP, F_TOPIC, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
 
 log = logging.getLogger(__name__)
@@ -22,6 +24,44 @@ log = logging.getLogger(__name__)
 
 _TIME_BITS = 44                     # epoch ms below 2**44: until the year 2527
 _TIME_MASK = (1 << _TIME_BITS) - 1
+
+
+def index_unique_keys_py(table: dict[str, int | list[int]], prefix: str, properties: list[dict[str, str]],
+                         units: list[tuple[int, Any, Any]], start: int, time_bits: int) -> int:
+    """Index the usual messages of a batch from message `start` on: each whose properties hold a
+    non-empty UNIQ_KEY and no KEYS goes into `table` under `prefix + UNIQ_KEY` (`prefix` is
+    "topic#") with the entry `commit_log_offset << 44 | time_bits`, `commit_log_offset` being
+    `units[i][0]`. Stops at the first message that is anything else and returns its index
+    (len(properties) when none is): the caller indexes that one with `KeyIndex.add` and calls again
+    after it. The reference of `broker.store._records.index_unique_keys` (C), which does the same."""
+    count = min(len(properties), len(units))
+    index = max(start, 0)
+    while index < count:
+        props = properties[index]
+        uniq = props.get(PROPERTY_UNIQ_KEY)
+        if type(uniq) is not str or not uniq or PROPERTY_KEYS in props:
+            break
+        _add_entry(table, prefix + uniq, units[index][0] << _TIME_BITS | time_bits)
+        index += 1
+    return index
+
+
+def _add_entry(table: dict[str, int | list[int]], index_key: str, entry: int) -> None:
+    """`entry` under `index_key`: the key's only entry, or one more of its list."""
+    found = table.get(index_key)
+    if found is None:
+        table[index_key] = entry
+    elif isinstance(found, list):
+        found.append(entry)
+    else:
+        table[index_key] = [found, entry]
+
+
+_records = native.load("broker.store._records")
+index_unique_keys: Callable[[dict[str, int | list[int]], str, list[dict[str, str]], list[tuple[int, Any, Any]],
+                             int, int], int] = (
+    _records.index_unique_keys if _records is not None else index_unique_keys_py)
+"""`index_unique_keys_py`, in C when `broker.store._records` was built (no Python per message)."""
 
 
 class KeyIndex:
@@ -54,48 +94,39 @@ class KeyIndex:
             if uniq:
                 keys.add(uniq)
             for key in keys:
-                self._add_entry(f"{topic}#{key}", entry)
+                _add_entry(table, f"{topic}#{key}", entry)
             self._entries += len(keys)
         elif uniq:              # the usual message: a UNIQ_KEY and no KEYS
-            self._add_entry(f"{topic}#{uniq}", entry)
+            _add_entry(table, f"{topic}#{uniq}", entry)
             self._entries += 1
         else:
             return
+        self._evict()
+
+    def add_run(self, topic: str, properties: list[dict[str, str]], units: list[tuple[int, Any, Any]],
+                stored_at_ms: int) -> None:
+        """`add` of a batch's messages (one topic, one store time), in order; `units[i]` is message
+        i's (commit_log_offset, ...), as reput hands them off. The usual message (a UNIQ_KEY, no
+        KEYS) is indexed by `index_unique_keys` (C when built), any other by `add`."""
+        if self._max_entries <= 0:
+            return
+        table, prefix, time_bits = self._table, f"{topic}#", stored_at_ms & _TIME_MASK
+        count, index = len(properties), 0
+        while index < count:
+            stop = index_unique_keys(table, prefix, properties, units, index, time_bits)
+            self._entries += stop - index
+            if stop < count:
+                self.add(topic, properties[stop], units[stop][0], stored_at_ms)
+                stop += 1
+            index = stop
+        self._evict()
+
+    def _evict(self) -> None:
+        """Forget the keys indexed longest ago while more than `max_entries` entries are held."""
+        table = self._table
         while self._entries > self._max_entries and table:
             _, dropped = table.popitem(last=False)
             self._entries -= len(dropped) if type(dropped) is list else 1
-
-    def add_run(self, topic: str, properties: list[dict[str, str]], commit_log_offsets: list[int],
-                stored_at_ms: int) -> None:
-        """`add` of a batch's messages (one topic, one store time), in order: the usual message
-        (a UNIQ_KEY, no KEYS) indexed in the loop itself."""
-        if self._max_entries <= 0:
-            return
-        table, time_bits = self._table, stored_at_ms & _TIME_MASK
-        for props, commit_log_offset in zip(properties, commit_log_offsets, strict=True):
-            uniq = props.get(PROPERTY_UNIQ_KEY)
-            if not uniq or PROPERTY_KEYS in props:
-                self.add(topic, props, commit_log_offset, stored_at_ms)
-                continue
-            index_key = f"{topic}#{uniq}"
-            if index_key in table:
-                self._add_entry(index_key, commit_log_offset << _TIME_BITS | time_bits)
-            else:
-                table[index_key] = commit_log_offset << _TIME_BITS | time_bits
-            self._entries += 1
-        while self._entries > self._max_entries and table:
-            _, dropped = table.popitem(last=False)
-            self._entries -= len(dropped) if isinstance(dropped, list) else 1
-
-    def _add_entry(self, index_key: str, entry: int) -> None:
-        table = self._table
-        found = table.get(index_key)
-        if found is None:
-            table[index_key] = entry
-        elif isinstance(found, list):
-            found.append(entry)
-        else:
-            table[index_key] = [found, entry]
 
     def query(self, topic: str, key: str, max_num: int, begin_ms: int = 0, end_ms: int = 0) -> list[int]:
         """Commit-log offsets of `topic`'s messages with `key`, newest first, at most `max_num`,

@@ -135,7 +135,7 @@ class ReputService(Service):
         self.reput_from_offset = max(self.reput_from_offset, last_offset + last_size)
         key_index, listener = self.key_index, self.listener
         if key_index is not None:
-            key_index.add_run(topic, properties, [clo for clo, _, _ in units], stored_at_ms)
+            key_index.add_run(topic, properties, units, stored_at_ms)
         if self.run_listener is not None:
             try:
                 self.run_listener(topic, queue_id, queue_offset, units, properties)

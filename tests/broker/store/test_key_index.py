@@ -1,8 +1,19 @@
-"""`KeyIndex`: keys → offsets, newest first, bounded, with time bounds."""
+"""`KeyIndex`: keys → offsets, newest first, bounded, with time bounds; a batch's usual messages
+indexed in C as in Python."""
 
 from __future__ import annotations
 
-from broker.store.key_index import KeyIndex
+from collections import OrderedDict
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.store.key_index import KeyIndex, index_unique_keys, index_unique_keys_py
+from protocol import native
+
+native_records = native.load("broker.store._records")
 
 
 def test_keys_and_uniq_key_are_indexed_newest_first_within_time_bounds() -> None:
@@ -44,7 +55,58 @@ def test_a_batch_indexes_as_its_messages_one_by_one() -> None:
     one_by_one, at_once = KeyIndex(5), KeyIndex(5)
     for offset, properties in enumerate(batch):
         one_by_one.add("t", properties, offset, 7)
-    at_once.add_run("t", batch, list(range(len(batch))), 7)
+    at_once.add_run("t", batch, [(offset, 0, 0) for offset in range(len(batch))], 7)
     assert len(at_once) == len(one_by_one)
     for key in ("u1", "u2", "u3", "k1", "k2", ""):
         assert at_once.query("t", key, 10) == one_by_one.query("t", key, 10)
+
+
+properties_strategy: st.SearchStrategy[dict[str, str]] = st.one_of(
+    st.fixed_dictionaries({"UNIQ_KEY": st.sampled_from(["u1", "u2", "u3", ""])}),      # the usual (keys repeat)
+    st.fixed_dictionaries({"UNIQ_KEY": st.sampled_from(["u1", "u4"]), "KEYS": st.sampled_from(["", "k1 k2"])}),
+    st.just({}), st.just({"TAGS": "a"}))
+offsets_strategy = st.integers(0, (1 << 63) - 1)
+
+
+@given(batch=st.lists(st.tuples(properties_strategy, offsets_strategy), max_size=12),
+       stored_at_ms=st.integers(0, (1 << 44) - 1))
+def test_a_batch_added_at_once_indexes_its_messages_in_order(batch: list[tuple[dict[str, str], int]],
+                                                             stored_at_ms: int) -> None:
+    one_by_one, at_once = KeyIndex(1_000), KeyIndex(1_000)
+    for properties, offset in batch:
+        one_by_one.add("t", properties, offset, stored_at_ms)
+    at_once.add_run("t", [properties for properties, _ in batch], [(offset, 0, 0) for _, offset in batch],
+                    stored_at_ms)
+    assert len(at_once) == len(one_by_one)
+    for key in ("u1", "u2", "u3", "u4", "k1", "k2", ""):
+        assert at_once.query("t", key, 100) == one_by_one.query("t", key, 100)
+
+
+@pytest.mark.skipif(native_records is None, reason="broker.store._records was not built (no C compiler?)")
+@given(batch=st.lists(st.tuples(properties_strategy, offsets_strategy), max_size=12),
+       start=st.integers(0, 12), time_bits=st.integers(0, (1 << 44) - 1), before=st.booleans())
+def test_the_c_index_writes_the_table_the_python_twin_writes(batch: list[tuple[dict[str, str], int]], start: int,
+                                                             time_bits: int, before: bool) -> None:
+    assert index_unique_keys is not index_unique_keys_py
+    properties, units = [p for p, _ in batch], [(offset, 0, 0) for _, offset in batch]
+    tables: list[OrderedDict[str, Any]] = []
+    stops = []
+    for index in (index_unique_keys, index_unique_keys_py):
+        table: OrderedDict[str, Any] = OrderedDict({"t#u2": 5, "t#u3": [6, 7]} if before else {})
+        stops.append(index(table, "t#", properties, units, start, time_bits))
+        tables.append(table)
+    assert stops[0] == stops[1]
+    assert list(tables[0].items()) == list(tables[1].items())     # same keys, entries and order
+
+
+@pytest.mark.skipif(native_records is None, reason="broker.store._records was not built (no C compiler?)")
+@pytest.mark.parametrize(("properties", "unit"), [
+    ({"UNIQ_KEY": 7}, (1, 0, 0)),                  # a UNIQ_KEY that is not str
+    ({"UNIQ_KEY": "u"}, (-1, 0, 0)),               # a negative offset
+    ({"UNIQ_KEY": "u"}, (1 << 63, 0, 0)),          # an offset past 64 bits
+    ({"UNIQ_KEY": "u"}, [1, 0, 0]),                # a unit that is not a tuple
+])
+def test_the_c_index_leaves_anything_unusual_to_python(properties: dict[str, Any], unit: Any) -> None:
+    table: dict[str, Any] = {}
+    assert index_unique_keys(table, "t#", [{"UNIQ_KEY": "a"}, properties], [(3, 0, 0), unit], 0, 9) == 1
+    assert table == {"t#a": 3 << 44 | 9}

@@ -32,7 +32,13 @@
  *
  * read_batch_body(raw, max_messages, max_body_bytes) -> (items, body_bytes) | None
  *     A plainly well-formed SEND_BATCH_MESSAGE body; None sends it to the broker's checks
- *     (broker/processors/send_message.py decode_batch_py), which name what is wrong. */
+ *     (broker/processors/send_message.py decode_batch_py), which name what is wrong.
+ *
+ * offset_msg_ids(prefix, commit_log_offsets) -> list[str] | None
+ *     The offset message ids of a batch (protocol/message.py offset_msg_ids_py): `prefix` (16
+ *     ASCII hex digits, `msg_id_prefix`) and each offset as 16 upper-case hex digits. None for
+ *     anything else (another prefix, an offset outside 0..2**64-1, not a list of ints): the twin
+ *     then makes them. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -919,9 +925,58 @@ fallback:
     Py_RETURN_NONE;
 }
 
+static PyObject *
+offset_msg_ids(PyObject *module, PyObject *args)
+{
+    static const char digits[] = "0123456789ABCDEF";
+    PyObject *prefix, *offsets;
+    if (!PyArg_ParseTuple(args, "UO!:offset_msg_ids", &prefix, &PyList_Type, &offsets))
+        return NULL;
+    if (PyUnicode_GET_LENGTH(prefix) != 16 || !PyUnicode_IS_COMPACT_ASCII(prefix))
+        Py_RETURN_NONE;
+    const char *head = (const char *)PyUnicode_DATA(prefix);
+    Py_ssize_t count = PyList_GET_SIZE(offsets);
+    PyObject *ids = PyList_New(count);
+    if (ids == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(offsets, i);
+        if (!PyLong_CheckExact(item))
+            goto fallback;
+        unsigned long long offset = PyLong_AsUnsignedLongLong(item);
+        if (offset == (unsigned long long)-1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                Py_DECREF(ids);
+                return NULL;
+            }
+            PyErr_Clear();                   /* negative or past 64 bits */
+            goto fallback;
+        }
+        PyObject *id = PyUnicode_New(32, 127);
+        if (id == NULL) {
+            Py_DECREF(ids);
+            return NULL;
+        }
+        char *out = (char *)PyUnicode_DATA(id);
+        memcpy(out, head, 16);
+        for (int d = 15; d >= 0; d--) {
+            out[16 + d] = digits[offset & 0xF];
+            offset >>= 4;
+        }
+        PyList_SET_ITEM(ids, i, id);
+    }
+    return ids;
+
+fallback:
+    Py_DECREF(ids);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"read_batch_body", read_batch_body, METH_VARARGS,
      "read_batch_body(raw, max_messages, max_body_bytes) -> (items, body_bytes) | None."},
+    {"offset_msg_ids", offset_msg_ids, METH_VARARGS,
+     "offset_msg_ids(prefix, commit_log_offsets) -> list[str] | None: a batch's offset message ids."},
     {"configure_frames", configure_frames, METH_VARARGS,
      "configure_frames(command_type, frame_error, check_header): the frame functions' classes."},
     {"decode_frames", decode_frames, METH_VARARGS,

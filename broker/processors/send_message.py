@@ -26,7 +26,7 @@ from protocol.headers import (
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
-from protocol.message import PROPERTY_DELAY_TIME_LEVEL, make_msg_id, msg_id_prefix
+from protocol.message import PROPERTY_DELAY_TIME_LEVEL, make_msg_id, msg_id_prefix, offset_msg_ids
 from protocol.topics import SCHEDULE_TOPIC
 
 MessagesIn = Callable[[str, int, int], None]   # (topic, message count, bytes)
@@ -206,9 +206,8 @@ class SendMessageProcessor:
         result = self._store.put_messages(topic=topic, queue_id=queue_id, messages=messages,
                                           born_timestamp=born_timestamp, born_host=ctx.client_addr)
         check_put(result)
-        id_format = self._msg_id_prefix + "%016X"
         response = RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
-            "msg_ids": [id_format % o for o in result.commit_log_offsets],
+            "msg_ids": offset_msg_ids(self._msg_id_prefix, result.commit_log_offsets),
             "queue_id": queue_id, "queue_offset": result.queue_offset})
         self._on_stored(topic, len(messages), body_bytes)
         return self._answer(result.end_offset, response)

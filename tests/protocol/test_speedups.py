@@ -210,3 +210,25 @@ def test_a_released_buffer_is_refused_as_python_refuses_it() -> None:
     assert speedups.frame_bytes(cmd, 100) is None
     with pytest.raises(ValueError, match="released"):
         frame.frame_bytes(cmd, 100)
+
+
+@needs_c
+@given(st.from_regex(r"[0-9A-F]{16}", fullmatch=True),
+       st.lists(st.one_of(st.integers(0, 2**64 - 1), st.integers(-5, 2**65)), max_size=40))
+def test_c_makes_a_batchs_offset_msg_ids_as_python_does(prefix: str, offsets: list[int]) -> None:
+    assert message.offset_msg_ids(prefix, offsets) == message.offset_msg_ids_py(prefix, offsets)
+    if all(0 <= offset < 2**64 for offset in offsets):
+        assert speedups.offset_msg_ids(prefix, offsets) == message.offset_msg_ids_py(prefix, offsets)
+
+
+@needs_c
+@pytest.mark.parametrize(("prefix", "offsets"), [
+    ("C0A8000100002A9F", [1, -1]),                 # an offset below 0
+    ("C0A8000100002A9F", [2**64]),                 # an offset past 64 bits
+    ("C0A8000100002A9F", [True]),                  # not an int
+    ("C0A80001", [1]),                             # a prefix of another length
+    ("C0A8000100002A9É", [1]),                     # a prefix that is not ASCII
+])
+def test_c_leaves_unusual_offset_msg_ids_to_python(prefix: str, offsets: list[Any]) -> None:
+    assert speedups.offset_msg_ids(prefix, offsets) is None
+    assert message.offset_msg_ids(prefix, offsets) == message.offset_msg_ids_py(prefix, offsets)

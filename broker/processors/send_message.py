@@ -203,8 +203,10 @@ class SendMessageProcessor:
             self._topics.for_send(topic, queue_id)
             if len(self._checked_sends()) < _MAX_CHECKED_SENDS:
                 self._checked.add((topic, queue_id, group))
-        result = self._store.put_messages(topic=topic, queue_id=queue_id, messages=messages,
-                                          born_timestamp=born_timestamp, born_host=ctx.client_addr)
+        # checked: the topic name and queue (above, or for this topic-config version), and the
+        # items (`decode_batch`: non-empty, each body within max_message_bytes, no DELAY)
+        result = self._store.put_checked_messages(topic=topic, queue_id=queue_id, messages=messages,
+                                                  born_timestamp=born_timestamp, born_host=ctx.client_addr)
         check_put(result)
         response = RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
             "msg_ids": offset_msg_ids(self._msg_id_prefix, result.commit_log_offsets),

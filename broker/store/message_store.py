@@ -232,6 +232,21 @@ class MessageStore:
         become readable once reput has dispatched them; durable after `wait_flushed(end_offset)`."""
         return self._put(topic, queue_id, messages, born_timestamp, born_host, 0, 0)
 
+    def put_checked_messages(self, *, topic: str, queue_id: int, messages: list[tuple[dict[str, str], int, bytes]],
+                             born_timestamp: int, born_host: str) -> PutMessageResult:
+        """`put_messages` for a caller that has already checked the batch as `_put` would: at least
+        one message, a topic name matching `^[%|a-zA-Z0-9_-]+$`, `0 <= queue_id` and every body of
+        at most `max_message_bytes` (the broker's SEND_BATCH_MESSAGE, whose body `decode_batch`
+        and whose topic and queue the send processor checked). Only the store's own state is
+        checked (running, the disk guard's refusal): the statuses and record bytes are
+        `put_messages`'s."""
+        refused = self._not_writable()
+        if refused is not None:
+            return refused
+        if len(messages) == 1:
+            return self._put_one(topic, queue_id, messages[0], born_timestamp, born_host, 0, 0)
+        return self._put_run(topic, queue_id, messages, born_timestamp, born_host, 0, 0, None)
+
     def put_scheduled(self, *, topic: str, queue_id: int, messages: Sequence[tuple[dict[str, str], int, bytes]],
                       origins: Sequence[tuple[int, str, int, int]]) -> PutMessageResult:
         """Append messages that keep their own origin: `origins[i]` is message i's (born_timestamp,
@@ -242,7 +257,6 @@ class MessageStore:
     def _put(self, topic: str, queue_id: int, messages: Sequence[tuple[dict[str, str], int, bytes]],
              born_timestamp: int, born_host: str, reconsume_times: int, sys_flag: int,
              origins: Sequence[tuple[int, str, int, int]] | None = None) -> PutMessageResult:
-        commit_log = self._commit_log
         refused = self._not_writable()
         if refused is not None:
             return refused
@@ -254,6 +268,13 @@ class MessageStore:
                 return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
         if len(messages) == 1 and origins is None:
             return self._put_one(topic, queue_id, messages[0], born_timestamp, born_host, reconsume_times, sys_flag)
+        return self._put_run(topic, queue_id, messages, born_timestamp, born_host, reconsume_times, sys_flag, origins)
+
+    def _put_run(self, topic: str, queue_id: int, messages: Sequence[tuple[dict[str, str], int, bytes]],
+                 born_timestamp: int, born_host: str, reconsume_times: int, sys_flag: int,
+                 origins: Sequence[tuple[int, str, int, int]] | None) -> PutMessageResult:
+        """`_put` of checked messages (more than one, or scheduled ones with their origins)."""
+        commit_log = self._commit_log
         key = (topic, queue_id)
         first_queue_offset = self._topic_queue_table.get(key, 0)
         store_timestamp = self._clock_ms()

@@ -119,6 +119,9 @@ async def test_put_before_start_is_refused(config: StoreConfig) -> None:
     checked = store.put_checked_message(topic="t", queue_id=0, body=b"x", properties={}, flag=0,
                                         born_timestamp=1, born_host=BORN_HOST, reconsume_times=0)
     assert checked.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    batch = store.put_checked_messages(topic="t", queue_id=0, messages=[({}, 0, b"x"), ({}, 0, b"y")],
+                                       born_timestamp=1, born_host=BORN_HOST)
+    assert batch.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and batch.commit_log_offsets == []
     assert not config.path.exists()
 
 
@@ -146,6 +149,39 @@ async def test_a_checked_put_writes_what_put_message_writes(tmp_path: Path) -> N
         outcomes.append((results, bodies(queue), [(p.relative_to(config.path), p.read_bytes()) for p in files]))
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0][-1][0] is PutMessageStatus.PUT_OK and len(outcomes[0][1]) == 7
+
+
+async def test_a_checked_batch_put_writes_what_put_messages_writes(tmp_path: Path) -> None:
+    """`put_checked_messages` (the broker's SEND_BATCH_MESSAGE, its checks made by the caller) gives
+    the results and writes the commit log and consume queues byte for byte as `put_messages`, and
+    indexes the same keys."""
+    def properties(i: int, j: int) -> dict[str, str]:
+        return {"TAGS": f"tag{j % 3}", "UNIQ_KEY": f"u{i}-{j}", **({"KEYS": "k"} if j == 1 else {})}
+
+    batches = [(f"t{i % 2}", i % 3, [(properties(i, j), j, bytes([j]) * (200 * j + 1)) for j in range(size)])
+               for i, size in enumerate([1, 2, 5, 32, 3, 17, 1, 9])]     # 143 KB: across 64 KB files
+    outcomes = []
+    for checked in (False, True):
+        config = small_config(tmp_path / f"store-{checked}")
+        store = await open_store(config, TickClock())
+        try:
+            results = []
+            for topic, queue_id, messages in batches:
+                put_batch = store.put_checked_messages if checked else store.put_messages
+                result = put_batch(topic=topic, queue_id=queue_id, messages=messages, born_timestamp=7,
+                                   born_host=BORN_HOST)
+                results.append((result.status, result.queue_offset, result.commit_log_offsets, result.end_offset))
+            store.dispatch_available()
+            queue = store.get_message("t1", 0, 0, 64, None)
+            keys = [store.key_index.query(topic, key, 10) for topic in ("t0", "t1") for key in ("u3-7", "k", "u0-0")]
+        finally:
+            await store.stop()
+        files = sorted(p for p in config.path.rglob("*") if p.is_file() and "checkpoint" not in p.name)
+        outcomes.append((results, bodies(queue), keys,
+                         [(p.relative_to(config.path), p.read_bytes()) for p in files]))
+    assert outcomes[0] == outcomes[1]
+    assert [status for status, *_ in outcomes[0][0]] == [PutMessageStatus.PUT_OK] * len(batches)
+    assert len(outcomes[0][1]) == 32 and outcomes[0][2][3] != []
 
 
 async def test_appends_are_dispatched_at_once_and_notify_the_listener(store: MessageStore) -> None:

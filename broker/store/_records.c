@@ -1,5 +1,5 @@
-/* broker.store._records: the commit-log records of a batch, encoded in C, and its messages' keys
- * indexed (`index_unique_keys`, below `encode_run`).
+/* broker.store._records: the commit-log records of a batch, encoded in C, its consume-queue units
+ * written (`write_units`) and its messages' keys indexed (`index_unique_keys`), below `encode_run`.
  *
  * encode_run(head, messages, start, first_queue_offset, position, limit, crc32)
  *     -> (data, commit_log_offsets, sizes) | None
@@ -323,10 +323,83 @@ index_unique_keys(PyObject *module, PyObject *args)
     return PyLong_FromSsize_t(index);
 }
 
+/* write_units(buffer, position, units) -> bool
+ *
+ * The twin of broker/store/consume_queue.py's `write_units_py` (its reference; the consume-queue
+ * tests run both and compare the bytes): each unit (commit_log_offset, size, tags_code) of `units`
+ * written as a consume-queue unit (`>QIq`, 20 bytes) one after another from byte `position` of
+ * the writable `buffer` (a file's map). False, for the twin to write them (and raise what struct
+ * raises), when they do not fit or a unit is not a tuple of three ints in the unit's ranges. */
+
+#define UNIT_BYTES 20
+
+static void
+put_be_bytes(unsigned char *out, uint64_t value, int width)
+{
+    for (int i = width - 1; i >= 0; i--) {
+        out[i] = (unsigned char)(value & 0xFF);
+        value >>= 8;
+    }
+}
+
+static PyObject *
+write_units(PyObject *module, PyObject *args)
+{
+    Py_buffer buffer;
+    Py_ssize_t position;
+    PyObject *units;
+    if (!PyArg_ParseTuple(args, "w*nO!:write_units", &buffer, &position, &PyList_Type, &units))
+        return NULL;
+    PyObject *result = Py_False;
+    Py_ssize_t count = PyList_GET_SIZE(units);
+    if (position < 0 || count > (buffer.len - position) / UNIT_BYTES)
+        goto done;
+    unsigned char *out = (unsigned char *)buffer.buf + position;
+    for (Py_ssize_t i = 0; i < count; i++, out += UNIT_BYTES) {
+        PyObject *unit = PyList_GET_ITEM(units, i);
+        if (!PyTuple_CheckExact(unit) || PyTuple_GET_SIZE(unit) != 3)
+            goto done;
+        PyObject *offset_obj = PyTuple_GET_ITEM(unit, 0), *size_obj = PyTuple_GET_ITEM(unit, 1),
+                 *code_obj = PyTuple_GET_ITEM(unit, 2);
+        if (!PyLong_CheckExact(offset_obj) || !PyLong_CheckExact(size_obj) || !PyLong_CheckExact(code_obj))
+            goto done;
+        unsigned long long offset = PyLong_AsUnsignedLongLong(offset_obj);
+        if (offset == (unsigned long long)-1 && PyErr_Occurred())
+            goto unusual;
+        unsigned long long size = PyLong_AsUnsignedLongLong(size_obj);
+        if ((size == (unsigned long long)-1 && PyErr_Occurred()) || size > 0xFFFFFFFFULL)
+            goto unusual;
+        int overflow = 0;
+        long long code = PyLong_AsLongLongAndOverflow(code_obj, &overflow);
+        if (overflow || (code == -1 && PyErr_Occurred()))
+            goto unusual;
+        put_be_bytes(out, offset, 8);
+        put_be_bytes(out + 8, size, 4);
+        put_be_bytes(out + 12, (uint64_t)code, 8);
+    }
+    result = Py_True;
+    goto done;
+
+unusual:
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyBuffer_Release(&buffer);
+            return NULL;
+        }
+        PyErr_Clear();                       /* negative or too large: struct says which */
+    }
+done:
+    PyBuffer_Release(&buffer);
+    return Py_NewRef(result);
+}
+
 static PyMethodDef methods[] = {
     {"encode_run", encode_run, METH_VARARGS,
      "encode_run(head, messages, start, first_queue_offset, position, limit, crc32) -> "
      "(data, commit_log_offsets, sizes) | None (see the module docstring)."},
+    {"write_units", write_units, METH_VARARGS,
+     "write_units(buffer, position, units) -> bool: a run of consume-queue units written at `position` "
+     "(see broker/store/consume_queue.py)."},
     {"index_unique_keys", index_unique_keys, METH_VARARGS,
      "index_unique_keys(table, prefix, properties, units, start, time_bits) -> stop: a batch's usual "
      "messages (a UNIQ_KEY, no KEYS) added to the key index's table (see broker/store/key_index.py)."},
@@ -335,8 +408,9 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "broker.store._records",
-    "A batch's commit-log records encoded in C (see broker/store/record.py encode_run_py), and its keys "
-    "indexed (broker/store/key_index.py index_unique_keys_py).", -1,
+    "A batch's commit-log records encoded in C (see broker/store/record.py encode_run_py), its consume-"
+    "queue units written (consume_queue.py write_units_py) and its keys indexed (key_index.py "
+    "index_unique_keys_py).", -1,
     methods,
 };
 

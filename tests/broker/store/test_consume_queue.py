@@ -1,12 +1,27 @@
-"""ConsumeQueue: units, file boundaries, duplicates, truncation, reload, names."""
+"""ConsumeQueue: units, file boundaries, duplicates, truncation, reload, names; a run of units
+written in C as in Python."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from broker.store.consume_queue import CQ_UNIT, UNIT_BYTES, ConsumeQueue, ConsumeQueueTable
+from broker.store.consume_queue import (
+    CQ_UNIT,
+    UNIT_BYTES,
+    ConsumeQueue,
+    ConsumeQueueTable,
+    write_units,
+    write_units_py,
+)
+from protocol import native
+
+native_records: Any = native.load("broker.store._records")
 
 
 def filled(root: Path, count: int, units_per_segment: int = 10, first: int = 0) -> ConsumeQueue:
@@ -121,3 +136,38 @@ def test_reload_sees_units_written_after_a_hole(tmp_path: Path) -> None:
     third.load()
     assert third.max_offset == 3
     third.close()
+
+
+in_range_units = st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1),
+                                    st.integers(-(2**63), 2**63 - 1)), max_size=40)
+
+
+@pytest.mark.skipif(native_records is None, reason="broker.store._records was not built (no C compiler?)")
+@given(units=in_range_units, position=st.integers(0, 40))
+def test_c_writes_a_run_of_units_as_python_does(units: list[tuple[int, int, int]], position: int) -> None:
+    size = position + len(units) * UNIT_BYTES
+    by_c, by_python = bytearray(b"\xee" * (size + 3)), bytearray(b"\xee" * (size + 3))
+    assert native_records.write_units(by_c, position, units) is True
+    write_units_py(by_python, position, units)
+    assert by_c == by_python
+    assert not native_records.write_units(by_c, position + 4, units) or not units   # past the end: Python's
+
+
+@pytest.mark.skipif(native_records is None, reason="broker.store._records was not built (no C compiler?)")
+@pytest.mark.parametrize("unit", [(-1, 0, 0), (2**64, 0, 0), (0, 2**32, 0), (0, -1, 0), (0, 0, 2**63), (1, 2),
+                                  [1, 2, 3], (1.0, 2, 3), (True, 2, 3)])
+def test_unusual_units_are_left_to_python(unit: Any) -> None:
+    buffer = bytearray(100)
+    assert native_records.write_units(buffer, 0, [(1, 2, 3), unit]) is False
+    try:
+        write_units_py(bytearray(100), 0, [(1, 2, 3), unit])
+    except (struct.error, TypeError) as exc:
+        expected: Any = type(exc)
+    else:
+        expected = None
+    try:
+        write_units(buffer, 0, [(1, 2, 3), unit])
+    except (struct.error, TypeError) as exc:
+        assert type(exc) is expected
+    else:
+        assert expected is None

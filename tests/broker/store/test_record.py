@@ -154,6 +154,17 @@ def test_c_leaves_unusual_runs_to_python(head: Any, messages: Any) -> None:
         encode_run(head, messages, 0, 0, 0, 1 << 20)
 
 
+@pytest.mark.skipif(native_records is None or not native_records.c_crc32,
+                    reason="broker.store._records was not built, or found no libz.so.1 (it calls zlib.crc32)")
+def test_c_takes_each_records_crc_from_zlib_itself() -> None:
+    def no_python_crc(data: Any) -> int:
+        raise AssertionError("the C encoder called the Python crc32")
+    head: RunHead = ("t", 1, 0, 2, "h", 3, "s", 0)
+    messages: list[RunMessage] = [({"UNIQ_KEY": f"u{i}"}, 0, bytes([i]) * 100 * i) for i in range(5)]
+    assert native_records.encode_run(head, messages, 0, 9, 1_000, 1 << 20, no_python_crc) == encode_run_py(
+        head, messages, 0, 9, 1_000, 1 << 20)
+
+
 @pytest.mark.parametrize(("property_count", "body_bytes"), [(15, 255), (16, 256), (40, 65_535), (3, 65_536)])
 def test_runs_use_msgpack_s_larger_map_and_bin_forms(property_count: int, body_bytes: int) -> None:
     head: RunHead = ("t" * 40, 7, 0, 1, "h" * 300, 2, "s", 0)

@@ -19,5 +19,13 @@ def test_batch_ids_follow_the_single_ids_layout_and_counter() -> None:
     assert len({single, *batch}) == 6
 
 
+def test_the_counter_wraps_at_16_bits_inside_a_batch() -> None:
+    generator = UniqIdGenerator("10.1.2.3")
+    generator.next_ids(0xFFFE)
+    batch = generator.next_ids(4)
+    assert [int(i[-4:], 16) for i in batch] == [0xFFFE, 0xFFFF, 0, 1]
+    assert int(generator.next_id()[-4:], 16) == 2
+
+
 def test_a_non_ipv4_host_uses_loopback() -> None:
     assert UniqIdGenerator("::1").next_id().startswith("7F000001")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import broker.store.record as record_module
 from broker.store.message_store import MessageStore
 from broker.store.record import encode_record
-from broker.store.results import PutMessageStatus
+from broker.store.results import PutMessageResult, PutMessageStatus
 from conf.store import StoreConfig
 from protocol.message import decode_message_batch, encode_stored_message
 from protocol.subscription import tags_code
@@ -125,28 +127,43 @@ async def test_put_before_start_is_refused(config: StoreConfig) -> None:
     assert not config.path.exists()
 
 
+PutOutcome = tuple[list[tuple[Any, ...]], Any, list[tuple[Path, bytes]]]
+
+
+async def put_outcome(path: Path, put_all: Callable[[MessageStore], list[PutMessageResult]],
+                      read: Callable[[MessageStore], Any]) -> PutOutcome:
+    """`put_all` into a new small store at `path`, dispatched, then `read` from it: (each result's
+    status, queue offset, commit-log offsets and end offset; what `read` gave; every file but the
+    checkpoint, with its bytes)."""
+    config = small_config(path)
+    store = await open_store(config, TickClock())
+    try:
+        results = [(r.status, r.queue_offset, r.commit_log_offsets, r.end_offset) for r in put_all(store)]
+        store.dispatch_available()
+        seen = read(store)
+    finally:
+        await store.stop()
+    files = sorted(p for p in path.rglob("*") if p.is_file() and "checkpoint" not in p.name)
+    return results, seen, [(p.relative_to(path), p.read_bytes()) for p in files]
+
+
 async def test_a_checked_put_writes_what_put_message_writes(tmp_path: Path) -> None:
     """`put_checked_message` (the broker's usual send, its checks made by the caller) gives the
     results and writes the commit log, consume queue and tags codes byte for byte as `put_message`."""
     sends = [(f"t{i % 3}", i % 2, {"TAGS": f"tag{i % 4}", "UNIQ_KEY": f"u{i}", "KEYS": "k"}, i - 3,
               bytes([i]) * (50 * i + 1), i % 5) for i in range(40)]
-    outcomes = []
-    for checked in (False, True):
-        config = small_config(tmp_path / f"store-{checked}")
-        store = await open_store(config, TickClock())
-        try:
-            results = []
-            for topic, queue_id, properties, flag, body, reconsume_times in sends:
-                put_one = store.put_checked_message if checked else store.put_message
-                result = put_one(topic=topic, queue_id=queue_id, body=body, properties=properties, flag=flag,
-                                 born_timestamp=7, born_host=BORN_HOST, reconsume_times=reconsume_times)
-                results.append((result.status, result.queue_offset, result.commit_log_offsets, result.end_offset))
-            store.dispatch_available()
-            queue = store.get_message("t1", 1, 0, 32, None)
-        finally:
-            await store.stop()
-        files = sorted(p for p in config.path.rglob("*") if p.is_file() and "checkpoint" not in p.name)
-        outcomes.append((results, bodies(queue), [(p.relative_to(config.path), p.read_bytes()) for p in files]))
+
+    def put_all(checked: bool) -> Callable[[MessageStore], list[PutMessageResult]]:
+        def put_each(store: MessageStore) -> list[PutMessageResult]:
+            put_one = store.put_checked_message if checked else store.put_message
+            return [put_one(topic=topic, queue_id=queue_id, body=body, properties=properties, flag=flag,
+                            born_timestamp=7, born_host=BORN_HOST, reconsume_times=reconsume_times)
+                    for topic, queue_id, properties, flag, body, reconsume_times in sends]
+        return put_each
+
+    outcomes = [await put_outcome(tmp_path / f"store-{checked}", put_all(checked),
+                                  lambda store: bodies(store.get_message("t1", 1, 0, 32, None)))
+                for checked in (False, True)]
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0][-1][0] is PutMessageStatus.PUT_OK and len(outcomes[0][1]) == 7
 
@@ -160,28 +177,23 @@ async def test_a_checked_batch_put_writes_what_put_messages_writes(tmp_path: Pat
 
     batches = [(f"t{i % 2}", i % 3, [(properties(i, j), j, bytes([j]) * (200 * j + 1)) for j in range(size)])
                for i, size in enumerate([1, 2, 5, 32, 3, 17, 1, 9])]     # 143 KB: across 64 KB files
-    outcomes = []
-    for checked in (False, True):
-        config = small_config(tmp_path / f"store-{checked}")
-        store = await open_store(config, TickClock())
-        try:
-            results = []
-            for topic, queue_id, messages in batches:
-                put_batch = store.put_checked_messages if checked else store.put_messages
-                result = put_batch(topic=topic, queue_id=queue_id, messages=messages, born_timestamp=7,
-                                   born_host=BORN_HOST)
-                results.append((result.status, result.queue_offset, result.commit_log_offsets, result.end_offset))
-            store.dispatch_available()
-            queue = store.get_message("t1", 0, 0, 64, None)
-            keys = [store.key_index.query(topic, key, 10) for topic in ("t0", "t1") for key in ("u3-7", "k", "u0-0")]
-        finally:
-            await store.stop()
-        files = sorted(p for p in config.path.rglob("*") if p.is_file() and "checkpoint" not in p.name)
-        outcomes.append((results, bodies(queue), keys,
-                         [(p.relative_to(config.path), p.read_bytes()) for p in files]))
+
+    def put_all(checked: bool) -> Callable[[MessageStore], list[PutMessageResult]]:
+        def put_each(store: MessageStore) -> list[PutMessageResult]:
+            put_batch = store.put_checked_messages if checked else store.put_messages
+            return [put_batch(topic=topic, queue_id=queue_id, messages=messages, born_timestamp=7,
+                              born_host=BORN_HOST) for topic, queue_id, messages in batches]
+        return put_each
+
+    def read(store: MessageStore) -> tuple[list[bytes], list[list[int]]]:
+        keys = [store.key_index.query(topic, key, 10) for topic in ("t0", "t1") for key in ("u3-7", "k", "u0-0")]
+        return bodies(store.get_message("t1", 0, 0, 64, None)), keys
+
+    outcomes = [await put_outcome(tmp_path / f"store-{checked}", put_all(checked), read) for checked in (False, True)]
     assert outcomes[0] == outcomes[1]
     assert [status for status, *_ in outcomes[0][0]] == [PutMessageStatus.PUT_OK] * len(batches)
-    assert len(outcomes[0][1]) == 32 and outcomes[0][2][3] != []
+    read_bodies, keys = outcomes[0][1]
+    assert len(read_bodies) == 32 and keys[3] != []
 
 
 async def test_appends_are_dispatched_at_once_and_notify_the_listener(store: MessageStore) -> None:

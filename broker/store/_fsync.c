@@ -342,7 +342,8 @@ worker_take(FsyncWorker *self, PyObject *unused)
         pthread_mutex_unlock(&self->mutex);
         return PyErr_NoMemory();
     }
-    memcpy(copy, self->results, (size_t)count * sizeof(round_result));
+    if (count > 0)      /* (results may be NULL while empty: memcpy's pointers must not be) */
+        memcpy(copy, self->results, (size_t)count * sizeof(round_result));
     self->result_count = 0;
     pthread_mutex_unlock(&self->mutex);
     PyObject *list = PyList_New(count);

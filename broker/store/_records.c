@@ -366,7 +366,7 @@ write_units(PyObject *module, PyObject *args)
         return NULL;
     PyObject *result = Py_False;
     Py_ssize_t count = PyList_GET_SIZE(units);
-    if (position < 0 || count > (buffer.len - position) / UNIT_BYTES)
+    if (position < 0 || position > buffer.len || count > (buffer.len - position) / UNIT_BYTES)
         goto done;
     unsigned char *out = (unsigned char *)buffer.buf + position;
     for (Py_ssize_t i = 0; i < count; i++, out += UNIT_BYTES) {

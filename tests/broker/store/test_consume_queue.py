@@ -154,6 +154,15 @@ def test_c_writes_a_run_of_units_as_python_does(units: list[tuple[int, int, int]
 
 
 @pytest.mark.skipif(native_records is None, reason="broker.store._records was not built (no C compiler?)")
+@pytest.mark.parametrize("size, position", [(0, 5), (20, 21), (100, 101)])
+def test_a_position_past_the_buffer_is_left_to_python_even_for_no_units(size: int, position: int) -> None:
+    # (found by the C-against-Python fuzz: C said True for an empty run past the end, struct raises)
+    assert native_records.write_units(bytearray(size), position, []) is False
+    with pytest.raises(struct.error):
+        write_units(bytearray(size), position, [])
+
+
+@pytest.mark.skipif(native_records is None, reason="broker.store._records was not built (no C compiler?)")
 @pytest.mark.parametrize("unit", [(-1, 0, 0), (2**64, 0, 0), (0, 2**32, 0), (0, -1, 0), (0, 0, 2**63), (1, 2),
                                   [1, 2, 3], (1.0, 2, 3), (True, 2, 3)])
 def test_unusual_units_are_left_to_python(unit: Any) -> None:

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test check lint typecheck bench bench-peers replay demo clean chaos fuzz cluster pipeline
+.PHONY: install run test check lint typecheck bench bench-peers replay demo clean chaos fuzz fuzz-twins sanitize cluster pipeline
 
 # setup.py builds the optional C modules (in place, with the editable install);
 # without a C compiler the install goes on and the pure-Python twins run.
@@ -62,6 +62,15 @@ chaos: $(STAMP)
 # >= 1,000,000 random and mutated frames from several connections, then serve, RSS and store checks
 fuzz: $(STAMP)
 	$(BIN)/python -m chaos.fuzz $(FUZZ_ARGS)
+
+# the C modules against their pure-Python twins on random and mutated input (60 s; TWINS_ARGS="--seed N")
+fuzz-twins: $(STAMP)
+	$(BIN)/python -m chaos.twins $(TWINS_ARGS)
+
+# the C modules built with AddressSanitizer and UBSan in a copy of the checkout, then their tests
+# and fuzz-twins run on them (about 2 min; needs gcc's sanitizer runtimes)
+sanitize: $(STAMP)
+	$(BIN)/python -m chaos.sanitize $(SANITIZE_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python -m demo

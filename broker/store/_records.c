@@ -342,10 +342,13 @@ index_unique_keys(PyObject *module, PyObject *args)
  * The twin of broker/store/consume_queue.py's `write_units_py` (its reference; the consume-queue
  * tests run both and compare the bytes): each unit (commit_log_offset, size, tags_code) of `units`
  * written as a consume-queue unit (`>QIq`, 20 bytes) one after another from byte `position` of
- * the writable `buffer` (a file's map). False, for the twin to write them (and raise what struct
- * raises), when they do not fit or a unit is not a tuple of three ints in the unit's ranges. */
+ * the writable `buffer` (a file's map). False, with nothing written, for the twin to write them
+ * (and raise what struct raises) when they do not fit or a unit is not a tuple of three ints in
+ * the unit's ranges: every unit is converted before the first byte is written, as struct's
+ * pack_into checks every value before it writes. */
 
 #define UNIT_BYTES 20
+#define STACK_UNITS 64
 
 static void
 put_be_bytes(unsigned char *out, uint64_t value, int width)
@@ -356,27 +359,19 @@ put_be_bytes(unsigned char *out, uint64_t value, int width)
     }
 }
 
-static PyObject *
-write_units(PyObject *module, PyObject *args)
+/* The units of `units` converted into `out` (count * UNIT_BYTES); 1, 0 when one is unusual (no
+ * exception), -1 with an exception other than an OverflowError. */
+static int
+convert_units(PyObject *units, Py_ssize_t count, unsigned char *out)
 {
-    Py_buffer buffer;
-    Py_ssize_t position;
-    PyObject *units;
-    if (!PyArg_ParseTuple(args, "w*nO!:write_units", &buffer, &position, &PyList_Type, &units))
-        return NULL;
-    PyObject *result = Py_False;
-    Py_ssize_t count = PyList_GET_SIZE(units);
-    if (position < 0 || position > buffer.len || count > (buffer.len - position) / UNIT_BYTES)
-        goto done;
-    unsigned char *out = (unsigned char *)buffer.buf + position;
     for (Py_ssize_t i = 0; i < count; i++, out += UNIT_BYTES) {
         PyObject *unit = PyList_GET_ITEM(units, i);
         if (!PyTuple_CheckExact(unit) || PyTuple_GET_SIZE(unit) != 3)
-            goto done;
+            return 0;
         PyObject *offset_obj = PyTuple_GET_ITEM(unit, 0), *size_obj = PyTuple_GET_ITEM(unit, 1),
                  *code_obj = PyTuple_GET_ITEM(unit, 2);
         if (!PyLong_CheckExact(offset_obj) || !PyLong_CheckExact(size_obj) || !PyLong_CheckExact(code_obj))
-            goto done;
+            return 0;
         unsigned long long offset = PyLong_AsUnsignedLongLong(offset_obj);
         if (offset == (unsigned long long)-1 && PyErr_Occurred())
             goto unusual;
@@ -391,20 +386,44 @@ write_units(PyObject *module, PyObject *args)
         put_be_bytes(out + 8, size, 4);
         put_be_bytes(out + 12, (uint64_t)code, 8);
     }
-    result = Py_True;
-    goto done;
+    return 1;
 
 unusual:
     if (PyErr_Occurred()) {
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            PyBuffer_Release(&buffer);
-            return NULL;
-        }
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return -1;
         PyErr_Clear();                       /* negative or too large: struct says which */
     }
-done:
+    return 0;
+}
+
+static PyObject *
+write_units(PyObject *module, PyObject *args)
+{
+    Py_buffer buffer;
+    Py_ssize_t position;
+    PyObject *units;
+    if (!PyArg_ParseTuple(args, "w*nO!:write_units", &buffer, &position, &PyList_Type, &units))
+        return NULL;
+    int converted = 0;
+    Py_ssize_t count = PyList_GET_SIZE(units);
+    if (position >= 0 && position <= buffer.len && count <= (buffer.len - position) / UNIT_BYTES) {
+        unsigned char local[STACK_UNITS * UNIT_BYTES];
+        unsigned char *staged = count <= STACK_UNITS ? local : PyMem_Malloc((size_t)count * UNIT_BYTES);
+        if (staged == NULL) {
+            PyBuffer_Release(&buffer);
+            return PyErr_NoMemory();
+        }
+        converted = convert_units(units, count, staged);
+        if (converted > 0 && count > 0)
+            memcpy((unsigned char *)buffer.buf + position, staged, (size_t)count * UNIT_BYTES);
+        if (staged != local)
+            PyMem_Free(staged);
+    }
     PyBuffer_Release(&buffer);
-    return Py_NewRef(result);
+    if (converted < 0)
+        return NULL;
+    return Py_NewRef(converted > 0 ? Py_True : Py_False);
 }
 
 static PyMethodDef methods[] = {

@@ -168,6 +168,7 @@ def test_a_position_past_the_buffer_is_left_to_python_even_for_no_units(size: in
 def test_unusual_units_are_left_to_python(unit: Any) -> None:
     buffer = bytearray(100)
     assert native_records.write_units(buffer, 0, [(1, 2, 3), unit]) is False
+    assert buffer == bytearray(100)     # nothing written, not even the usual unit before it (as struct)
     try:
         write_units_py(bytearray(100), 0, [(1, 2, 3), unit])
     except (struct.error, TypeError) as exc:

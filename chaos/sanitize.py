@@ -1,0 +1,139 @@
+"""`python -m chaos.sanitize [--seconds S] [--seed N] [--if-available] [--keep]` (`make sanitize`):
+rocketq's C modules built with AddressSanitizer and UndefinedBehaviorSanitizer, then run.
+
+In a copy of this checkout (its tracked files, in a temporary directory) the three optional C
+modules (`protocol._speedups`, `broker.store._records`, `broker.store._fsync`) are built with
+`-fsanitize=address,undefined`; then, with the sanitizer runtimes preloaded into the interpreter
+(and Python's own allocator off, so that the C code's reads and writes of Python objects are
+checked too), the tests that drive them (tests/protocol, tests/broker/store,
+tests/broker/test_batch_decode.py, tests/chaos/test_twins.py) and `python -m chaos.twins` for
+`--seconds`. A sanitizer report (printed to stderr, which pytest is told not to capture at the file
+descriptor: the report is the process's last words) fails the run; so does a failed test. The C code
+reads frames straight off the network: an out-of-bounds read there is a crash or worse, which
+the twins' equality alone would not show.
+
+Needs a C compiler with the sanitizer runtimes (`$CC`, default gcc: `gcc -print-file-name=libasan.so`).
+Exit codes: 0 clean, 1 a report or a failure, 2 no sanitizer runtime (0 with `--if-available`,
+which CI uses: a machine without them skips the run with a note)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULES = ("protocol/_speedups", "broker/store/_records", "broker/store/_fsync")
+TESTS = ("tests/protocol", "tests/broker/store", "tests/broker/test_batch_decode.py", "tests/chaos/test_twins.py")
+FLAGS = "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1 -g"
+SKIPPED_DIRS = {".git", ".venv", "build", "store", "store-cluster", "pipeline-out", "__pycache__", ".pytest_cache",
+                ".mypy_cache", ".ruff_cache", ".hypothesis"}
+
+
+def runtimes(compiler: str) -> list[str] | None:
+    """The paths of libasan.so and libubsan.so `compiler` links against, None when it has not both."""
+    found = []
+    for name in ("libasan.so", "libubsan.so"):
+        try:
+            path = subprocess.run([compiler, f"-print-file-name={name}"], capture_output=True, text=True,
+                                  timeout=30).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if not os.path.isabs(path) or not os.path.exists(path):
+            return None
+        found.append(path)
+    return found
+
+
+def tracked_files(root: Path) -> list[Path]:
+    """The checkout's files: git's tracked (and new, not ignored) files, else every file outside
+    the build, store and cache directories."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                                capture_output=True, check=True, timeout=60).stdout
+        return [root / name for name in listed.decode().split("\0") if name and (root / name).is_file()]
+    except (OSError, subprocess.SubprocessError):
+        files = []
+        for directory, subdirs, names in os.walk(root):
+            subdirs[:] = [d for d in subdirs if d not in SKIPPED_DIRS]
+            files += [Path(directory, name) for name in names if not name.endswith(".so")]
+        return files
+
+
+def copy_checkout(root: Path, target: Path) -> None:
+    for path in tracked_files(root):
+        destination = target / path.relative_to(root)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, destination)
+
+
+def step(title: str, command: list[str], cwd: Path, env: dict[str, str]) -> bool:
+    print(f"[sanitize] {title}: {' '.join(command)}", flush=True)
+    started = time.monotonic()
+    ok = subprocess.run(command, cwd=cwd, env=env).returncode == 0
+    print(f"[sanitize] {title}: {'ok' if ok else 'FAILED'} ({time.monotonic() - started:.0f} s)", flush=True)
+    return ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m chaos.sanitize", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=60.0, help="how long chaos.twins runs (default 60)")
+    parser.add_argument("--seed", type=int, default=1, help="chaos.twins's seed (default 1)")
+    parser.add_argument("--if-available", action="store_true",
+                        help="exit 0 with a note when the compiler has no sanitizer runtimes")
+    parser.add_argument("--keep", action="store_true", help="keep the build directory (printed)")
+    args = parser.parse_args()
+    compiler = os.environ.get("CC", "gcc")
+    preload = runtimes(compiler)
+    if preload is None:
+        print(f"[sanitize] {compiler} has no AddressSanitizer/UBSan runtime (libasan.so, libubsan.so): "
+              "install gcc (Debian: apt-get install gcc) or set CC", file=sys.stderr)
+        return 0 if args.if_available else 2
+    work = Path(tempfile.mkdtemp(prefix="rocketq-sanitize-"))
+    try:
+        return _run(work / "rocketq", preload, compiler, args.seconds, args.seed)
+    finally:
+        if args.keep:
+            print(f"[sanitize] kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(copy: Path, preload: list[str], compiler: str, seconds: float, seed: int) -> int:
+    started = time.monotonic()
+    copy_checkout(ROOT, copy)
+    build_env = {**os.environ, "CC": compiler, "CFLAGS": FLAGS, "LDFLAGS": "-fsanitize=address,undefined"}
+    build_env.pop("RQ_PURE_PYTHON", None)
+    if not step("build", [sys.executable, "setup.py", "-q", "build_ext", "--inplace"], copy, build_env):
+        return 1
+    for module in MODULES:      # (the extensions are optional: a failed compile only warns)
+        built = list((copy / module).parent.glob(Path(module).name + ".*.so"))
+        if not built or b"__asan_" not in built[0].read_bytes():
+            print(f"[sanitize] {module} was not built with the sanitizers", file=sys.stderr)
+            return 1
+    env = {**build_env, "LD_PRELOAD": " ".join(preload), "PYTHONMALLOC": "malloc",
+           "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+    where = [sys.executable, "-c", "import protocol._speedups as s, broker.store._records as r, "
+             "broker.store._fsync as f; print(s.__file__, r.__file__, f.__file__)"]
+    loaded = subprocess.run(where, cwd=copy, env=env, capture_output=True, text=True)
+    if loaded.returncode != 0 or any(not path.startswith(str(copy)) for path in loaded.stdout.split()):
+        print(f"[sanitize] the sanitized modules are not the ones imported: {loaded.stdout}{loaded.stderr}",
+              file=sys.stderr)
+        return 1
+    ok = step("tests", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--capture=sys", *TESTS],
+              copy, env)
+    ok = step("twins", [sys.executable, "-m", "chaos.twins", "--seconds", str(seconds), "--seed", str(seed)],
+              copy, env) and ok
+    print(f"[sanitize] {'clean' if ok else 'FAILED (a sanitizer report or a failure above)'} "
+          f"({time.monotonic() - started:.0f} s)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

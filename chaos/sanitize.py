@@ -5,12 +5,12 @@ In a copy of this checkout (its tracked files, in a temporary directory) the thr
 modules (`protocol._speedups`, `broker.store._records`, `broker.store._fsync`) are built with
 `-fsanitize=address,undefined`; then, with the sanitizer runtimes preloaded into the interpreter
 (and Python's own allocator off, so that the C code's reads and writes of Python objects are
-checked too), the tests that drive them (tests/protocol, tests/broker/store,
-tests/broker/test_batch_decode.py, tests/chaos/test_twins.py) and `python -m chaos.twins` for
-`--seconds`. A sanitizer report (printed to stderr, which pytest is told not to capture at the file
-descriptor: the report is the process's last words) fails the run; so does a failed test. The C code
-reads frames straight off the network: an out-of-bounds read there is a crash or worse, which
-the twins' equality alone would not show.
+checked too), the tests that drive them (`TESTS`: the protocol and store suites, and a broker with
+clients over TCP, bad input included) and `python -m chaos.twins` for `--seconds`. A sanitizer
+report (on stderr, which pytest is told not to capture at the file descriptor: the report is the
+process's last words) fails the run; so does a failed test. The C code reads frames straight off
+the network: an out-of-bounds read there is a crash or worse, which the twins' equality alone
+would not show.
 
 Needs a C compiler with the sanitizer runtimes (`$CC`, default gcc: `gcc -print-file-name=libasan.so`).
 Exit codes: 0 clean, 1 a report or a failure, 2 no sanitizer runtime (0 with `--if-available`,
@@ -29,7 +29,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = ("protocol/_speedups", "broker/store/_records", "broker/store/_fsync")
-TESTS = ("tests/protocol", "tests/broker/store", "tests/broker/test_batch_decode.py", "tests/chaos/test_twins.py")
+TESTS = ("tests/protocol", "tests/broker/store", "tests/broker/test_batch_decode.py", "tests/chaos/test_twins.py",
+         # a broker and clients over TCP: frames decoded and encoded in C on both sides, bad input
+         "tests/broker/test_bad_input.py", "tests/broker/test_send_pull.py", "tests/broker/test_pipelining.py",
+         "tests/broker/test_connection_protocol.py", "tests/broker/test_long_polling.py",
+         "tests/client/test_producer.py", "tests/chaos/test_fuzz_frames.py")
 FLAGS = "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1 -g"
 SKIPPED_DIRS = {".git", ".venv", "build", "store", "store-cluster", "pipeline-out", "__pycache__", ".pytest_cache",
                 ".mypy_cache", ".ruff_cache", ".hypothesis"}

@@ -126,7 +126,8 @@ def _run(copy: Path, preload: list[str], compiler: str, seconds: float, seed: in
     where = [sys.executable, "-c", "import protocol._speedups as s, broker.store._records as r, "
              "broker.store._fsync as f; print(s.__file__, r.__file__, f.__file__)"]
     loaded = subprocess.run(where, cwd=copy, env=env, capture_output=True, text=True)
-    if loaded.returncode != 0 or any(not path.startswith(str(copy)) for path in loaded.stdout.split()):
+    paths = loaded.stdout.split()
+    if loaded.returncode != 0 or len(paths) != len(MODULES) or not all(p.startswith(str(copy)) for p in paths):
         print(f"[sanitize] the sanitized modules are not the ones imported: {loaded.stdout}{loaded.stderr}",
               file=sys.stderr)
         return 1

@@ -6,11 +6,12 @@ modules (`protocol._speedups`, `broker.store._records`, `broker.store._fsync`) a
 `-fsanitize=address,undefined`; then, with the sanitizer runtimes preloaded into the interpreter
 (and Python's own allocator off, so that the C code's reads and writes of Python objects are
 checked too), the tests that drive them (`TESTS`: the protocol and store suites, and a broker with
-clients over TCP, bad input included) and `python -m chaos.twins` for `--seconds`. A sanitizer
-report (on stderr, which pytest is told not to capture at the file descriptor: the report is the
-process's last words) fails the run; so does a failed test. The C code reads frames straight off
-the network: an out-of-bounds read there is a crash or worse, which the twins' equality alone
-would not show.
+clients over TCP, bad input included), `python -m chaos.twins` for `--seconds`, and 100,000 fuzz
+frames at a broker of its own (`chaos.fuzz`, whose RSS check is off: ASan keeps freed memory). A
+sanitizer report (on stderr, which pytest is told not to capture at the file descriptor: the
+report is the process's last words; a fuzzed broker's is in the log lines printed when it stops
+serving) fails the run; so does a failed test. The C code reads frames straight off the network:
+an out-of-bounds read there is a crash or worse, which the twins' equality alone would not show.
 
 Needs a C compiler with the sanitizer runtimes (`$CC`, default gcc: `gcc -print-file-name=libasan.so`).
 Exit codes: 0 clean, 1 a report or a failure, 2 no sanitizer runtime (0 with `--if-available`,
@@ -34,6 +35,7 @@ TESTS = ("tests/protocol", "tests/broker/store", "tests/broker/test_batch_decode
          "tests/broker/test_bad_input.py", "tests/broker/test_send_pull.py", "tests/broker/test_pipelining.py",
          "tests/broker/test_connection_protocol.py", "tests/broker/test_long_polling.py",
          "tests/client/test_producer.py", "tests/chaos/test_fuzz_frames.py")
+FUZZ_FRAMES = 100_000      # random and mutated frames at a sanitized broker (chaos.fuzz, ~10 s)
 FLAGS = "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1 -g"
 SKIPPED_DIRS = {".git", ".venv", "build", "store", "store-cluster", "pipeline-out", "__pycache__", ".pytest_cache",
                 ".mypy_cache", ".ruff_cache", ".hypothesis"}
@@ -135,6 +137,8 @@ def _run(copy: Path, preload: list[str], compiler: str, seconds: float, seed: in
               copy, env)
     ok = step("twins", [sys.executable, "-m", "chaos.twins", "--seconds", str(seconds), "--seed", str(seed)],
               copy, env) and ok
+    ok = step("fuzz", [sys.executable, "-m", "chaos.fuzz", "--frames", str(FUZZ_FRAMES), "--seed", str(seed),
+                       "--no-rss-check"], copy, env) and ok
     print(f"[sanitize] {'clean' if ok else 'FAILED (a sanitizer report or a failure above)'} "
           f"({time.monotonic() - started:.0f} s)")
     return 0 if ok else 1

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgpack
+import psutil
 
 from broker.processors.send_message import decode_batch, decode_batch_py
 from broker.store.consume_queue import write_units_py
@@ -123,7 +124,9 @@ def _value(rng: random.Random, depth: int = 0) -> Any:
 
 # -- protocol._speedups ----------------------------------------------------------------------------
 
-def _frames_outcome(decode: Callable[..., Any], buffer: bytes, max_frame_bytes: int) -> Any:
+def frames_outcome(buffer: bytes, max_frame_bytes: int, decode: Callable[..., Any]) -> Any:
+    """(commands as comparable tuples, consumed) or (error type, message, opaque, cause is None,
+    context suppressed): what `decode_frames` (either twin) makes of `buffer`."""
     try:
         commands, consumed = decode(buffer, max_frame_bytes)
     except Exception as exc:
@@ -135,8 +138,8 @@ def check_decode_frames(rng: random.Random, speedups: Any) -> bool:
     wire = b"".join(random_frame(rng) if rng.random() < 0.8 else mutated_frame(rng) for _ in range(rng.randint(1, 3)))
     buffer = mutate(rng, wire) if rng.random() < 0.7 else wire
     max_frame_bytes = rng.choice([16, 256, 1 << 20])
-    _same("decode_frames", (buffer, max_frame_bytes), _frames_outcome(frame.decode_frames_py, buffer, max_frame_bytes),
-          _frames_outcome(speedups.decode_frames, buffer, max_frame_bytes))
+    _same("decode_frames", (buffer, max_frame_bytes), frames_outcome(buffer, max_frame_bytes, frame.decode_frames_py),
+          frames_outcome(buffer, max_frame_bytes, speedups.decode_frames))
     return True
 
 
@@ -348,11 +351,6 @@ def run(seed: int, *, cases: int | None = None, seconds: float | None = None,
         drawn += 1
 
 
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * 4096
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos.twins", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -371,7 +369,7 @@ def main() -> int:
     def progress(done: float) -> None:
         if not marks and done >= 0.1:
             gc.collect()
-            marks.append(rss_bytes())
+            marks.append(psutil.Process().memory_info().rss)
     started = time.monotonic()
     try:
         counts = run(args.seed, cases=args.cases, seconds=seconds, only=args.only, on_progress=progress)
@@ -382,7 +380,7 @@ def main() -> int:
         print(f"chaos.twins (seed {args.seed}): {exc}", file=sys.stderr)
         return 1
     gc.collect()
-    end_rss = rss_bytes()
+    end_rss = psutil.Process().memory_info().rss
     total = sum(drawn for drawn, _ in counts.values())
     print(f"chaos.twins seed {args.seed}: {total:,} cases in {time.monotonic() - started:.0f} s, no difference")
     for name, (drawn, compared) in counts.items():

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chaos.twins import frames_outcome
 from protocol import frame, message, native
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
@@ -108,16 +109,6 @@ def test_c_decoder_refuses_to_run_unconfigured_or_with_a_bad_class() -> None:
 
 
 # -- frames ----------------------------------------------------------------------------------------
-
-def frames_outcome(buf: bytes, max_frame_bytes: int, decode: Callable[..., Any]) -> Any:
-    """(commands as comparable tuples, consumed) or (error type, message, opaque, cause, context shown)."""
-    try:
-        commands, consumed = decode(buf, max_frame_bytes)
-    except Exception as exc:
-        return (type(exc), str(exc), getattr(exc, "opaque", None), exc.__cause__ is None,
-                exc.__suppress_context__)
-    return [(c.code, c.opaque, c.flag, c.remark, c.fields, c.body, c.version) for c in commands], consumed
-
 
 def assert_same_frames(buf: bytes, max_frame_bytes: int = 1 << 20) -> None:
     python = frames_outcome(buf, max_frame_bytes, frame.decode_frames_py)

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test check lint typecheck bench bench-peers replay demo clean chaos fuzz fuzz-twins sanitize cluster pipeline
+.PHONY: install run test check lint typecheck bench bench-peers replay demo clean chaos fuzz fuzz-twins sanitize sanitize-thread cluster pipeline
 
 # setup.py builds the optional C modules (in place, with the editable install);
 # without a C compiler the install goes on and the pure-Python twins run.
@@ -71,6 +71,11 @@ fuzz-twins: $(STAMP)
 # fuzz-twins and 100,000 fuzz frames run on them (about 2.5 min; needs gcc's sanitizer runtimes)
 sanitize: $(STAMP)
 	$(BIN)/python -m chaos.sanitize $(SANITIZE_ARGS)
+
+# the C modules built with ThreadSanitizer, then the tests that drive the C fsync thread (about
+# 1 min; needs gcc's libtsan)
+sanitize-thread: $(STAMP)
+	$(BIN)/python -m chaos.sanitize --thread $(SANITIZE_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python -m demo

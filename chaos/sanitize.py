@@ -1,5 +1,6 @@
-"""`python -m chaos.sanitize [--seconds S] [--seed N] [--if-available] [--keep]` (`make sanitize`):
-rocketq's C modules built with AddressSanitizer and UndefinedBehaviorSanitizer, then run.
+"""`python -m chaos.sanitize [--thread] [--seconds S] [--seed N] [--if-available] [--keep]`
+(`make sanitize`, `make sanitize-thread`): rocketq's C modules built with AddressSanitizer and
+UndefinedBehaviorSanitizer (or, `--thread`, ThreadSanitizer), then run.
 
 In a copy of this checkout (its tracked files, in a temporary directory) the three optional C
 modules (`protocol._speedups`, `broker.store._records`, `broker.store._fsync`) are built with
@@ -13,13 +14,23 @@ report is the process's last words; a fuzzed broker's is in the log lines printe
 serving) fails the run; so does a failed test. The C code reads frames straight off the network:
 an out-of-bounds read there is a crash or worse, which the twins' equality alone would not show.
 
-Needs a C compiler with the sanitizer runtimes (`$CC`, default gcc: `gcc -print-file-name=libasan.so`).
-Exit codes: 0 clean, 1 a report or a failure, 2 no sanitizer runtime (0 with `--if-available`,
-which CI uses: a machine without them skips the run with a note)."""
+`--thread` builds the same modules with `-fsanitize=thread` instead and runs the tests that drive
+`broker.store._fsync`, the one C module with a thread of its own (`TSAN_TESTS`: the store suite,
+which starts and stops fsync workers, slow and failing disks included, and brokers taking
+SYNC_FLUSH sends over TCP): a data race between that thread and the event loop's calls
+(`request`, `note_end`, `take`, `stop`), or a lock taken in two orders, is reported and fails the
+run. CPython itself is not instrumented, so only the C modules' own memory accesses are checked;
+the locks and threads of both sides are seen through TSan's interceptors. The twins and the frame
+fuzz are not run: the other two modules never leave the event loop's thread.
+
+Needs a C compiler with the sanitizer runtimes (`$CC`, default gcc: `gcc -print-file-name=libasan.so`,
+`libtsan.so` for `--thread`). Exit codes: 0 clean, 1 a report or a failure, 2 no sanitizer runtime
+(0 with `--if-available`, which CI uses: a machine without them skips the run with a note)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -35,16 +46,45 @@ TESTS = ("tests/protocol", "tests/broker/store", "tests/broker/test_batch_decode
          "tests/broker/test_bad_input.py", "tests/broker/test_send_pull.py", "tests/broker/test_pipelining.py",
          "tests/broker/test_connection_protocol.py", "tests/broker/test_long_polling.py",
          "tests/client/test_producer.py", "tests/chaos/test_fuzz_frames.py")
+# ThreadSanitizer: the tests that start, feed and stop `_fsync.FsyncWorker`s (about 1 min)
+TSAN_TESTS = ("tests/broker/store", "tests/broker/test_disk_full.py", "tests/broker/test_send_pull.py",
+              "tests/broker/test_pipelining.py")
 FUZZ_FRAMES = 100_000      # random and mutated frames at a sanitized broker (chaos.fuzz, ~10 s)
 FLAGS = "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1 -g"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sanitizer:
+    """One kind of sanitized build: its compile and link flags, the runtimes to preload, the symbol
+    an instrumented module holds, the run's environment and its tests (and whether the twins and
+    the frame fuzz run too)."""
+
+    name: str
+    cflags: str
+    ldflags: str
+    runtime_names: tuple[str, ...]
+    marker: bytes
+    env: dict[str, str]
+    tests: tuple[str, ...]
+    fuzzers: bool
+
+
+ADDRESS = Sanitizer(
+    "AddressSanitizer/UBSan", FLAGS, "-fsanitize=address,undefined", ("libasan.so", "libubsan.so"), b"__asan_",
+    {"PYTHONMALLOC": "malloc", "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1",
+     "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}, TESTS, fuzzers=True)
+THREAD = Sanitizer(
+    "ThreadSanitizer", "-fsanitize=thread -fno-omit-frame-pointer -O1 -g", "-fsanitize=thread", ("libtsan.so",),
+    b"__tsan_", {"TSAN_OPTIONS": "halt_on_error=1:second_deadlock_stack=1"}, TSAN_TESTS, fuzzers=False)
 SKIPPED_DIRS = {".git", ".venv", "build", "store", "store-cluster", "pipeline-out", "__pycache__", ".pytest_cache",
                 ".mypy_cache", ".ruff_cache", ".hypothesis"}
 
 
-def runtimes(compiler: str) -> list[str] | None:
-    """The paths of libasan.so and libubsan.so `compiler` links against, None when it has not both."""
+def runtimes(compiler: str, names: tuple[str, ...] = ADDRESS.runtime_names) -> list[str] | None:
+    """The paths of the runtimes `names` (default libasan.so and libubsan.so) `compiler` links
+    against, None when it lacks one."""
     found = []
-    for name in ("libasan.so", "libubsan.so"):
+    for name in names:
         try:
             path = subprocess.run([compiler, f"-print-file-name={name}"], capture_output=True, text=True,
                                   timeout=30).stdout.strip()
@@ -89,6 +129,8 @@ def step(title: str, command: list[str], cwd: Path, env: dict[str, str]) -> bool
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos.sanitize", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--thread", action="store_true",
+                        help="ThreadSanitizer instead of AddressSanitizer/UBSan: the fsync thread's tests only")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long chaos.twins runs (default 60)")
     parser.add_argument("--seed", type=int, default=1, help="chaos.twins's seed (default 1)")
     parser.add_argument("--if-available", action="store_true",
@@ -96,14 +138,15 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the build directory (printed)")
     args = parser.parse_args()
     compiler = os.environ.get("CC", "gcc")
-    preload = runtimes(compiler)
+    kind = THREAD if args.thread else ADDRESS
+    preload = runtimes(compiler, kind.runtime_names)
     if preload is None:
-        print(f"[sanitize] {compiler} has no AddressSanitizer/UBSan runtime (libasan.so, libubsan.so): "
+        print(f"[sanitize] {compiler} has no {kind.name} runtime ({', '.join(kind.runtime_names)}): "
               "install gcc (Debian: apt-get install gcc) or set CC", file=sys.stderr)
         return 0 if args.if_available else 2
     work = Path(tempfile.mkdtemp(prefix="rocketq-sanitize-"))
     try:
-        return _run(work / "rocketq", preload, compiler, args.seconds, args.seed)
+        return _run(work / "rocketq", kind, preload, compiler, args.seconds, args.seed)
     finally:
         if args.keep:
             print(f"[sanitize] kept {work}")
@@ -111,20 +154,19 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _run(copy: Path, preload: list[str], compiler: str, seconds: float, seed: int) -> int:
+def _run(copy: Path, kind: Sanitizer, preload: list[str], compiler: str, seconds: float, seed: int) -> int:
     started = time.monotonic()
     copy_checkout(ROOT, copy)
-    build_env = {**os.environ, "CC": compiler, "CFLAGS": FLAGS, "LDFLAGS": "-fsanitize=address,undefined"}
+    build_env = {**os.environ, "CC": compiler, "CFLAGS": kind.cflags, "LDFLAGS": kind.ldflags}
     build_env.pop("RQ_PURE_PYTHON", None)
     if not step("build", [sys.executable, "setup.py", "-q", "build_ext", "--inplace"], copy, build_env):
         return 1
     for module in MODULES:      # (the extensions are optional: a failed compile only warns)
         built = list((copy / module).parent.glob(Path(module).name + ".*.so"))
-        if not built or b"__asan_" not in built[0].read_bytes():
-            print(f"[sanitize] {module} was not built with the sanitizers", file=sys.stderr)
+        if not built or kind.marker not in built[0].read_bytes():
+            print(f"[sanitize] {module} was not built with {kind.name}", file=sys.stderr)
             return 1
-    env = {**build_env, "LD_PRELOAD": " ".join(preload), "PYTHONMALLOC": "malloc",
-           "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+    env = {**build_env, "LD_PRELOAD": " ".join(preload), **kind.env}
     where = [sys.executable, "-c", "import protocol._speedups as s, broker.store._records as r, "
              "broker.store._fsync as f; print(s.__file__, r.__file__, f.__file__)"]
     loaded = subprocess.run(where, cwd=copy, env=env, capture_output=True, text=True)
@@ -133,13 +175,14 @@ def _run(copy: Path, preload: list[str], compiler: str, seconds: float, seed: in
         print(f"[sanitize] the sanitized modules are not the ones imported: {loaded.stdout}{loaded.stderr}",
               file=sys.stderr)
         return 1
-    ok = step("tests", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--capture=sys", *TESTS],
-              copy, env)
-    ok = step("twins", [sys.executable, "-m", "chaos.twins", "--seconds", str(seconds), "--seed", str(seed)],
-              copy, env) and ok
-    ok = step("fuzz", [sys.executable, "-m", "chaos.fuzz", "--frames", str(FUZZ_FRAMES), "--seed", str(seed),
-                       "--no-rss-check"], copy, env) and ok
-    print(f"[sanitize] {'clean' if ok else 'FAILED (a sanitizer report or a failure above)'} "
+    ok = step("tests", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--capture=sys",
+                        *kind.tests], copy, env)
+    if kind.fuzzers:
+        ok = step("twins", [sys.executable, "-m", "chaos.twins", "--seconds", str(seconds), "--seed", str(seed)],
+                  copy, env) and ok
+        ok = step("fuzz", [sys.executable, "-m", "chaos.fuzz", "--frames", str(FUZZ_FRAMES), "--seed", str(seed),
+                           "--no-rss-check"], copy, env) and ok
+    print(f"[sanitize] {kind.name}: {'clean' if ok else 'FAILED (a sanitizer report or a failure above)'} "
           f"({time.monotonic() - started:.0f} s)")
     return 0 if ok else 1
 

@@ -4,7 +4,7 @@ A `Broker` (ASYNC_FLUSH, a temporary store) runs in this process; pre-encoded re
 fed to `Broker.connection_protocol()` exactly as the TCP server would hand them over, through a
 transport that drops what is written. No socket, no client and no other process share the
 measurement, so it is the Python the broker runs per request, which is what the per-request work
-of issue 14 cut (the README's "Per-request cost" quotes it). Figures are µs (or ms) of this
+of issue 14 cut (docs/performance.md, "Per-request cost", quotes it). Figures are µs (or ms) of this
 thread's CPU (`time.thread_time`).
 
 - `send`: `--count` single SENDs of 128 B on 8 queues, back to back ("hot"), or with

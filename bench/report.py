@@ -81,7 +81,7 @@ def machine_info() -> dict[str, Any]:
 def cpu_idle_info() -> dict[str, Any]:
     """{"cpuidle_driver", "guest_halt_poll_ns"} of this machine (`broker.host.cpu_idle`): with the
     `haltpoll` driver at 0 ns every idle moment halts the vCPU, which doubled the CPU of one request
-    awaited at a time on the development VM (README, "Per-request cost")."""
+    awaited at a time on the development VM (docs/performance.md, "Per-request cost")."""
     state = cpu_idle()
     return {"cpuidle_driver": state.driver, "guest_halt_poll_ns": state.guest_halt_poll_ns}
 

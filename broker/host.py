@@ -7,7 +7,7 @@ A Linux guest with the `haltpoll` cpuidle driver (KVM, Firecracker) polls for
 vCPU is halted waits for the host to resume it and then runs with cold caches and branch
 predictors. A broker serving one request at a time is idle between any two, so it pays that on
 each. On the development VM that doubled the CPU of a one-at-a-time send, for rocketq and Redis
-alike (README, "Per-request cost": 72 → 29 µs of broker CPU per send with 200 µs of polling).
+alike (docs/performance.md, "Per-request cost": 72 → 29 µs of broker CPU per send with 200 µs of polling).
 Redis warns at start about kernel settings that cost it (transparent huge pages, overcommit);
 this is the same kind of warning. Nothing is changed: the setting is the machine owner's."""
 

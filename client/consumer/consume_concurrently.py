@@ -129,12 +129,15 @@ class ConcurrentConsumeService:
     def _hand_to_workers(self) -> None:
         """Give the batches gathered during one loop step to the worker threads. A thread hop costs
         ~100 µs of CPU here, so while the listener is fast (EWMA under `FAST_LISTENER_S` per
-        message) they go as one job; a slow listener gets one job per batch, spread over threads."""
+        message) they go as one job, queued behind a thread already running the listener if there
+        is one (`SyncWorkers.submit(spread=False)`); a slow listener gets one job per batch, spread
+        over threads."""
         jobs, self._gathered = self._gathered, []
-        step = len(jobs) if self.listener_seconds_per_message < FAST_LISTENER_S else 1
+        fast = self.listener_seconds_per_message < FAST_LISTENER_S
+        step = len(jobs) if fast else 1
         for i in range(0, len(jobs), step):
             group = jobs[i:i + step]
-            self._workers.submit(lambda group=group: self._sync_jobs(group))  # type: ignore[misc]
+            self._workers.submit(lambda group=group: self._sync_jobs(group), spread=not fast)  # type: ignore[misc]
 
     def _sync_jobs(self, jobs: list[tuple[ProcessQueue, MessageQueue, list[Chunk], float]]) -> Callable[[], None]:
         """Runs in a worker thread; returns the completion that applies the results on the loop."""

@@ -39,6 +39,14 @@ async def started(probe: Probe) -> None:
     assert await asyncio.to_thread(probe.started.wait, WAIT_S)
 
 
+async def running(workers: SyncWorkers, *, spread: bool = True) -> Probe:
+    """A blocking job submitted and started."""
+    probe = Probe(block=True)
+    workers.submit(probe, spread=spread)
+    await started(probe)
+    return probe
+
+
 async def completed(*probes: Probe) -> None:
     async with asyncio.timeout(WAIT_S):
         for probe in probes:
@@ -47,9 +55,8 @@ async def completed(*probes: Probe) -> None:
 
 async def test_jobs_submitted_without_spread_wait_behind_the_busy_thread_and_run_on_it() -> None:
     workers = SyncWorkers(20, "t")
-    first, second, third = Probe(block=True), Probe(), Probe()
-    workers.submit(first, spread=False)
-    await started(first)
+    first = await running(workers, spread=False)
+    second, third = Probe(), Probe()
     workers.submit(second, spread=False)
     workers.submit(third, spread=False)
     assert not second.started.is_set() and workers.thread_count == 1 and workers.in_flight == 3
@@ -63,9 +70,7 @@ async def test_jobs_submitted_without_spread_wait_behind_the_busy_thread_and_run
 
 async def test_a_spread_job_goes_to_another_thread_at_once() -> None:
     workers = SyncWorkers(20, "t")
-    blocking, other = Probe(block=True), Probe()
-    workers.submit(blocking)
-    await started(blocking)
+    blocking, other = await running(workers), Probe()
     workers.submit(other)
     await completed(other)
     assert other.thread != blocking.thread and workers.thread_count == 2
@@ -77,9 +82,8 @@ async def test_a_spread_job_goes_to_another_thread_at_once() -> None:
 async def test_jobs_stuck_behind_a_blocking_one_are_spread_after_the_delay(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sync_workers, "SPREAD_AFTER_S", 0.05)
     workers = SyncWorkers(20, "t")
-    blocking, also_blocking, queued = Probe(block=True), Probe(block=True), Probe()
-    workers.submit(blocking, spread=False)
-    await started(blocking)
+    blocking = await running(workers, spread=False)
+    also_blocking, queued = Probe(block=True), Probe()
     loop = asyncio.get_running_loop()
     queued_at = loop.time()
     workers.submit(also_blocking, spread=False)
@@ -147,13 +151,11 @@ async def test_at_most_thread_count_threads_run_and_queued_jobs_wait_for_one() -
 
 async def test_close_lets_queued_jobs_finish_then_the_threads_end_and_later_jobs_are_ignored() -> None:
     workers = SyncWorkers(1, "closing")
-    running, queued = Probe(block=True), Probe()
-    workers.submit(running)
-    await started(running)
+    first, queued = await running(workers), Probe()
     workers.submit(queued)
     workers.close()
-    running.release.set()
-    await completed(running, queued)
+    first.release.set()
+    await completed(first, queued)
     assert await workers.wait_idle(1000)
     threads = [t for t in threading.enumerate() if t.name == "closing-0"]
     assert len(threads) <= 1

@@ -78,7 +78,7 @@ sanitize: $(STAMP)
 	$(BIN)/python -m chaos.sanitize $(SANITIZE_ARGS)
 
 # the C modules built with ThreadSanitizer, then the tests that drive the C fsync thread (about
-# 1 min; needs gcc's libtsan)
+# 20 s; needs gcc's libtsan)
 sanitize-thread: $(STAMP)
 	$(BIN)/python -m chaos.sanitize --thread $(SANITIZE_ARGS)
 

@@ -46,7 +46,7 @@ TESTS = ("tests/protocol", "tests/broker/store", "tests/broker/test_batch_decode
          "tests/broker/test_bad_input.py", "tests/broker/test_send_pull.py", "tests/broker/test_pipelining.py",
          "tests/broker/test_connection_protocol.py", "tests/broker/test_long_polling.py",
          "tests/client/test_producer.py", "tests/chaos/test_fuzz_frames.py")
-# ThreadSanitizer: the tests that start, feed and stop `_fsync.FsyncWorker`s (about 1 min)
+# ThreadSanitizer: the tests that start, feed and stop `_fsync.FsyncWorker`s (about 15 s)
 TSAN_TESTS = ("tests/broker/store", "tests/broker/test_disk_full.py", "tests/broker/test_send_pull.py",
               "tests/broker/test_pipelining.py")
 FUZZ_FRAMES = 100_000      # random and mutated frames at a sanitized broker (chaos.fuzz, ~10 s)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from broker.processors.send_message import acknowledge
+from broker.processors.send_message import answer_when_durable, check_put
 from broker.processors.validate import require_group_name, require_non_negative
 from broker.remoting.context import RequestContext
+from broker.remoting.dispatcher import Deferred
 from broker.retry_policy import decide, max_reconsume_times_of
 from broker.store.message_store import MessageStore
 from broker.store.record import RecordError, decode_stored_fields
@@ -47,13 +48,15 @@ class SendBackProcessor:
         self._store, self._retry, self._store_host = store, retry_topics, store_host
         self._on_dlq = on_dlq
 
-    async def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand | Deferred:
         """Look the original up by `commit_log_offset` (SYSTEM_ERROR when no message starts there),
         then store a copy (same body, flag, properties, born time and host; `reconsume_times` + 1;
         `RETRY_TOPIC` = the original topic unless already set; `ORIGIN_MESSAGE_ID` kept from the
         first attempt) in `%RETRY%<group>` with delay level `delay_level` (`3 + reconsume_times` when
         0), or in `%DLQ%<group>` past `max_reconsume_times` or for a negative level. SUCCESS without
-        storing anything when the group's `retry_queue_nums` is 0."""
+        storing anything when the group's `retry_queue_nums` is 0. Answered as a SEND is: at once
+        when the copy is durable (ASYNC_FLUSH), else through a `Deferred` the group commit resolves
+        (no task per request; the DLQ counter counts at put time, as the SEND path's does)."""
         header = ConsumerSendMsgBackRequestHeader.from_fields(request.fields)
         group = header.group
         require_group_name(group)
@@ -89,7 +92,7 @@ class SendBackProcessor:
             topic=topic, queue_id=queue_id, body=bytes(fields[F_BODY]), properties=properties,
             flag=fields[F_FLAG], born_timestamp=fields[F_BORN_TIMESTAMP], born_host=fields[F_BORN_HOST],
             reconsume_times=reconsume_times + 1, sys_flag=fields[F_SYS_FLAG])
-        await acknowledge(self._store, result)
+        check_put(result)
         if decision.to_dlq:
             self._on_dlq(group)
-        return request.response()
+        return answer_when_durable(self._store, result.end_offset, request.response())

@@ -14,13 +14,13 @@ from broker.processors.validate import require_group_name, require_topic_name
 from broker.remoting.context import RequestContext
 from broker.remoting.dispatcher import Deferred
 from broker.store.message_store import MessageStore
-from broker.store.results import FlushDiskTimeoutError, PutMessageResult, PutMessageStatus
+from broker.store.results import PutMessageResult, PutMessageStatus
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.topic_config_manager import TopicConfigManager
 from protocol import native
 from protocol.codes import FLAG_RESPONSE, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import FlushDiskTimeout, MessageIllegal, NoPermission, ServiceNotAvailable, SystemError_
+from protocol.errors import MessageIllegal, NoPermission, ServiceNotAvailable, SystemError_
 from protocol.headers import (
     SendBatchMessageRequestHeader,
     SendMessageRequestHeader,
@@ -50,19 +50,17 @@ def check_put(result: PutMessageResult) -> None:
     raise SystemError_(f"store refused the message: {result.status.name}")
 
 
-async def wait_durable(store: MessageStore, end_offset: int) -> None:
-    """Wait until the commit log is durable up to `end_offset` (SYNC_FLUSH; FLUSH_DISK_TIMEOUT past
-    `sync_flush_timeout_ms`)."""
-    try:
-        await store.wait_flushed(end_offset)
-    except FlushDiskTimeoutError as exc:
-        raise FlushDiskTimeout(str(exc)) from None
-
-
-async def acknowledge(store: MessageStore, result: PutMessageResult) -> None:
-    """Raise the error a failed put is answered with, else wait until the put is durable."""
-    check_put(result)
-    await wait_durable(store, result.end_offset)
+def answer_when_durable(store: MessageStore, end_offset: int,
+                        response: RemotingCommand) -> RemotingCommand | Deferred:
+    """`response` now when the commit log is durable up to `end_offset` (ASYNC_FLUSH), else a
+    `Deferred` of it that the group commit covering `end_offset` resolves (FLUSH_DISK_TIMEOUT past
+    `sync_flush_timeout_ms`), which writes the response right there: no task, coroutine or future
+    per waiting request."""
+    if store.is_durable(end_offset):
+        return response
+    reply = Deferred()
+    store.resolve_when_flushed(end_offset, reply, response)
+    return reply
 
 
 class SendMessageProcessor:
@@ -164,16 +162,9 @@ class SendMessageProcessor:
             self._on_dlq(dlq_group)
 
     def _answer(self, end_offset: int, response: RemotingCommand) -> RemotingCommand | Deferred:
-        """`response` now when the put is durable (ASYNC_FLUSH), else a `Deferred` of it that the
-        group commit covering `end_offset` resolves (FLUSH_DISK_TIMEOUT past
-        `sync_flush_timeout_ms`), which writes the response right there: no task, coroutine or
-        future per waiting send. Stored messages are counted at put time either way, as RocketMQ's
-        store statistics are."""
-        if self._store.is_durable(end_offset):
-            return response
-        reply = Deferred()
-        self._store.resolve_when_flushed(end_offset, reply, response)
-        return reply
+        """`answer_when_durable`. Stored messages are counted at put time either way, as
+        RocketMQ's store statistics are."""
+        return answer_when_durable(self._store, end_offset, response)
 
     def process_batch(self, ctx: RequestContext,
                       request: RemotingCommand) -> RemotingCommand | Deferred:

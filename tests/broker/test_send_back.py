@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -13,11 +14,12 @@ from broker.broker import Broker
 from client.api import ClientAPI
 from conf.store import StoreConfig
 from protocol.codes import Perm
-from protocol.errors import MessageIllegal, NoPermission, SystemError_
+from protocol.errors import FlushDiskTimeout, MessageIllegal, NoPermission, SystemError_
 from protocol.headers import CreateSubscriptionGroupRequestHeader, SendMessageRequestHeader
 from protocol.message import MessageExt
 from protocol.model import PullStatus
 from protocol.topics import SCHEDULE_TOPIC
+from tests.broker.store.conftest import Disk
 from tests.conftest import broker_config
 from tests.helpers import pull_header, send
 
@@ -90,6 +92,26 @@ async def test_the_groups_retry_max_times_applies_when_the_request_has_none(
     message = await original(client_api, broker)
     await client_api.consumer_send_msg_back(broker.address, message, "g1", 0, max_reconsume_times=-1)
     assert (await pull_one(client_api, broker, "%DLQ%g1", timeout_ms=1_000)).body == b"body"
+
+
+async def test_a_durable_send_back_waits_for_its_fsync_and_times_out_on_a_slow_disk(
+        tmp_path: Path, client_api: ClientAPI, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SYNC_FLUSH (the default): the copy is acknowledged once its group commit is done, and
+    FLUSH_DISK_TIMEOUT past `sync_flush_timeout_ms`, as a SEND is (the same inline answer)."""
+    config = broker_config(tmp_path)
+    config = dataclasses.replace(config, store=dataclasses.replace(config.store, sync_flush_timeout_ms=100))
+    async with Broker(config) as broker:
+        assert broker.store is not None and config.store.flush_disk_type == "SYNC_FLUSH"
+        message = await original(client_api, broker)
+        await client_api.consumer_send_msg_back(broker.address, message, "g", 0, 16)
+        assert broker.store.is_durable(broker.store.commit_log_max_offset())
+        disk = Disk(broker.store, monkeypatch)
+        disk.slow(1_000)
+        try:
+            with pytest.raises(FlushDiskTimeout):
+                await client_api.consumer_send_msg_back(broker.address, message, "g", 0, 16)
+        finally:
+            disk.heal()
 
 
 async def test_send_back_of_an_unknown_offset_is_a_clear_error(broker: Broker, client_api: ClientAPI) -> None:

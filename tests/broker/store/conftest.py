@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import broker.store.flush as flush_module
+from broker.store.fsync_thread import NativeFsyncThread
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageResult, PutMessageResult
+from broker.store.segment import fdatasync_paths
 from conf.store import StoreConfig
 from protocol.message import MessageExt, decode_message_batch
 
@@ -131,3 +137,40 @@ async def eventually(predicate: Callable[[], bool], timeout_s: float = 5.0) -> N
     async with asyncio.timeout(timeout_s):
         while not predicate():
             await asyncio.sleep(0.002)
+
+
+class Disk:
+    """A slow or failing disk under either fsync thread: the Python one's fsync function is
+    replaced, the C one is told through its test hook (`inject`)."""
+
+    def __init__(self, store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._thread = store._commit_log_flush._fsync_thread
+        self._monkeypatch = monkeypatch
+        self.threads: set[int] = set()        # where the Python thread's fsyncs ran
+
+    def _python(self, delay_ms: int, error: int) -> None:
+        def fsync(paths: list[Path]) -> None:
+            self.threads.add(threading.get_ident())
+            time.sleep(delay_ms / 1000)
+            if error:
+                raise OSError(error, os.strerror(error))
+            fdatasync_paths(paths)
+        self._monkeypatch.setattr(flush_module, "fdatasync_paths", fsync)
+
+    def slow(self, delay_ms: int) -> None:
+        if isinstance(self._thread, NativeFsyncThread):
+            self._thread.inject(delay_ms, 0)
+        else:
+            self._python(delay_ms, 0)
+
+    def fail(self, error: int) -> None:
+        if isinstance(self._thread, NativeFsyncThread):
+            self._thread.inject(0, error)
+        else:
+            self._python(0, error)
+
+    def heal(self) -> None:
+        if isinstance(self._thread, NativeFsyncThread):
+            self._thread.inject(0, 0)
+        else:
+            self._monkeypatch.undo()

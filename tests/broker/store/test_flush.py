@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
 import threading
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-import broker.store.flush as flush_module
 from broker.store import fsync_thread
 from broker.store.checkpoint import read_checkpoint
-from broker.store.fsync_thread import NativeFsyncThread
 from broker.store.message_store import MessageStore
 from broker.store.results import FlushDiskTimeoutError, PutMessageStatus, StoreNotWritableError
-from broker.store.segment import fdatasync_paths
 from conf.store import StoreConfig
-from tests.broker.store.conftest import TickClock, eventually, open_store, put, small_config
+from tests.broker.store.conftest import Disk, TickClock, eventually, open_store, put, small_config
 
 
 async def send(store: MessageStore, body: bytes = b"x") -> int:
@@ -47,43 +42,6 @@ async def store(fsync_impl: str, config: StoreConfig, clock: TickClock) -> Async
         yield running
     finally:
         await running.stop()
-
-
-class Disk:
-    """A slow or failing disk under either fsync thread: the Python one's fsync function is
-    replaced, the C one is told through its test hook (`inject`)."""
-
-    def __init__(self, store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
-        self._thread = store._commit_log_flush._fsync_thread
-        self._monkeypatch = monkeypatch
-        self.threads: set[int] = set()        # where the Python thread's fsyncs ran
-
-    def _python(self, delay_ms: int, error: int) -> None:
-        def fsync(paths: list[Path]) -> None:
-            self.threads.add(threading.get_ident())
-            time.sleep(delay_ms / 1000)
-            if error:
-                raise OSError(error, os.strerror(error))
-            fdatasync_paths(paths)
-        self._monkeypatch.setattr(flush_module, "fdatasync_paths", fsync)
-
-    def slow(self, delay_ms: int) -> None:
-        if isinstance(self._thread, NativeFsyncThread):
-            self._thread.inject(delay_ms, 0)
-        else:
-            self._python(delay_ms, 0)
-
-    def fail(self, error: int) -> None:
-        if isinstance(self._thread, NativeFsyncThread):
-            self._thread.inject(0, error)
-        else:
-            self._python(0, error)
-
-    def heal(self) -> None:
-        if isinstance(self._thread, NativeFsyncThread):
-            self._thread.inject(0, 0)
-        else:
-            self._monkeypatch.undo()
 
 
 async def test_sync_flush_waits_for_fsync(store: MessageStore) -> None:

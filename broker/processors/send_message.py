@@ -55,7 +55,8 @@ def answer_when_durable(store: MessageStore, end_offset: int,
     """`response` now when the commit log is durable up to `end_offset` (ASYNC_FLUSH), else a
     `Deferred` of it that the group commit covering `end_offset` resolves (FLUSH_DISK_TIMEOUT past
     `sync_flush_timeout_ms`), which writes the response right there: no task, coroutine or future
-    per waiting request."""
+    per waiting request. Stored messages are counted at put time either way, as RocketMQ's store
+    statistics are."""
     if store.is_durable(end_offset):
         return response
     reply = Deferred()
@@ -113,7 +114,7 @@ class SendMessageProcessor:
             "msg_id": self._msg_id_prefix + f"{result.commit_log_offsets[0]:016X}",
             "queue_id": queue_id, "queue_offset": result.queue_offset})
         self._on_stored(topic, 1, len(body))
-        return self._answer(result.end_offset, response)
+        return answer_when_durable(self._store, result.end_offset, response)
 
     def _checked_sends(self) -> set[tuple[str, int, str]]:
         """(topic, queue_id, producer_group) of sends that passed the name and topic checks under
@@ -154,17 +155,12 @@ class SendMessageProcessor:
             msg_id=make_msg_id(self._store_host, result.commit_log_offsets[0]),
             queue_id=header.queue_id, queue_offset=result.queue_offset))
         self._stored(topic, 1, len(body), dlq_group)
-        return self._answer(result.end_offset, response)
+        return answer_when_durable(self._store, result.end_offset, response)
 
     def _stored(self, topic: str, count: int, size_bytes: int, dlq_group: str | None) -> None:
         self._on_stored(topic, count, size_bytes)
         if dlq_group is not None:
             self._on_dlq(dlq_group)
-
-    def _answer(self, end_offset: int, response: RemotingCommand) -> RemotingCommand | Deferred:
-        """`answer_when_durable`. Stored messages are counted at put time either way, as
-        RocketMQ's store statistics are."""
-        return answer_when_durable(self._store, end_offset, response)
 
     def process_batch(self, ctx: RequestContext,
                       request: RemotingCommand) -> RemotingCommand | Deferred:
@@ -203,7 +199,7 @@ class SendMessageProcessor:
             "msg_ids": offset_msg_ids(self._msg_id_prefix, result.commit_log_offsets),
             "queue_id": queue_id, "queue_offset": result.queue_offset})
         self._on_stored(topic, len(messages), body_bytes)
-        return self._answer(result.end_offset, response)
+        return answer_when_durable(self._store, result.end_offset, response)
 
 
 BatchItems = list[tuple[dict[str, str], int, bytes]]

@@ -22,8 +22,12 @@ before it drops the queue, so no listener call of a dropped queue overlaps its u
 - Without `auto_commit`: SUCCESS leaves the offset, COMMIT stores it, ROLLBACK and SUSPEND put
   the batch back and suspend.
 
-A sync listener runs in one of `consume_thread_max` threads (one thread hop per batch); an async
-one is awaited on the loop, which is yielded to every `YIELD_EVERY_BATCHES` batches."""
+A sync listener runs in one of `consume_thread_max` threads, up to `SYNC_RUN_BATCHES` batches
+one after another per thread hop (for at most `SYNC_RUN_MAX_S`, and only while each call answers
+SUCCESS with `auto_commit`): with a hop per batch, the hop, not the listener, set the rate (about
+35,000 msg/s for a no-op listener and batches of one). The results are applied on the loop as
+each call's would be; the batches a run did not reach go back to the cache. An async listener is
+awaited on the loop, which is yielded to every `YIELD_EVERY_BATCHES` batches."""
 
 from __future__ import annotations
 
@@ -61,6 +65,10 @@ RELOCK_DELAY_OUTSIDE_MS, RELOCK_DELAY_INSIDE_MS = 100, 10
 RESUME_AFTER_LOCK_MS, RESUME_AFTER_LOCK_FAILED_MS = 10, 3_000
 RESUME_AFTER_YIELD_MS = 10
 YIELD_EVERY_BATCHES = 32
+SYNC_RUN_BATCHES = 32          # a sync listener's batches per thread hop, at most
+SYNC_RUN_MAX_S = 0.005         # ... and no new batch in a hop after this long
+# One sync listener call of a hop: its batch, context, result, when (ms) and how long (s) it ran.
+_SyncCall = tuple[list[MessageExt], ConsumeOrderlyContext, OrderlyListenerResult, int, float]
 
 
 def now_ms() -> int:
@@ -194,6 +202,12 @@ class OrderlyConsumeService:
             async with lock:
                 if pq.dropped:
                     continue
+                if not is_async:
+                    ran = await self._run_sync_batches(pq, mq, now, deadline_ms)
+                    if ran < 0:
+                        return
+                    batches += ran
+                    continue
                 messages = pq.take_messages(batch_max_size, now_ms=now)
                 if not messages:
                     self._active.discard(pq)
@@ -201,15 +215,12 @@ class OrderlyConsumeService:
                 context = ConsumeOrderlyContext(mq)
                 status: OrderlyListenerResult
                 started = time.perf_counter()
-                if is_async:
-                    try:
-                        status = await cast(Awaitable[OrderlyListenerResult], listener(messages, context))
-                    except Exception:
-                        log.exception("orderly listener of %s failed on %d messages of %s", self._group,
-                                      len(messages), mq)
-                        status = None
-                else:
-                    status = await self._call_in_thread(messages, context)
+                try:
+                    status = await cast(Awaitable[OrderlyListenerResult], listener(messages, context))
+                except Exception:
+                    log.exception("orderly listener of %s failed on %d messages of %s", self._group,
+                                  len(messages), mq)
+                    status = None
                 if self.observe is not None:         # waited: since the pull that cached the messages
                     self.observe(mq.topic, len(messages), max(now - pq.last_pull_at_ms, 0) / 1000,
                                  time.perf_counter() - started)
@@ -224,6 +235,68 @@ class OrderlyConsumeService:
             if batches % YIELD_EVERY_BATCHES == 0:
                 await asyncio.sleep(0)
 
+    async def _run_sync_batches(self, pq: ProcessQueue, mq: MessageQueue, now: int, deadline_ms: int) -> int:
+        """One thread hop of a sync listener (called under the queue's lock): take up to
+        `SYNC_RUN_BATCHES` batches, call the listener on them one after another in a worker thread
+        (`_sync_run`), then apply the results here as the async path applies each one. The
+        batches after the call that ended the run go back to the cache untouched. Returns the
+        listener calls made, or -1 when the consume task ends (the cache is empty, or the queue
+        suspended)."""
+        messages = pq.take_messages(self._batch_max_size * SYNC_RUN_BATCHES, now_ms=now)
+        if not messages:
+            self._active.discard(pq)
+            return -1
+        done: asyncio.Future[list[_SyncCall]] = asyncio.get_running_loop().create_future()
+
+        def job() -> Callable[[], None]:
+            calls = self._sync_run(pq, mq, messages, deadline_ms)
+            return lambda: None if done.done() else done.set_result(calls)
+        self._workers.submit(job)
+        calls = await done
+        last_batch, last_context, last_status = calls[-1][:3]
+        called = sum(len(call[0]) for call in calls)
+        if called < len(messages):
+            pq.make_messages_to_consume_again(messages[called:])
+        if self.observe is not None:             # waited: since the pull that cached the messages
+            for batch, _, _, called_at_ms, took_s in calls:
+                self.observe(mq.topic, len(batch), max(called_at_ms - pq.last_pull_at_ms, 0) / 1000, took_s)
+        committed = last_status is SUCCESS and last_context.auto_commit
+        succeeded = calls if committed else calls[:-1]
+        if succeeded:
+            self.consumed_ok += sum(len(call[0]) for call in succeeded)
+            commit_offset = pq.commit(keep=() if committed else last_batch)
+            if commit_offset >= 0 and not pq.dropped:
+                self._update_offset(mq, commit_offset)
+        if not committed and not await self._process_result(pq, mq, last_batch, last_status, last_context):
+            return -1
+        return len(calls)
+
+    def _sync_run(self, pq: ProcessQueue, mq: MessageQueue, messages: list[MessageExt],
+                  deadline_ms: int) -> list[_SyncCall]:
+        """In a worker thread: call the sync listener on `messages` in batches of
+        `consume_message_batch_max_size`, in offset order, while each call answers SUCCESS with
+        `auto_commit` and the checks the loop makes before each batch still hold (the queue not
+        dropped, its lock live, `max_time_consume_continuously_ms` not spent), for at most
+        `SYNC_RUN_MAX_S`. The first batch is always called (the loop has just checked). Reads of
+        the process queue's flags only: the loop owns it."""
+        calls: list[_SyncCall] = []
+        size, clustering, lock_max_live_ms = self._batch_max_size, self._clustering, self._lock_max_live_ms
+        run_started = time.perf_counter()
+        for first in range(0, len(messages), size):
+            called_at_ms = now_ms()
+            if first and (pq.dropped or called_at_ms > deadline_ms
+                          or time.perf_counter() - run_started > SYNC_RUN_MAX_S
+                          or (clustering and (not pq.locked or called_at_ms - pq.last_lock_at_ms > lock_max_live_ms))):
+                break
+            batch = messages[first:first + size]
+            context = ConsumeOrderlyContext(mq)
+            started = time.perf_counter()
+            status = self._call_sync(batch, context)
+            calls.append((batch, context, status, called_at_ms, time.perf_counter() - started))
+            if status is not SUCCESS or not context.auto_commit:
+                break
+        return calls
+
     def _call_sync(self, messages: list[MessageExt], context: ConsumeOrderlyContext) -> OrderlyListenerResult:
         try:
             status = self._listener(messages, context)
@@ -237,16 +310,6 @@ class OrderlyConsumeService:
                 status.close()
             return None
         return status
-
-    async def _call_in_thread(self, messages: list[MessageExt],
-                              context: ConsumeOrderlyContext) -> OrderlyListenerResult:
-        done: asyncio.Future[OrderlyListenerResult] = asyncio.get_running_loop().create_future()
-
-        def job() -> Callable[[], None]:
-            status = self._call_sync(messages, context)
-            return lambda: None if done.done() else done.set_result(status)
-        self._workers.submit(job)
-        return await done
 
     async def _process_result(self, pq: ProcessQueue, mq: MessageQueue, messages: list[MessageExt],
                               status: OrderlyListenerResult, context: ConsumeOrderlyContext) -> bool:

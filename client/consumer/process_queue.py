@@ -175,17 +175,23 @@ class ProcessQueue:
             self.consuming = False
         return result
 
-    def commit(self) -> int:
+    def commit(self, keep: Sequence[MessageExt] = ()) -> int:
         """Forget the taken messages (uncounting them) and return the last taken offset + 1, the offset
-        to store; -1 when nothing was taken. RocketMQ `commit`."""
+        to store; -1 when nothing was taken. RocketMQ `commit`. Taken messages in `keep` stay taken
+        (not forgotten, not in the offset): the orderly service's sync listener runs several batches
+        per thread hop and commits the ones before a batch that failed; `keep` must then hold
+        offsets above every other taken one."""
         consuming = self._consuming_msgs
-        if not consuming:
-            return -1
-        self.msg_count -= len(consuming)
-        self.msg_size_bytes -= sum(len(msg.body) for msg in consuming.values())
-        last = max(consuming)
-        consuming.clear()
-        return last + 1
+        kept = [(msg.queue_offset, taken) for msg in keep
+                if (taken := consuming.pop(msg.queue_offset, None)) is not None]
+        commit_offset = -1
+        if consuming:
+            self.msg_count -= len(consuming)
+            self.msg_size_bytes -= sum(len(msg.body) for msg in consuming.values())
+            commit_offset = max(consuming) + 1
+            consuming.clear()
+        consuming.update(kept)
+        return commit_offset
 
     def make_messages_to_consume_again(self, msgs: Sequence[MessageExt]) -> None:
         """Put taken `msgs` back into the cache to be taken again (counts unchanged). A message that is

@@ -127,6 +127,49 @@ async def test_suspend_retries_the_same_messages_later_and_holds_back_the_rest(b
     assert await client_api.query_consumer_offset(broker.address, "sg", "sus", 0) == 6
 
 
+async def test_a_sync_listener_failing_inside_a_run_of_batches_commits_the_batches_before_it(
+        broker: Broker, client_api: ClientAPI) -> None:
+    """A backlog, so one thread hop runs several batches (`SYNC_RUN_BATCHES`): a SUSPEND, an
+    exception and a SUCCESS without auto_commit in the middle of runs end the run there; the
+    batches before are committed, the failed one is retried, the rest are neither lost nor
+    consumed out of order."""
+    await client_api.create_topic(broker.address, "run", queue_nums=1)
+    await produce_keyed(broker.address, "run", keys=1, per_key=20)
+    seen: list[tuple[list[int], int, int]] = []      # (seqs, reconsume_times, committed offset then)
+    loop = asyncio.get_running_loop()
+
+    async def committed_offset() -> int:
+        (queue,) = [q for q in c.running_info("").mq_table if q.topic == "run"]
+        return queue.committed_offset
+
+    def listener(msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:   # sync
+        seqs = [int(m.body.decode().split(":")[1]) for m in msgs]
+        seen.append((seqs, msgs[0].reconsume_times,
+                     asyncio.run_coroutine_threadsafe(committed_offset(), loop).result(5)))
+        if seqs[0] == 6 and msgs[0].reconsume_times == 0:
+            ctx.suspend_current_queue_time_ms = 10
+            return SUSPEND
+        if seqs[0] == 12 and msgs[0].reconsume_times == 0:
+            raise RuntimeError("listener bug: counted as SUSPEND")
+        if seqs[0] == 16:
+            ctx.auto_commit = False               # SUCCESS without auto_commit: not committed
+        return SUCCESS
+
+    c = orderly(broker.address, "rg", "run", listener, suspend_current_queue_time_ms=10,
+                consume_message_batch_max_size=2)
+    async with c:
+        await wait_until(lambda: len(seen) >= 12, 10, "all consumed")
+    assert [(seqs, times) for seqs, times, _ in seen] == [
+        ([0, 1], 0), ([2, 3], 0), ([4, 5], 0), ([6, 7], 0), ([6, 7], 1), ([8, 9], 0), ([10, 11], 0),
+        ([12, 13], 0), ([12, 13], 1), ([14, 15], 0), ([16, 17], 0), ([18, 19], 0)]
+    committed = {(seqs[0], times): offset for seqs, times, offset in seen}
+    assert committed[(0, 0)] in (-1, 0)                     # the first run: nothing committed yet
+    assert committed[(6, 1)] == 6                           # the batches before the failed one
+    assert committed[(12, 1)] == 12
+    assert committed[(18, 0)] == 16                         # 16-17 answered without auto_commit
+    assert await client_api.query_consumer_offset(broker.address, "rg", "run", 0) == 20
+
+
 async def test_a_queue_locked_by_another_client_is_not_consumed_until_released(broker: Broker,
                                                                                client_api: ClientAPI) -> None:
     await client_api.create_topic(broker.address, "held", queue_nums=2)

@@ -98,6 +98,18 @@ def test_orderly_take_commit() -> None:
     assert pq.commit() == -1                             # nothing taken
 
 
+def test_commit_keeps_the_messages_asked_to_stay_taken() -> None:
+    pq = ProcessQueue(now_ms=0)
+    pq.put_messages(msgs(1, 2, 3, 4, 5))
+    taken = pq.take_messages(4)
+    assert pq.commit(keep=taken[2:]) == 3                # 1 and 2 forgotten, 3 and 4 still taken
+    assert pq.msg_count == 3 and pq.msg_size_bytes == sum(len(m.body) for m in msgs(3, 4, 5))
+    pq.make_messages_to_consume_again(taken[2:])         # they are still taken: put back
+    assert [m.queue_offset for m in pq.take_messages(5)] == [3, 4, 5]
+    assert pq.commit(keep=msgs(9)) == 6                  # an untaken message to keep is ignored
+    assert pq.msg_count == 0 and pq.commit(keep=taken) == -1
+
+
 def test_orderly_consume_again_puts_messages_back_in_order() -> None:
     pq = ProcessQueue(now_ms=0)
     pq.put_messages(msgs(1, 2, 3))

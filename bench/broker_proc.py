@@ -48,11 +48,27 @@ class Usage:
     rss_bytes: int
     at_s: float
     system_s: float = 0.0      # the kernel's part of cpu_s (syscalls, wake-ups)
+    read_calls: int = 0        # read-type system calls so far (/proc/<pid>/io syscr: socket reads too)
+    write_calls: int = 0       # write-type system calls so far (syscw)
 
     def cores_since(self, earlier: Usage) -> float:
         """Average CPU used between two samples, in cores (1.0 = one core busy)."""
         elapsed = self.at_s - earlier.at_s
         return (self.cpu_s - earlier.cpu_s) / elapsed if elapsed > 0 else float("nan")
+
+
+def process_usage(process: psutil.Process) -> Usage:
+    """`process`'s `Usage` now (its system-call counts left 0 where /proc/<pid>/io is not readable)."""
+    with process.oneshot():
+        times = process.cpu_times()
+        rss = process.memory_info().rss
+        try:
+            io = process.io_counters()
+        except (psutil.AccessDenied, AttributeError):
+            read_calls = write_calls = 0
+        else:
+            read_calls, write_calls = io.read_count, io.write_count
+    return Usage(times.user + times.system, rss, time.monotonic(), times.system, read_calls, write_calls)
 
 
 def python_command() -> list[str]:
@@ -110,10 +126,7 @@ class BrokerProcess(BrokerSubprocess):
         """CPU seconds and RSS now; raises RuntimeError if the broker is not running."""
         if self._ps is None:
             raise RuntimeError("broker process is not started")
-        with self._ps.oneshot():
-            times = self._ps.cpu_times()
-            rss = self._ps.memory_info().rss
-        return Usage(times.user + times.system, rss, time.monotonic(), times.system)
+        return process_usage(self._ps)
 
     async def stop(self) -> int | None:
         await self._stop_profiler()

@@ -1,4 +1,4 @@
-"""The broker's own CPU per request, in process: `python -m bench.inproc {send,batch,wake-one,wake-all}`.
+"""The broker's own CPU per request, in process: `python -m bench.inproc {send,batch,send-back,wake-one,wake-all}`.
 
 A `Broker` (ASYNC_FLUSH, a temporary store) runs in this process; pre-encoded request frames are
 fed to `Broker.connection_protocol()` exactly as the TCP server would hand them over, through a
@@ -11,6 +11,9 @@ thread's CPU (`time.thread_time`).
   `--idle-us` of sleep before each ("cold": the CPU's caches and predictors lose the broker's
   state while it waits, as between the requests of one producer awaiting each send).
 - `batch`: SEND_BATCH of 32 messages of 128 B, back to back.
+- `send-back`: `--count` CONSUMER_SEND_MSG_BACKs of stored 128 B messages (each looked up by its
+  commit_log_offset and stored again in the group's retry topic, at its delay level), back to back
+  or with `--idle-us` before each.
 - `wake-one`: `--count` rounds of one held pull and one SEND that wakes it (`make bench-peers`'
   wake latency, broker side): the CPU of the SEND's handling, which reads and writes the woken
   pull's response before the send's own; `--idle-us` as for `send`. The difference from `send`
@@ -46,7 +49,7 @@ from conf.store import StoreConfig
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.frame import encode_frame_bytes
-from protocol.headers import SendBatchMessageRequestHeader
+from protocol.headers import ConsumerSendMsgBackRequestHeader, SendBatchMessageRequestHeader
 from protocol.message import Message, encode_batch_body
 
 BODY = bytes(128)
@@ -321,7 +324,55 @@ async def bench_wake_all(args: argparse.Namespace) -> None:
     await _with_broker(body, args)
 
 
-WORKLOADS = {"send": bench_send, "batch": bench_batch, "wake-one": bench_wake_one, "wake-all": bench_wake_all}
+async def bench_send_back(args: argparse.Namespace) -> None:
+    async def body(inproc: InProcess) -> None:
+        broker, store = inproc.broker, inproc.broker.store
+        assert store is not None
+        broker.topics.ensure("inproc", QUEUES)
+        total = 2_000 + args.rounds * args.count
+        offsets = []
+        for i in range(total):                          # the originals, stored without a request
+            result = store.put_message(topic="inproc", queue_id=i % QUEUES, body=BODY,
+                                              properties={"UNIQ_KEY": f"7F000001{i:024X}"}, flag=0,
+                                              born_timestamp=0, born_host="127.0.0.1:1")
+            offsets.append(result.commit_log_offsets[0])
+        protocol, _ = inproc.connect()
+
+        def frames(first: int, count: int) -> list[bytes]:
+            return [encode_frame_bytes(RemotingCommand(
+                int(RequestCode.CONSUMER_SEND_MSG_BACK), opaque=first + i + 1,
+                fields=ConsumerSendMsgBackRequestHeader(commit_log_offset=offsets[first + i], group="inproc_group",
+                                                        origin_msg_id=f"7F00000100002A9F{offsets[first + i]:016X}",
+                                                        origin_topic="inproc").to_fields()))
+                for i in range(count)]
+
+        for i, frame in enumerate(frames(0, 2_000)):    # warm-up: the retry topic made, caches filled
+            protocol.data_received(frame)
+            if i & 255 == 255:
+                await asyncio.sleep(0)
+        await _settle()
+        idle_s = args.idle_us / 1e6
+        for round_index in range(args.rounds):
+            feed = frames(2_000 + round_index * args.count, args.count)
+            gc.collect()
+            cpu = 0.0
+            with profiled(args.profile and round_index == args.rounds - 1):
+                for i in range(args.count):
+                    if idle_s:
+                        time.sleep(idle_s)
+                    started = time.thread_time()
+                    protocol.data_received(feed[i])
+                    cpu += time.thread_time() - started
+                    if i & 255 == 255:
+                        await asyncio.sleep(0)
+            print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per CONSUMER_SEND_MSG_BACK "
+                  f"({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'})")
+
+    await _with_broker(body, args)
+
+
+WORKLOADS = {"send": bench_send, "batch": bench_batch, "wake-one": bench_wake_one, "wake-all": bench_wake_all,
+             "send-back": bench_send_back}
 
 
 def main(argv: list[str] | None = None) -> int:

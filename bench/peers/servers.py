@@ -28,7 +28,7 @@ from typing import Protocol
 import psutil
 import redis.asyncio as aioredis
 
-from bench.broker_proc import Usage, free_port
+from bench.broker_proc import Usage, free_port, process_usage
 from bench.common import store_root
 
 log = logging.getLogger(__name__)
@@ -160,10 +160,7 @@ class RedisServer:
         """CPU seconds (all threads: the AOF fsync thread included) and RSS now."""
         if self._ps is None:
             raise RuntimeError("redis-server is not started")
-        with self._ps.oneshot():
-            times = self._ps.cpu_times()
-            rss = self._ps.memory_info().rss
-        return Usage(times.user + times.system, rss, time.monotonic(), times.system)
+        return process_usage(self._ps)
 
     async def stop(self) -> int | None:
         process = self._process

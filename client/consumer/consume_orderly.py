@@ -304,6 +304,8 @@ class OrderlyConsumeService:
             log.exception("orderly listener of %s failed on %d messages of %s", self._group, len(messages),
                           context.message_queue)
             return None
+        if status is SUCCESS:               # the usual answer, without `isawaitable`'s ABC check
+            return status
         if inspect.isawaitable(status):
             log.error("orderly listener of %s returned an awaitable; declare it `async def`", self._group)
             if inspect.iscoroutine(status):

@@ -20,6 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from broker.broker import Broker
 from client import Message, Producer, SelectMessageQueueByHash
 from client.api import ClientAPI
@@ -62,9 +64,9 @@ async def wait_until_all_seen(paths: list[Path], timeout_s: float) -> None:
             await asyncio.sleep(0.2)
 
 
-async def spawn(address: str, outfile: Path) -> tuple[asyncio.subprocess.Process, str]:
+async def spawn(address: str, outfile: Path, kind: str) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.client.orderly_consumer_process", address, GROUP, TOPIC, str(outfile),
+        sys.executable, "-m", "tests.client.orderly_consumer_process", address, GROUP, TOPIC, str(outfile), kind,
         stdout=asyncio.subprocess.PIPE, cwd=os.getcwd())
     assert proc.stdout is not None
     ready, client_id = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().split()
@@ -134,8 +136,11 @@ def check_lock_table(calls: list[Call], samples: list[tuple[int, dict[int, str]]
     return checked
 
 
-async def test_orderly_consumers_join_leave_and_die_without_reordering_or_loss(tmp_path: Path,
-                                                                               client_api: ClientAPI) -> None:
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_orderly_consumers_join_leave_and_die_without_reordering_or_loss(tmp_path: Path, client_api: ClientAPI,
+                                                                               kind: str) -> None:
+    """`kind`: the listener, `async def` or a plain `def` (whose batches run several per thread
+    hop, under the queue's lock the rebalance waits for)."""
     started = time.monotonic()
     logs = [tmp_path / f"consumer{i}.log" for i in range(3)]
     # ASYNC_FLUSH: durability is not under test here, and per-send fsyncs would make the producer
@@ -149,13 +154,13 @@ async def test_orderly_consumers_join_leave_and_die_without_reordering_or_loss(t
         sampler = asyncio.create_task(sample_locks(broker, samples, stop_sampling))
         procs: list[asyncio.subprocess.Process] = []
         try:
-            (first, _), (second, _) = await asyncio.gather(spawn(broker.address, logs[0]),
-                                                                  spawn(broker.address, logs[1]))
+            (first, _), (second, _) = await asyncio.gather(spawn(broker.address, logs[0], kind),
+                                                                  spawn(broker.address, logs[1], kind))
             procs += [first, second]
             sent = [0]
             producer = asyncio.create_task(produce(broker.address, sent))
             await wait_until(lambda: sent[0] >= TOTAL // 5, 60, "a fifth sent")
-            third, _ = await spawn(broker.address, logs[2])                   # a consumer joins
+            third, _ = await spawn(broker.address, logs[2], kind)             # a consumer joins
             procs.append(third)
             await wait_until(lambda: sent[0] >= TOTAL // 2, 60, "half sent")
             await wait_until(lambda: logs[0].exists() and logs[0].stat().st_size > 0, 30, "the victim consumed")
@@ -180,6 +185,7 @@ async def test_orderly_consumers_join_leave_and_die_without_reordering_or_loss(t
     check_exclusive(calls)
     checked = check_lock_table(calls, samples)
     assert checked > len(calls) // 2, (checked, len(calls))
-    print(f"churn: {len(calls)} listener calls, {sum(len(c.messages) for c in calls) - TOTAL} messages seen again "
+    again = sum(len(c.messages) for c in calls) - TOTAL
+    print(f"churn ({kind}): {len(calls)} listener calls, {again} messages seen again "
           f"({replays} replays), {checked} calls checked against {len(samples)} lock-table samples, "
           f"{time.monotonic() - started:.1f} s")

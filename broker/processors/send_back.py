@@ -15,7 +15,6 @@ from broker.remoting.context import RequestContext
 from broker.remoting.dispatcher import Deferred
 from broker.retry_policy import decide, max_reconsume_times_of
 from broker.store.message_store import MessageStore
-from broker.store.record import RecordError, decode_stored_fields
 from broker.topics.retry_topics import RetryTopics
 from protocol.command import RemotingCommand
 from protocol.errors import SystemError_
@@ -64,14 +63,9 @@ class SendBackProcessor:
         retry_queue = self._retry.retry_queue(group)
         if retry_queue is None:
             return request.response()
-        payload = self._store.look_message_by_offset(header.commit_log_offset)
-        if payload is None:
+        fields = self._store.look_message_fields(header.commit_log_offset)
+        if fields is None:
             raise SystemError_(f"no message starts at commit_log_offset {header.commit_log_offset}")
-        try:
-            fields = decode_stored_fields(payload)
-        except RecordError as exc:
-            raise SystemError_(f"message at commit_log_offset {header.commit_log_offset} is unreadable: "
-                               f"{exc}") from None
         properties: dict[str, str] = dict(fields[F_PROPERTIES])
         properties.setdefault(PROPERTY_RETRY_TOPIC, fields[F_TOPIC])
         if not properties.get(PROPERTY_ORIGIN_MESSAGE_ID):

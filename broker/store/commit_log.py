@@ -241,6 +241,20 @@ class CommitLog:
         """Payload of the record starting exactly at `commit_log_offset`, checked: inside the written
         range, sane size, CRC, and the payload's own commit_log_offset field equal to it. None
         otherwise (e.g. an offset into the middle of a record)."""
+        payload = self.intact_payload_at(commit_log_offset)
+        if payload is None:
+            return None
+        try:
+            if payload_commit_log_offset(payload) != commit_log_offset:
+                return None
+        except RecordError:
+            return None
+        return payload
+
+    def intact_payload_at(self, commit_log_offset: int) -> memoryview | None:
+        """`payload_at` without the check of the payload's commit_log_offset field, for a caller
+        that decodes the payload anyway and compares the field itself (a bare intact record at an
+        offset into the middle of a message's body is not ruled out here)."""
         if not self.min_offset <= commit_log_offset < self.max_offset:
             return None
         segment = self._segments.find(commit_log_offset)
@@ -251,13 +265,7 @@ class CommitLog:
         size = record_size_at(segment.mm, relative, limit)
         if size <= 0:
             return None
-        payload = segment.view[relative + HEADER_BYTES:relative + size]
-        try:
-            if payload_commit_log_offset(payload) != commit_log_offset:
-                return None
-        except RecordError:
-            return None
-        return payload
+        return segment.view[relative + HEADER_BYTES:relative + size]
 
     def records(self, from_offset: int, to_offset: int) -> Iterator[tuple[int, int, memoryview]]:
         """(commit_log_offset, total_size, payload) of each record in [from_offset, to_offset), from

@@ -626,6 +626,19 @@ class MessageStore:
         the payload's own offset field); None when no record starts there."""
         return self._commit_log.payload_at(commit_log_offset)
 
+    def look_message_fields(self, commit_log_offset: int) -> list[Any] | None:
+        """The 13 stored fields (`protocol.message` F_* positions) of the message starting at
+        `commit_log_offset`: `look_message_by_offset` and `decode_stored_fields` in one decode (the
+        offset field is checked on the decoded array). None when no message starts there."""
+        payload = self._commit_log.intact_payload_at(commit_log_offset)
+        if payload is None:
+            return None
+        try:
+            fields = decode_stored_fields(payload)
+        except RecordError:
+            return None
+        return fields if fields[F_COMMIT_LOG_OFFSET] == commit_log_offset else None
+
     def commit_log_max_offset(self) -> int:
         """The commit log's write position (end of the last record), in bytes."""
         return self._commit_log.max_offset

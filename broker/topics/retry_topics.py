@@ -42,7 +42,8 @@ class RetryTopics:
         topic_config = self._topics.ensure(topic, config.retry_queue_nums)
         if not topic_config.writable:
             raise NoPermission(f"retry topic {topic!r} is not writable (perm {topic_config.perm})")
-        return topic, random.randrange(topic_config.write_queue_nums)
+        queue_nums = topic_config.write_queue_nums
+        return topic, random.randrange(queue_nums) if queue_nums > 1 else 0
 
     def dlq_queue(self, group: str) -> tuple[str, int]:
         """`%DLQ%<group>`: 1 queue, readable and writable, created on demand."""

@@ -10,10 +10,10 @@ import pytest
 
 import broker.store.record as record_module
 from broker.store.message_store import MessageStore
-from broker.store.record import encode_record
+from broker.store.record import decode_stored_fields, encode_record
 from broker.store.results import PutMessageResult, PutMessageStatus
 from conf.store import StoreConfig
-from protocol.message import decode_message_batch, encode_stored_message
+from protocol.message import F_BODY, F_COMMIT_LOG_OFFSET, decode_message_batch, encode_stored_message
 from protocol.subscription import tags_code
 from tests.broker.store.conftest import (
     BORN_HOST,
@@ -224,6 +224,11 @@ async def test_look_message_by_offset_checks_the_offset(store: MessageStore) -> 
     inner_at = first + 8 + raw.index(inner)
     for bad in (first + 1, inner_at, second - 1, store.commit_log_max_offset(), -1, 1 << 40):
         assert store.look_message_by_offset(bad) is None, bad
+        assert store.look_message_fields(bad) is None, bad
+    # the send-back's lookup: the same checks, the fields decoded once
+    fields = store.look_message_fields(first)
+    assert fields is not None and fields[F_BODY] == inner and fields[F_COMMIT_LOG_OFFSET] == first
+    assert fields == decode_stored_fields(first_payload)
 
 
 async def test_search_offset_by_timestamp_picks_the_nearest(store: MessageStore, clock: TickClock) -> None:

@@ -173,6 +173,23 @@ async def _steps_until(done: Callable[[], bool], what: str, max_steps: int = 100
     raise RuntimeError(f"{what} after {max_steps} loop steps")
 
 
+async def _feed_one_at_a_time(protocol: asyncio.Protocol, frames: list[bytes], idle_s: float, profile: bool) -> float:
+    """Hand `frames` to `protocol` one read each (after `idle_s` of sleep when positive); the
+    broker's CPU seconds inside those reads, summed."""
+    gc.collect()
+    cpu = 0.0
+    with profiled(profile):
+        for i, frame in enumerate(frames):
+            if idle_s:
+                time.sleep(idle_s)
+            started = time.thread_time()
+            protocol.data_received(frame)
+            cpu += time.thread_time() - started
+            if i & 255 == 255:
+                await asyncio.sleep(0)          # let the loop run its callbacks (flushes)
+    return cpu
+
+
 async def bench_send(args: argparse.Namespace) -> None:
     async def body(inproc: InProcess) -> None:
         inproc.broker.topics.ensure("inproc", QUEUES)
@@ -185,17 +202,8 @@ async def bench_send(args: argparse.Namespace) -> None:
             # every SEND its own UNIQ_KEY, as a producer's: each one is a new key-index entry
             frames = [send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{round_index + 1:08X}{i:016X}")
                       for i in range(args.count)]
-            gc.collect()
-            cpu = 0.0
-            with profiled(args.profile and round_index == args.rounds - 1):
-                for i in range(args.count):
-                    if idle_s:
-                        time.sleep(idle_s)
-                    started = time.thread_time()
-                    protocol.data_received(frames[i])
-                    cpu += time.thread_time() - started
-                    if i & 255 == 255:
-                        await asyncio.sleep(0)          # let the loop run its callbacks (flushes)
+            cpu = await _feed_one_at_a_time(protocol, frames, idle_s,
+                                            args.profile and round_index == args.rounds - 1)
             print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per SEND "
                   f"({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'}, "
                   f"{transport.writes} writes so far)")
@@ -353,18 +361,8 @@ async def bench_send_back(args: argparse.Namespace) -> None:
         await _settle()
         idle_s = args.idle_us / 1e6
         for round_index in range(args.rounds):
-            feed = frames(2_000 + round_index * args.count, args.count)
-            gc.collect()
-            cpu = 0.0
-            with profiled(args.profile and round_index == args.rounds - 1):
-                for i in range(args.count):
-                    if idle_s:
-                        time.sleep(idle_s)
-                    started = time.thread_time()
-                    protocol.data_received(feed[i])
-                    cpu += time.thread_time() - started
-                    if i & 255 == 255:
-                        await asyncio.sleep(0)
+            cpu = await _feed_one_at_a_time(protocol, frames(2_000 + round_index * args.count, args.count), idle_s,
+                                            args.profile and round_index == args.rounds - 1)
             print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per CONSUMER_SEND_MSG_BACK "
                   f"({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'})")
 

@@ -108,7 +108,7 @@ async def _measure(server: Measured, params: BlockedParams, tasks: list[asyncio.
     try:
         # The wait for every reader is set up before the clock starts: registering 10,000 done
         # callbacks is the benchmark's bookkeeping (10-15 ms of this process's CPU), not either
-        # system's, and it ran inside the wake until November 25 (before: both sides paid it).
+        # system's (until November 25 it ran inside the measured wake, for both systems).
         everyone = asyncio.ensure_future(asyncio.wait(tasks, timeout=params.wake_time_limit_s))
         await asyncio.sleep(0)
         server_before, client_before, client_calls_before = server.usage(), time.process_time(), _own_calls()

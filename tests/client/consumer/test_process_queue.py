@@ -110,6 +110,19 @@ def test_commit_keeps_the_messages_asked_to_stay_taken() -> None:
     assert pq.msg_count == 0 and pq.commit(keep=taken) == -1
 
 
+@given(st.sets(st.integers(0, 200), min_size=1, max_size=40), st.integers(0, 40))
+def test_commit_keeping_a_suffix_matches_a_reference_model(offsets: set[int], kept_count: int) -> None:
+    pq = ProcessQueue(now_ms=0)
+    pq.put_messages(msgs(*sorted(offsets)))
+    taken = pq.take_messages(len(offsets))
+    keep = taken[len(taken) - min(kept_count, len(taken)):]
+    committed = taken[:len(taken) - len(keep)]
+    assert pq.commit(keep=keep) == (committed[-1].queue_offset + 1 if committed else -1)
+    assert pq.msg_count == len(keep) and pq.msg_size_bytes == sum(len(m.body) for m in keep)
+    assert pq.commit() == (keep[-1].queue_offset + 1 if keep else -1)   # the kept ones were still taken
+    assert pq.msg_count == 0 and pq.msg_size_bytes == 0
+
+
 def test_orderly_consume_again_puts_messages_back_in_order() -> None:
     pq = ProcessQueue(now_ms=0)
     pq.put_messages(msgs(1, 2, 3))

@@ -37,6 +37,7 @@ from protocol.message import (
 log = logging.getLogger(__name__)
 
 DlqCounter = Callable[[str], None]          # (consumer_group) per message sent to a DLQ
+_MAX_CHECKED_GROUPS = 10_000                # group names remembered as valid (bounded memory)
 
 
 class SendBackProcessor:
@@ -46,6 +47,7 @@ class SendBackProcessor:
                  on_dlq: DlqCounter) -> None:
         self._store, self._retry, self._store_host = store, retry_topics, store_host
         self._on_dlq = on_dlq
+        self._checked_groups: set[str] = set()     # names that passed `require_group_name`
 
     def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand | Deferred:
         """Look the original up by `commit_log_offset` (SYSTEM_ERROR when no message starts there),
@@ -55,25 +57,40 @@ class SendBackProcessor:
         0), or in `%DLQ%<group>` past `max_reconsume_times` or for a negative level. SUCCESS without
         storing anything when the group's `retry_queue_nums` is 0. Answered as a SEND is: at once
         when the copy is durable (ASYNC_FLUSH), else through a `Deferred` the group commit resolves
-        (no task per request; the DLQ counter counts at put time, as the SEND path's does)."""
-        header = ConsumerSendMsgBackRequestHeader.from_fields(request.fields)
-        group = header.group
-        require_group_name(group)
-        require_non_negative("commit_log_offset", header.commit_log_offset)
+        (no task per request; the DLQ counter counts at put time, as the SEND path's does).
+
+        The usual request (every field of its exact type, a group name already checked) reads the
+        `ext` map directly, as the SEND path does: the typed header was ~1.2 µs of a send-back's
+        ~22 µs of broker CPU. Anything else takes `_checked_header` and its errors."""
+        ext = request.fields
+        commit_log_offset = ext.get("commit_log_offset")
+        group = ext.get("group")
+        delay_level = ext.get("delay_level", 0)
+        origin_msg_id = ext.get("origin_msg_id")
+        origin_topic = ext.get("origin_topic")
+        max_reconsume_times = ext.get("max_reconsume_times")
+        if (type(commit_log_offset) is not int or commit_log_offset < 0 or type(group) is not str
+                or group not in self._checked_groups or type(delay_level) is not int
+                or (origin_msg_id is not None and type(origin_msg_id) is not str)
+                or (origin_topic is not None and type(origin_topic) is not str)
+                or (max_reconsume_times is not None and type(max_reconsume_times) is not int)):
+            header = self._checked_header(request)
+            commit_log_offset, group, delay_level = header.commit_log_offset, header.group, header.delay_level
+            origin_msg_id, max_reconsume_times = header.origin_msg_id, header.max_reconsume_times
         retry_queue = self._retry.retry_queue(group)
         if retry_queue is None:
             return request.response()
-        fields = self._store.look_message_fields(header.commit_log_offset)
+        fields = self._store.look_message_fields(commit_log_offset)
         if fields is None:
-            raise SystemError_(f"no message starts at commit_log_offset {header.commit_log_offset}")
+            raise SystemError_(f"no message starts at commit_log_offset {commit_log_offset}")
         properties: dict[str, str] = dict(fields[F_PROPERTIES])
         properties.setdefault(PROPERTY_RETRY_TOPIC, fields[F_TOPIC])
         if not properties.get(PROPERTY_ORIGIN_MESSAGE_ID):
-            properties[PROPERTY_ORIGIN_MESSAGE_ID] = (header.origin_msg_id or
-                                                      make_msg_id(self._store_host, header.commit_log_offset))
+            properties[PROPERTY_ORIGIN_MESSAGE_ID] = (origin_msg_id or
+                                                      make_msg_id(self._store_host, commit_log_offset))
         reconsume_times: int = fields[F_RECONSUME_TIMES]
-        maximum = max_reconsume_times_of(header.max_reconsume_times, self._retry.retry_max_times(group))
-        decision = decide(reconsume_times, header.delay_level, maximum, group)
+        maximum = max_reconsume_times_of(max_reconsume_times, self._retry.retry_max_times(group))
+        decision = decide(reconsume_times, delay_level, maximum, group)
         properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         if decision.to_dlq:
             topic, queue_id = self._retry.dlq_queue(group)
@@ -90,3 +107,14 @@ class SendBackProcessor:
         if decision.to_dlq:
             self._on_dlq(group)
         return answer_when_durable(self._store, result.end_offset, request.response())
+
+    def _checked_header(self, request: RemotingCommand) -> ConsumerSendMsgBackRequestHeader:
+        """The typed header, field by field (raises the protocol's errors: a missing or mistyped
+        field, a bad group name, a negative commit_log_offset); a group that passes is remembered
+        so its next requests read the fields directly."""
+        header = ConsumerSendMsgBackRequestHeader.from_fields(request.fields)
+        require_group_name(header.group)
+        require_non_negative("commit_log_offset", header.commit_log_offset)
+        if len(self._checked_groups) < _MAX_CHECKED_GROUPS:
+            self._checked_groups.add(header.group)
+        return header

@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.broker import Broker
 from client.api import ClientAPI
 from conf.store import StoreConfig
-from protocol.codes import Perm
+from protocol.codes import Perm, RequestCode, ResponseCode
+from protocol.command import request
 from protocol.errors import FlushDiskTimeout, MessageIllegal, NoPermission, SystemError_
 from protocol.headers import CreateSubscriptionGroupRequestHeader, SendMessageRequestHeader
 from protocol.message import MessageExt
@@ -122,6 +123,32 @@ async def test_send_back_of_an_unknown_offset_is_a_clear_error(broker: Broker, c
     message.commit_log_offset = -1
     with pytest.raises(SystemError_, match="commit_log_offset must be"):
         await client_api.consumer_send_msg_back(broker.address, message, "g", 0, 16)
+
+
+@pytest.mark.parametrize(("fields", "remark"), [
+    ({"delay_level": "3"}, "delay_level"),
+    ({"delay_level": True}, "delay_level"),
+    ({"origin_msg_id": 7}, "origin_msg_id"),
+    ({"origin_topic": 7}, "origin_topic"),
+    ({"max_reconsume_times": 1.5}, "max_reconsume_times"),
+    ({"commit_log_offset": "0"}, "commit_log_offset"),
+    ({"group": "bad group!"}, "group"),
+    ({"group": None}, "group"),
+])
+async def test_a_mistyped_send_back_of_a_known_group_gets_the_typed_error(
+        broker: Broker, client_api: ClientAPI, fields: dict[str, object], remark: str) -> None:
+    """The usual request reads its fields directly once its group passed the checks; anything else
+    still gets the typed header's error, and nothing is stored."""
+    message = await original(client_api, broker)
+    await client_api.consumer_send_msg_back(broker.address, message, "g", 0, 16)   # "g" is now known
+    assert broker.store is not None
+    stored = broker.store.commit_log_max_offset()
+    cmd = request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "commit_log_offset": message.commit_log_offset, "group": "g", "delay_level": 0,
+        "origin_msg_id": message.msg_id, "origin_topic": "orders", "max_reconsume_times": 16, **fields})
+    response = await client_api.remoting.invoke(broker.address, cmd, 3_000)
+    assert response.code == ResponseCode.SYSTEM_ERROR and remark in (response.remark or ""), response
+    assert broker.store.commit_log_max_offset() == stored
 
 
 async def test_a_retry_send_at_the_maximum_goes_to_the_dlq(broker: Broker, client_api: ClientAPI) -> None:

@@ -30,7 +30,6 @@ from protocol.command import RemotingCommand, request
 from protocol.errors import error_for
 from protocol.headers import (
     ConsumerGroupRequestHeader,
-    ConsumerSendMsgBackRequestHeader,
     CreateSubscriptionGroupRequestHeader,
     CreateTopicRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
@@ -54,6 +53,7 @@ from protocol.model import MessageQueue, PullStatus
 
 DEFAULT_TIMEOUT_MS = 3_000
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
+_CONSUMER_SEND_MSG_BACK = int(RequestCode.CONSUMER_SEND_MSG_BACK)
 
 
 class SendStatus(Enum):
@@ -124,6 +124,14 @@ def send_message_fields(producer_group: str, topic: str, queue_id: int, flag: in
     return {"producer_group": producer_group, "topic": topic, "queue_id": queue_id, "flag": flag,
             "born_timestamp": born_timestamp, "properties": properties, "reconsume_times": 0,
             "max_reconsume_times": None}
+
+
+def send_back_fields(commit_log_offset: int, group: str, delay_level: int, origin_msg_id: str, origin_topic: str,
+                     max_reconsume_times: int) -> dict[str, Any]:
+    """`ConsumerSendMsgBackRequestHeader(...).to_fields()` written out as `send_message_fields`
+    is: the same keys in the same order, so the same bytes on the wire, without the dataclass."""
+    return {"commit_log_offset": commit_log_offset, "group": group, "delay_level": delay_level,
+            "origin_msg_id": origin_msg_id, "origin_topic": origin_topic, "max_reconsume_times": max_reconsume_times}
 
 
 def _send_result(response: RemotingCommand, topic: str, broker_name: str = "",
@@ -239,10 +247,9 @@ class ClientAPI:
         `3 + reconsume_times`) or in `%DLQ%<group>` once `reconsume_times` reaches
         `max_reconsume_times`. Raises the response's `ResponseError`, `RequestTimeout` or
         `ConnectionClosed`. RocketMQ `MQClientAPIImpl#consumerSendMessageBack` (5 s timeout)."""
-        header = ConsumerSendMsgBackRequestHeader(
-            commit_log_offset=message.commit_log_offset, group=consumer_group, delay_level=delay_level,
-            origin_msg_id=message.msg_id, origin_topic=message.topic, max_reconsume_times=max_reconsume_times)
-        await self._call(address, request(RequestCode.CONSUMER_SEND_MSG_BACK, header), timeout_ms)
+        fields = send_back_fields(message.commit_log_offset, consumer_group, delay_level, message.msg_id,
+                                  message.topic, max_reconsume_times)
+        await self._call(address, RemotingCommand(_CONSUMER_SEND_MSG_BACK, fields=fields), timeout_ms)
 
     async def send_heartbeat(self, address: str, data: HeartbeatData, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         await self._call(address, request(RequestCode.HEART_BEAT, body=encode_body(data)), timeout_ms)

@@ -8,12 +8,24 @@ import pytest
 
 from broker.broker import Broker
 from client import Message, MessageQueue, Producer, SelectMessageQueueByHash
-from client.api import ClientAPI, SendResult, SendStatus, _batch_result, _send_result, send_message_fields
+from client.api import (
+    ClientAPI,
+    SendResult,
+    SendStatus,
+    _batch_result,
+    _send_result,
+    send_back_fields,
+    send_message_fields,
+)
 from client.errors import ClientStateError
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ConnectionClosed, MessageIllegal, MissingHeaderField, TopicNotExist
-from protocol.headers import SendBatchMessageResponseHeader, SendMessageRequestHeader
+from protocol.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    SendBatchMessageResponseHeader,
+    SendMessageRequestHeader,
+)
 from protocol.model import PullStatus
 from tests.conftest import broker_config
 from tests.helpers import pull_header
@@ -106,6 +118,13 @@ def test_send_fields_are_the_send_header_fields_key_for_key() -> None:
     header = SendMessageRequestHeader(producer_group="pg", topic="t", queue_id=3, flag=5, born_timestamp=42,
                                       properties=properties)
     fields = send_message_fields("pg", "t", 3, 5, 42, properties)
+    assert list(fields.items()) == list(header.to_fields().items())
+
+
+def test_send_back_fields_are_the_send_back_header_fields_key_for_key() -> None:
+    header = ConsumerSendMsgBackRequestHeader(commit_log_offset=77, group="g", delay_level=-1, origin_msg_id="M",
+                                              origin_topic="t", max_reconsume_times=16)
+    fields = send_back_fields(77, "g", -1, "M", "t", 16)
     assert list(fields.items()) == list(header.to_fields().items())
 
 

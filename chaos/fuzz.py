@@ -68,7 +68,9 @@ def random_frame(rng: random.Random) -> bytes:
         ext.update(topic=rng.choice(["fz", "fz2", "%RETRY%g"]), queue_id=rng.randrange(-1, 6),
                    consumer_group="g", producer_group="pg", queue_offset=rng.randrange(-2, 50),
                    max_msg_nums=rng.randrange(-1, 40), suspend_timeout_ms=rng.choice([0, 0, 50]),
-                   sys_flag=rng.randrange(0, 32), sub_version=0, born_timestamp=1, flag=0, properties={})
+                   sys_flag=rng.randrange(0, 32), sub_version=0, born_timestamp=1, flag=0, properties={},
+                   group="g", commit_log_offset=rng.choice([0, 0, rng.randrange(-1, 4096)]),
+                   delay_level=rng.randrange(-1, 20))
     header = {"code": rng.choice(CODES) if rng.random() < 0.9 else rng.randrange(-5, 1000),
               "opaque": rng.randrange(0, 1 << 32), "flag": rng.choice([0, 0, 0, 2, 1]), "version": 1,
               "remark": None, "ext": ext}

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from broker.broker import Broker
 from client import Message, MessageQueue, Producer, SelectMessageQueueByHash
@@ -18,9 +20,10 @@ from client.api import (
     send_message_fields,
 )
 from client.errors import ClientStateError
-from protocol.codes import ResponseCode
-from protocol.command import RemotingCommand
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand, request
 from protocol.errors import ConnectionClosed, MessageIllegal, MissingHeaderField, TopicNotExist
+from protocol.frame import encode_frame_bytes
 from protocol.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendBatchMessageResponseHeader,
@@ -121,11 +124,18 @@ def test_send_fields_are_the_send_header_fields_key_for_key() -> None:
     assert list(fields.items()) == list(header.to_fields().items())
 
 
-def test_send_back_fields_are_the_send_back_header_fields_key_for_key() -> None:
-    header = ConsumerSendMsgBackRequestHeader(commit_log_offset=77, group="g", delay_level=-1, origin_msg_id="M",
-                                              origin_topic="t", max_reconsume_times=16)
-    fields = send_back_fields(77, "g", -1, "M", "t", 16)
+@given(st.integers(min_value=0, max_value=(1 << 63) - 1), st.text(max_size=20), st.integers(-1, 40),
+       st.text(max_size=40), st.text(max_size=20), st.integers(-1, 1000))
+def test_send_back_fields_are_the_send_back_header_fields_key_for_key(
+        commit_log_offset: int, group: str, delay_level: int, origin_msg_id: str, origin_topic: str,
+        max_reconsume_times: int) -> None:
+    header = ConsumerSendMsgBackRequestHeader(
+        commit_log_offset=commit_log_offset, group=group, delay_level=delay_level, origin_msg_id=origin_msg_id,
+        origin_topic=origin_topic, max_reconsume_times=max_reconsume_times)
+    fields = send_back_fields(commit_log_offset, group, delay_level, origin_msg_id, origin_topic, max_reconsume_times)
     assert list(fields.items()) == list(header.to_fields().items())
+    code = RequestCode.CONSUMER_SEND_MSG_BACK
+    assert encode_frame_bytes(RemotingCommand(int(code), fields=fields)) == encode_frame_bytes(request(code, header))
 
 
 def test_a_batch_response_is_decoded_like_its_typed_header() -> None:

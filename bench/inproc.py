@@ -341,8 +341,8 @@ async def bench_send_back(args: argparse.Namespace) -> None:
         offsets = []
         for i in range(total):                          # the originals, stored without a request
             result = store.put_message(topic="inproc", queue_id=i % QUEUES, body=BODY,
-                                              properties={"UNIQ_KEY": f"7F000001{i:024X}"}, flag=0,
-                                              born_timestamp=0, born_host="127.0.0.1:1")
+                                       properties={"UNIQ_KEY": f"7F000001{i:024X}"}, flag=0,
+                                       born_timestamp=0, born_host="127.0.0.1:1")
             offsets.append(result.commit_log_offsets[0])
         protocol, _ = inproc.connect()
 

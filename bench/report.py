@@ -79,11 +79,13 @@ def machine_info() -> dict[str, Any]:
 
 
 def cpu_idle_info() -> dict[str, Any]:
-    """{"cpuidle_driver", "guest_halt_poll_ns"} of this machine (`broker.host.cpu_idle`): with the
+    """{"cpuidle_driver", "guest_halt_poll_ns", "halt_polling_in_effect"} of this machine
+    (`broker.host.cpu_idle`; the parameter can exist with another driver, or none, in use): with the
     `haltpoll` driver at 0 ns every idle moment halts the vCPU, which doubled the CPU of one request
     awaited at a time on the development VM (docs/performance.md, "Per-request cost")."""
     state = cpu_idle()
-    return {"cpuidle_driver": state.driver, "guest_halt_poll_ns": state.guest_halt_poll_ns}
+    return {"cpuidle_driver": state.driver, "guest_halt_poll_ns": state.guest_halt_poll_ns,
+            "halt_polling_in_effect": state.halt_polling_in_effect}
 
 
 def cpu_idle_line() -> str:
@@ -92,6 +94,8 @@ def cpu_idle_line() -> str:
     line = f"cpu idle: driver {state.driver or 'unknown'}"
     if state.guest_halt_poll_ns is not None:
         line += f", guest_halt_poll_ns {state.guest_halt_poll_ns}"
+        if not state.halt_polling_in_effect:
+            line += " (not in effect: the haltpoll driver is not in use)"
     if state.halts_at_once:
         line += " (every idle moment halts the vCPU: the single-request rows pay for it)"
     return line

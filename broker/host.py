@@ -37,6 +37,16 @@ class CpuIdle:
         """True when every idle moment halts the vCPU (haltpoll with no polling)."""
         return self.driver == "haltpoll" and self.guest_halt_poll_ns == 0
 
+    @property
+    def halt_polling_in_effect(self) -> bool:
+        """True when `guest_halt_poll_ns` governs idle vCPUs: only under the `haltpoll` driver. A
+        kernel that has the module's parameters but another driver, or none (a KVM guest without
+        the REALTIME hint, unless booted with `cpuidle_haltpoll.force=1`), halts an idle vCPU
+        through its default idle whatever the parameter says (on such a Firecracker VM, November
+        26, a spinning SCHED_IDLE process on each vCPU in place of polling moved no single-request
+        row beyond the noise: docs/performance.md, "A new machine")."""
+        return self.driver == "haltpoll" and self.guest_halt_poll_ns is not None
+
 
 def _read(path: Path) -> str | None:
     try:

@@ -5,8 +5,8 @@
   (broker/store/fsync_thread.py, `NativeFsyncThread`);
 - `broker.store._records`: a batch's commit-log records encoded in C (broker/store/record.py,
   `encode_run`; each record's CRC from the libz.so.1 it finds at import), its consume-queue units
-  written (consume_queue.py, `write_units`) and its UNIQ_KEYs indexed (key_index.py,
-  `index_unique_keys`).
+  written (consume_queue.py, `write_units`) and its messages' KEYS words and UNIQ_KEYs indexed
+  (key_index.py, `index_keys`).
 
 `optional=True`: where one cannot be compiled (no C compiler or Python headers, or not Linux), the
 install goes on without it and rocketq runs its pure-Python twin."""

@@ -1,5 +1,5 @@
 /* broker.store._records: the commit-log records of a batch, encoded in C, its consume-queue units
- * written (`write_units`) and its messages' keys indexed (`index_unique_keys`), below `encode_run`.
+ * written (`write_units`) and its messages' keys indexed (`index_keys`), below `encode_run`.
  *
  * encode_run(head, messages, start, first_queue_offset, position, limit, crc32)
  *     -> (data, commit_log_offsets, sizes) | None
@@ -226,16 +226,19 @@ done:
     return result;
 }
 
-/* index_unique_keys(table, prefix, properties, units, start, time_bits) -> stop
+/* index_keys(table, prefix, properties, units, start, time_bits) -> (stop, added)
  *
- * The twin of broker/store/key_index.py's `index_unique_keys_py` (its reference; the key-index
- * tests run both and compare the tables): from message `start` on, each message whose properties
- * (a dict) hold a non-empty str UNIQ_KEY and no KEYS is indexed under `prefix + UNIQ_KEY` with the
- * entry `commit_log_offset << 44 | time_bits` (commit_log_offset is item 0 of `units[i]`, a tuple):
- * a new key maps to the entry, a key holding one entry (an int) to the list of both, a key holding
- * a list gets the entry appended. `table` is a dict or an OrderedDict (set through the mapping
- * protocol, so an OrderedDict keeps its order). Stops at the first message that is anything else
- * (KEYS, no UNIQ_KEY, unusual types) and returns its index (len(properties) when none is): the
+ * The twin of broker/store/key_index.py's `index_keys_py` (its reference; the key-index tests and
+ * `make fuzz-twins` run both and compare the tables): from message `start` on, each message is
+ * indexed with the entry `commit_log_offset << 44 | time_bits` (commit_log_offset is item 0 of
+ * `units[i]`, a tuple) under `prefix + word` for each distinct word of its KEYS property
+ * (`str.split()`, in order of first appearance), then under `prefix + UNIQ_KEY` for a non-empty
+ * UNIQ_KEY that is not one of those words; a message with neither is skipped. A new key maps to
+ * the entry, a key holding one entry (an int) to the list of both, a key holding a list gets the
+ * entry appended. `table` is a dict or an OrderedDict (set through the mapping protocol, so an
+ * OrderedDict keeps its order). Stops at the first message that is anything else (properties not a
+ * dict, KEYS or UNIQ_KEY not a str, a unit not a tuple whose item 0 is an int in 0..2**63) and
+ * returns its index (len(properties) when none is) and the number of entries added before it: the
  * caller indexes that one in Python and calls again after it. */
 
 #define TIME_BITS 44
@@ -261,14 +264,75 @@ entry_value(PyObject *commit_log_offset, unsigned long long time_bits)
     return _PyLong_FromByteArray(bytes, 16, 1, 0);
 }
 
+/* `entry` under `prefix + name` in `table`: 0, or -1 with an exception set. */
+static int
+add_entry(PyObject *table, PyObject *prefix, PyObject *name, PyObject *entry)
+{
+    PyObject *key = PyUnicode_Concat(prefix, name);
+    if (key == NULL)
+        return -1;
+    PyObject *found = PyDict_GetItemWithError(table, key);      /* borrowed */
+    int failed;
+    if (found == NULL)
+        failed = PyErr_Occurred() != NULL || PyObject_SetItem(table, key, entry) < 0;
+    else if (PyList_CheckExact(found))
+        failed = PyList_Append(found, entry) < 0;
+    else {
+        PyObject *pair = PyList_New(2);
+        failed = pair == NULL;
+        if (!failed) {
+            PyList_SET_ITEM(pair, 0, Py_NewRef(found));
+            PyList_SET_ITEM(pair, 1, Py_NewRef(entry));
+            failed = PyObject_SetItem(table, key, pair) < 0;
+            Py_DECREF(pair);
+        }
+    }
+    Py_DECREF(key);
+    return failed ? -1 : 0;
+}
+
+/* One message's KEYS words (a str) and UNIQ_KEY (NULL or a non-empty str) indexed with `entry`:
+ * the number of entries added, or -1 with an exception set. The words are deduplicated through a
+ * set, so a KEYS of many words costs linear time. */
+static Py_ssize_t
+add_words(PyObject *table, PyObject *prefix, PyObject *words, PyObject *uniq, PyObject *entry)
+{
+    PyObject *split = PyUnicode_Split(words, NULL, -1);
+    if (split == NULL)
+        return -1;
+    PyObject *seen = PySet_New(NULL);
+    Py_ssize_t added = -1;
+    if (seen == NULL)
+        goto done;
+    Py_ssize_t count = PyList_GET_SIZE(split), done_words = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *word = PyList_GET_ITEM(split, i);
+        int known = PySet_Contains(seen, word);
+        if (known < 0 || (!known && (PySet_Add(seen, word) < 0 || add_entry(table, prefix, word, entry) < 0)))
+            goto done;
+        done_words += !known;
+    }
+    if (uniq != NULL) {
+        int known = PySet_Contains(seen, uniq);
+        if (known < 0 || (!known && add_entry(table, prefix, uniq, entry) < 0))
+            goto done;
+        done_words += !known;
+    }
+    added = done_words;
+done:
+    Py_DECREF(split);
+    Py_XDECREF(seen);
+    return added;
+}
+
 static PyObject *
-index_unique_keys(PyObject *module, PyObject *args)
+index_keys(PyObject *module, PyObject *args)
 {
     PyObject *table, *prefix, *properties, *units;
-    Py_ssize_t start;
+    Py_ssize_t start, added = 0;
     unsigned long long time_bits;
     static PyObject *uniq_name = NULL, *keys_name = NULL;
-    if (!PyArg_ParseTuple(args, "O!UO!O!nK:index_unique_keys", &PyDict_Type, &table, &prefix, &PyList_Type,
+    if (!PyArg_ParseTuple(args, "O!UO!O!nK:index_keys", &PyDict_Type, &table, &prefix, &PyList_Type,
                           &properties, &PyList_Type, &units, &start, &time_bits))
         return NULL;
     if (uniq_name == NULL) {
@@ -287,20 +351,20 @@ index_unique_keys(PyObject *module, PyObject *args)
         if (!PyDict_CheckExact(props) || !PyTuple_CheckExact(unit) || PyTuple_GET_SIZE(unit) < 1
                 || !PyLong_CheckExact(PyTuple_GET_ITEM(unit, 0)))
             break;
-        PyObject *uniq = PyDict_GetItemWithError(props, uniq_name);
-        if (uniq == NULL) {
-            if (PyErr_Occurred())
-                return NULL;
+        PyObject *uniq = PyDict_GetItemWithError(props, uniq_name);      /* borrowed */
+        if (uniq == NULL && PyErr_Occurred())
+            return NULL;
+        PyObject *words = PyDict_GetItemWithError(props, keys_name);     /* borrowed */
+        if (words == NULL && PyErr_Occurred())
+            return NULL;
+        if ((uniq != NULL && !PyUnicode_CheckExact(uniq)) || (words != NULL && !PyUnicode_CheckExact(words)))
             break;
-        }
-        if (!PyUnicode_CheckExact(uniq) || PyUnicode_GET_LENGTH(uniq) == 0)
-            break;
-        int has_keys = PyDict_Contains(props, keys_name);
-        if (has_keys != 0) {
-            if (has_keys < 0)
-                return NULL;
-            break;
-        }
+        if (uniq != NULL && PyUnicode_GET_LENGTH(uniq) == 0)
+            uniq = NULL;
+        if (words != NULL && PyUnicode_GET_LENGTH(words) == 0)
+            words = NULL;
+        if (uniq == NULL && words == NULL)
+            continue;                            /* nothing to index */
         PyObject *entry = entry_value(PyTuple_GET_ITEM(unit, 0), time_bits);
         if (entry == NULL)
             return NULL;
@@ -308,33 +372,14 @@ index_unique_keys(PyObject *module, PyObject *args)
             Py_DECREF(entry);
             break;
         }
-        PyObject *key = PyUnicode_Concat(prefix, uniq);
-        if (key == NULL) {
-            Py_DECREF(entry);
-            return NULL;
-        }
-        PyObject *found = PyDict_GetItemWithError(table, key);      /* borrowed */
-        int failed;
-        if (found == NULL)
-            failed = PyErr_Occurred() != NULL || PyObject_SetItem(table, key, entry) < 0;
-        else if (PyList_CheckExact(found))
-            failed = PyList_Append(found, entry) < 0;
-        else {
-            PyObject *pair = PyList_New(2);
-            failed = pair == NULL;
-            if (!failed) {
-                PyList_SET_ITEM(pair, 0, Py_NewRef(found));
-                PyList_SET_ITEM(pair, 1, Py_NewRef(entry));
-                failed = PyObject_SetItem(table, key, pair) < 0;
-                Py_DECREF(pair);
-            }
-        }
-        Py_DECREF(key);
+        Py_ssize_t more = words != NULL ? add_words(table, prefix, words, uniq, entry)
+                                        : add_entry(table, prefix, uniq, entry) < 0 ? -1 : 1;
         Py_DECREF(entry);
-        if (failed)
+        if (more < 0)
             return NULL;
+        added += more;
     }
-    return PyLong_FromSsize_t(index);
+    return Py_BuildValue("(nn)", index, added);
 }
 
 /* write_units(buffer, position, units) -> bool
@@ -433,9 +478,9 @@ static PyMethodDef methods[] = {
     {"write_units", write_units, METH_VARARGS,
      "write_units(buffer, position, units) -> bool: a run of consume-queue units written at `position` "
      "(see broker/store/consume_queue.py)."},
-    {"index_unique_keys", index_unique_keys, METH_VARARGS,
-     "index_unique_keys(table, prefix, properties, units, start, time_bits) -> stop: a batch's usual "
-     "messages (a UNIQ_KEY, no KEYS) added to the key index's table (see broker/store/key_index.py)."},
+    {"index_keys", index_keys, METH_VARARGS,
+     "index_keys(table, prefix, properties, units, start, time_bits) -> (stop, added): a batch's "
+     "messages added to the key index's table by KEYS words and UNIQ_KEY (see broker/store/key_index.py)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -443,7 +488,7 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "broker.store._records",
     "A batch's commit-log records encoded in C (see broker/store/record.py encode_run_py), its consume-"
     "queue units written (consume_queue.py write_units_py) and its keys indexed (key_index.py "
-    "index_unique_keys_py).", -1,
+    "index_keys_py).", -1,
     methods,
 };
 

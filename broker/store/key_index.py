@@ -26,24 +26,44 @@ _TIME_BITS = 44                     # epoch ms below 2**44: until the year 2527
 _TIME_MASK = (1 << _TIME_BITS) - 1
 
 
-def index_unique_keys_py(table: dict[str, int | list[int]], prefix: str, properties: list[dict[str, str]],
-                         units: list[tuple[int, Any, Any]], start: int, time_bits: int) -> int:
-    """Index the usual messages of a batch from message `start` on: each whose properties hold a
-    non-empty UNIQ_KEY and no KEYS goes into `table` under `prefix + UNIQ_KEY` (`prefix` is
-    "topic#") with the entry `commit_log_offset << 44 | time_bits`, `commit_log_offset` being
-    `units[i][0]`. Stops at the first message that is anything else and returns its index
-    (len(properties) when none is): the caller indexes that one with `KeyIndex.add` and calls again
-    after it. The reference of `broker.store._records.index_unique_keys` (C), which does the same."""
+def index_keys_py(table: dict[str, int | list[int]], prefix: str, properties: list[dict[str, str]],
+                  units: list[tuple[int, Any, Any]], start: int, time_bits: int) -> tuple[int, int]:
+    """Index a batch's messages from message `start` on, each with the entry
+    `commit_log_offset << 44 | time_bits` (`commit_log_offset` being `units[i][0]`) under
+    `prefix + key` (`prefix` is "topic#") for each of its keys (`message_keys`): the words of its
+    KEYS property, then its UNIQ_KEY; a message with neither is skipped. Stops at the first message
+    that is anything else (properties not a dict, KEYS or UNIQ_KEY not a str, a unit not a tuple
+    whose item 0 is an int in 0..2**63) and returns (its index, or len(properties) when none is;
+    the entries added before it): the caller indexes that one with `KeyIndex.add` and calls again
+    after it. The reference of `broker.store._records.index_keys` (C), which does the same."""
     count = min(len(properties), len(units))
-    index = max(start, 0)
+    index, added = max(start, 0), 0
     while index < count:
-        props = properties[index]
-        uniq = props.get(PROPERTY_UNIQ_KEY)
-        if type(uniq) is not str or not uniq or PROPERTY_KEYS in props:
+        props, unit = properties[index], units[index]
+        if type(props) is not dict or type(unit) is not tuple or not unit or type(unit[0]) is not int:
             break
-        _add_entry(table, prefix + uniq, units[index][0] << _TIME_BITS | time_bits)
+        words, uniq = props.get(PROPERTY_KEYS), props.get(PROPERTY_UNIQ_KEY)
+        if (words is not None and type(words) is not str) or (uniq is not None and type(uniq) is not str):
+            break
+        if words or uniq:
+            if not 0 <= unit[0] < 1 << 63:
+                break
+            entry = unit[0] << _TIME_BITS | time_bits
+            for key in message_keys(words, uniq):
+                _add_entry(table, prefix + key, entry)
+                added += 1
         index += 1
-    return index
+    return index, added
+
+
+def message_keys(words: str | None, uniq: str | None) -> list[str]:
+    """The keys a message is indexed under: each distinct word of its KEYS (`str.split()`: runs of
+    whitespace; in order of first appearance), then its UNIQ_KEY unless empty or one of those words
+    (RocketMQ's IndexService indexes each KEYS word and the UNIQ_KEY)."""
+    keys = list(dict.fromkeys(words.split())) if words else []
+    if uniq and uniq not in keys:
+        keys.append(uniq)
+    return keys
 
 
 def _add_entry(table: dict[str, int | list[int]], index_key: str, entry: int) -> None:
@@ -58,10 +78,10 @@ def _add_entry(table: dict[str, int | list[int]], index_key: str, entry: int) ->
 
 
 _records = native.load("broker.store._records")
-index_unique_keys: Callable[[dict[str, int | list[int]], str, list[dict[str, str]], list[tuple[int, Any, Any]],
-                             int, int], int] = (
-    _records.index_unique_keys if _records is not None else index_unique_keys_py)
-"""`index_unique_keys_py`, in C when `broker.store._records` was built (no Python per message)."""
+index_keys: Callable[[dict[str, int | list[int]], str, list[dict[str, str]], list[tuple[int, Any, Any]],
+                      int, int], tuple[int, int]] = (
+    _records.index_keys if _records is not None else index_keys_py)
+"""`index_keys_py`, in C when `broker.store._records` was built (no Python per message)."""
 
 
 class KeyIndex:
@@ -82,7 +102,8 @@ class KeyIndex:
         return self._entries
 
     def add(self, topic: str, properties: dict[str, str], commit_log_offset: int, stored_at_ms: int) -> None:
-        """Index one message by its KEYS words and UNIQ_KEY (nothing when it has neither)."""
+        """Index one message by its KEYS words and UNIQ_KEY (`message_keys`; nothing when it has
+        neither)."""
         if self._max_entries <= 0:
             return
         entry = commit_log_offset << _TIME_BITS | (stored_at_ms & _TIME_MASK)
@@ -90,9 +111,7 @@ class KeyIndex:
         words = properties.get(PROPERTY_KEYS)
         uniq = properties.get(PROPERTY_UNIQ_KEY)
         if words:
-            keys = set(words.split())
-            if uniq:
-                keys.add(uniq)
+            keys = message_keys(words, uniq)
             for key in keys:
                 _add_entry(table, f"{topic}#{key}", entry)
             self._entries += len(keys)
@@ -106,15 +125,15 @@ class KeyIndex:
     def add_run(self, topic: str, properties: list[dict[str, str]], units: list[tuple[int, Any, Any]],
                 stored_at_ms: int) -> None:
         """`add` of a batch's messages (one topic, one store time), in order; `units[i]` is message
-        i's (commit_log_offset, ...), as reput hands them off. The usual message (a UNIQ_KEY, no
-        KEYS) is indexed by `index_unique_keys` (C when built), any other by `add`."""
+        i's (commit_log_offset, ...), as reput hands them off. Indexed by `index_keys` (C when
+        built); a message it leaves (unusual types) by `add`."""
         if self._max_entries <= 0:
             return
         table, prefix, time_bits = self._table, f"{topic}#", stored_at_ms & _TIME_MASK
         count, index = len(properties), 0
         while index < count:
-            stop = index_unique_keys(table, prefix, properties, units, index, time_bits)
-            self._entries += stop - index
+            stop, added = index_keys(table, prefix, properties, units, index, time_bits)
+            self._entries += added
             if stop < count:
                 self.add(topic, properties[stop], units[stop][0], stored_at_ms)
                 stop += 1

@@ -1,5 +1,5 @@
-"""`KeyIndex`: keys → offsets, newest first, bounded, with time bounds; a batch's usual messages
-indexed in C as in Python."""
+"""`KeyIndex`: keys → offsets, newest first, bounded, with time bounds; a batch's messages indexed
+in C as in Python."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.store.key_index import KeyIndex, index_unique_keys, index_unique_keys_py
+from broker.store.key_index import KeyIndex, index_keys, index_keys_py, message_keys
 from protocol import native
 
 native_records = native.load("broker.store._records")
@@ -61,9 +61,11 @@ def test_a_batch_indexes_as_its_messages_one_by_one() -> None:
         assert at_once.query("t", key, 10) == one_by_one.query("t", key, 10)
 
 
+_KEYS_VALUES = ["", "k1 k2", "k1", "k2 k1 k2", "u1 k3", "   ", "k1\tk2\n", "k3\u00a0k4", " u4 u4 "]
 properties_strategy: st.SearchStrategy[dict[str, str]] = st.one_of(
     st.fixed_dictionaries({"UNIQ_KEY": st.sampled_from(["u1", "u2", "u3", ""])}),      # the usual (keys repeat)
-    st.fixed_dictionaries({"UNIQ_KEY": st.sampled_from(["u1", "u4"]), "KEYS": st.sampled_from(["", "k1 k2"])}),
+    st.fixed_dictionaries({"UNIQ_KEY": st.sampled_from(["u1", "u4", ""]), "KEYS": st.sampled_from(_KEYS_VALUES)}),
+    st.fixed_dictionaries({"KEYS": st.sampled_from(_KEYS_VALUES)}),
     st.just({}), st.just({"TAGS": "a"}))
 offsets_strategy = st.integers(0, (1 << 63) - 1)
 
@@ -87,11 +89,11 @@ def test_a_batch_added_at_once_indexes_its_messages_in_order(batch: list[tuple[d
        start=st.integers(0, 12), time_bits=st.integers(0, (1 << 44) - 1), before=st.booleans())
 def test_the_c_index_writes_the_table_the_python_twin_writes(batch: list[tuple[dict[str, str], int]], start: int,
                                                              time_bits: int, before: bool) -> None:
-    assert index_unique_keys is not index_unique_keys_py
+    assert index_keys is not index_keys_py
     properties, units = [p for p, _ in batch], [(offset, 0, 0) for _, offset in batch]
     tables: list[OrderedDict[str, Any]] = []
     stops = []
-    for index in (index_unique_keys, index_unique_keys_py):
+    for index in (index_keys, index_keys_py):
         table: OrderedDict[str, Any] = OrderedDict({"t#u2": 5, "t#u3": [6, 7]} if before else {})
         stops.append(index(table, "t#", properties, units, start, time_bits))
         tables.append(table)
@@ -99,14 +101,31 @@ def test_the_c_index_writes_the_table_the_python_twin_writes(batch: list[tuple[d
     assert list(tables[0].items()) == list(tables[1].items())     # same keys, entries and order
 
 
-@pytest.mark.skipif(native_records is None, reason="broker.store._records was not built (no C compiler?)")
+@pytest.mark.parametrize("index", [
+    pytest.param(index_keys, marks=pytest.mark.skipif(native_records is None, reason="broker.store._records "
+                                                                                      "was not built")),
+    index_keys_py])
 @pytest.mark.parametrize(("properties", "unit"), [
     ({"UNIQ_KEY": 7}, (1, 0, 0)),                  # a UNIQ_KEY that is not str
+    ({"KEYS": ["k"]}, (1, 0, 0)),                  # KEYS that are not a str
+    ({"UNIQ_KEY": "u", "KEYS": b"k"}, (1, 0, 0)),
     ({"UNIQ_KEY": "u"}, (-1, 0, 0)),               # a negative offset
-    ({"UNIQ_KEY": "u"}, (1 << 63, 0, 0)),          # an offset past 64 bits
+    ({"KEYS": "k"}, (1 << 63, 0, 0)),              # an offset past 64 bits
     ({"UNIQ_KEY": "u"}, [1, 0, 0]),                # a unit that is not a tuple
+    ({"UNIQ_KEY": "u"}, (True, 0, 0)),             # an offset that is not an int
+    (OrderedDict(UNIQ_KEY="u"), (1, 0, 0)),        # properties that are not a dict
 ])
-def test_the_c_index_leaves_anything_unusual_to_python(properties: dict[str, Any], unit: Any) -> None:
+def test_the_index_leaves_anything_unusual_to_key_index_add(index: Any, properties: Any, unit: Any) -> None:
     table: dict[str, Any] = {}
-    assert index_unique_keys(table, "t#", [{"UNIQ_KEY": "a"}, properties], [(3, 0, 0), unit], 0, 9) == 1
-    assert table == {"t#a": 3 << 44 | 9}
+    assert index(table, "t#", [{"UNIQ_KEY": "a", "KEYS": "b a"}, properties], [(3, 0, 0), unit], 0, 9) == (1, 2)
+    assert table == {"t#b": 3 << 44 | 9, "t#a": 3 << 44 | 9}
+
+
+def test_a_message_is_indexed_under_each_distinct_word_then_its_uniq_key() -> None:
+    assert message_keys("b a b", "a") == ["b", "a"]
+    assert message_keys("x\ty\u00a0z", "u") == ["x", "y", "z", "u"]    # str.split(): any whitespace
+    assert message_keys("   ", "u") == ["u"] and message_keys("", "") == [] and message_keys(None, None) == []
+    index = KeyIndex(10)
+    index.add("t", {"KEYS": "k " * 10_000, "UNIQ_KEY": "u"}, 5, 1)       # 10,000 words, one key
+    index.add_run("t", [{"KEYS": "k " * 10_000}], [(6, 0, 0)], 1)
+    assert len(index) == 3 and index.query("t", "k", 10) == [6, 5] and index.query("t", "u", 10) == [5]

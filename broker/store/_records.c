@@ -304,21 +304,21 @@ add_words(PyObject *table, PyObject *prefix, PyObject *words, PyObject *uniq, Py
     Py_ssize_t added = -1;
     if (seen == NULL)
         goto done;
-    Py_ssize_t count = PyList_GET_SIZE(split), done_words = 0;
+    Py_ssize_t count = PyList_GET_SIZE(split), indexed = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *word = PyList_GET_ITEM(split, i);
         int known = PySet_Contains(seen, word);
         if (known < 0 || (!known && (PySet_Add(seen, word) < 0 || add_entry(table, prefix, word, entry) < 0)))
             goto done;
-        done_words += !known;
+        indexed += !known;
     }
     if (uniq != NULL) {
         int known = PySet_Contains(seen, uniq);
         if (known < 0 || (!known && add_entry(table, prefix, uniq, entry) < 0))
             goto done;
-        done_words += !known;
+        indexed += !known;
     }
-    added = done_words;
+    added = indexed;
 done:
     Py_DECREF(split);
     Py_XDECREF(seen);

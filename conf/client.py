@@ -15,10 +15,17 @@ class ClientConfig:
     heartbeat_interval_ms: int = 30_000          # heartbeatBrokerInterval
     poll_route_interval_ms: int = 30_000         # pollNameServerInterval
     persist_offset_interval_ms: int = 5_000      # persistConsumerOffsetInterval
+    # RocketMQ's name of `persist_offset_interval_ms`; when set it wins (both set and different: ValueError)
+    persist_consumer_offset_interval_ms: int | None = None
     rebalance_interval_ms: int = 20_000          # rocketmq.client.rebalance.waitInterval
     request_timeout_ms: int = 3_000              # mqClientApiTimeout
     connect_timeout_ms: int = 3_000
     metrics_host: str = "127.0.0.1"              # where a `metrics_port=` endpoint listens; "0.0.0.0" for all
+
+    def __post_init__(self) -> None:
+        _merge_alias(self, "persist_consumer_offset_interval_ms", "persist_offset_interval_ms", 5_000)
+        if self.persist_offset_interval_ms <= 0:
+            raise ValueError(f"persist_offset_interval_ms must be > 0, got {self.persist_offset_interval_ms}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,13 +46,16 @@ class PushConsumerOptions:
     max_reconsume_times: int = -1                # -1: 16 (concurrent), unlimited (orderly)
     suspend_current_queue_time_ms: int = 1_000
     consume_timeout_minutes: float = 15          # a fraction is allowed (tests use 0.01)
-    await_termination_ms: int = 0
+    await_termination_ms: int = 0                # a graceful stop waits this long for running listener calls
+    # RocketMQ's name of `await_termination_ms`; when set it wins (both set and different: ValueError)
+    await_termination_millis_when_shutdown: int | None = None
     consume_timestamp: str = ""                  # yyyyMMddHHmmss local time; "" = 30 min before start
     broker_suspend_max_ms: int = 15_000          # BROKER_SUSPEND_MAX_TIME_MILLIS
     consumer_timeout_when_suspend_ms: int = 30_000
     pull_time_delay_when_exception_ms: int = 3_000
     pull_time_delay_when_flow_control_ms: int = 50
     pull_time_delay_when_suspend_ms: int = 1_000
+    pull_max_idle_time_ms: int = 120_000         # rocketmq.client.pull.pullMaxIdleTime: a pull loop this idle restarts
     reconsume_later_delay_ms: int = 5_000        # local retry when the send-back and the resend both fail
     offset_store_dir: Path | None = None         # broadcasting offsets; default ~/.rocketq/offsets
     metrics_port: int = 0                        # > 0: serve this client's Prometheus metrics there; 0: off
@@ -58,6 +68,9 @@ class PushConsumerOptions:
     max_time_consume_continuously_ms: int = 60_000   # a queue yields to the others after this much work
 
     def __post_init__(self) -> None:
+        _merge_alias(self, "await_termination_millis_when_shutdown", "await_termination_ms", 0)
+        if self.await_termination_ms < 0:
+            raise ValueError(f"await_termination_ms must be ≥ 0, got {self.await_termination_ms}")
         ranges = {
             "consume_thread_min": (1, 1000), "consume_thread_max": (1, 1000),
             "consume_concurrently_max_span": (1, 65535), "pull_threshold_for_queue": (1, 65535),
@@ -79,6 +92,18 @@ class PushConsumerOptions:
             raise ValueError("pull_threshold_for_topic must be -1 or within [1, 6553500]")
         if self.pull_threshold_size_for_topic != -1 and not 1 <= self.pull_threshold_size_for_topic <= 102_400:
             raise ValueError("pull_threshold_size_for_topic must be -1 or within [1, 102400]")
+
+
+def _merge_alias(config: object, alias: str, name: str, default: int) -> None:
+    """Copy the RocketMQ-named `alias` field into `name` when it is set; ValueError when `name` was
+    also set (differs from its `default`) to another value."""
+    value = getattr(config, alias)
+    if value is None:
+        return
+    current = getattr(config, name)
+    if current not in (default, value):
+        raise ValueError(f"{alias} = {value} contradicts {name} = {current}; set one of them")
+    object.__setattr__(config, name, value)
 
 
 def option_names(cls: type) -> list[str]:

@@ -22,6 +22,7 @@ its process queue, so one stuck listener call cannot pin the committed offset fo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -47,8 +48,11 @@ SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 FAST_LISTENER_S = 50e-6
 EXPIRED_HEAD_MESSAGES = 16             # cleanExpireMsg inspects at most 16 head messages per queue
 EXPIRED_DELAY_LEVEL = 3
+REPORT_EVERY_S = 0.01                  # finished listener calls reach the offset store at least this often
 Chunk = list[MessageExt]
 Outcome = tuple[int, int]              # (messages acknowledged from the chunk's start, delay level)
+Job = tuple[ProcessQueue, MessageQueue, list[Chunk], float]     # a pulled batch: its chunks, when submitted
+Finished = tuple[ProcessQueue, MessageQueue, list[Chunk], list[Outcome]]    # chunks called, their outcomes
 
 
 def acked_count(status: object, context: ConsumeConcurrentlyContext, size: int) -> int:
@@ -75,7 +79,8 @@ class ConcurrentConsumeService:
         self.consume_timeout_ms = consume_timeout_ms
         self._slots = asyncio.Semaphore(consume_thread_max)
         self._workers = SyncWorkers(consume_thread_max, f"consume-{consumer_group}")
-        self._gathered: list[tuple[ProcessQueue, MessageQueue, list[Chunk], float]] = []
+        self._gathered: list[Job] = []
+        self._loop = asyncio.get_running_loop()
         self.listener_seconds_per_message = 0.0     # EWMA, written by worker threads
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
@@ -102,13 +107,15 @@ class ConcurrentConsumeService:
 
     async def _run_job(self, pq: ProcessQueue, mq: MessageQueue, chunks: list[Chunk], submitted: float) -> None:
         async with self._slots:
-            if pq.dropped:
+            if pq.dropped or self._closed:
                 return
-            _stamp_start(chunks)
-            started = time.perf_counter()
-            results: list[Outcome] = []
+            started = reported_at = time.perf_counter()
+            done_from, results = 0, []
             listener = cast(Callable[[Chunk, ConsumeConcurrentlyContext], Awaitable[ListenerResult]], self._listener)
             for chunk in chunks:
+                if self._closed or pq.dropped:
+                    break
+                _stamp_start(chunk)
                 # The listener awaited inline (no coroutine frame of ours per chunk: with one
                 # message per chunk, such a frame was a tenth of the consumer's CPU)
                 context = ConsumeConcurrentlyContext(mq)
@@ -117,14 +124,20 @@ class ConcurrentConsumeService:
                 except Exception:
                     log.exception("listener of %s failed on %d messages of %s", self._group, len(chunk), mq)
                     results.append((0, context.delay_level_when_next_consume))
-                    continue
-                if status is SUCCESS and context.ack_index >= len(chunk) - 1:
-                    results.append((len(chunk), 0))
                 else:
-                    results.append((acked_count(status, context, len(chunk)), context.delay_level_when_next_consume))
+                    if status is SUCCESS and context.ack_index >= len(chunk) - 1:
+                        results.append((len(chunk), 0))
+                    else:
+                        results.append((acked_count(status, context, len(chunk)),
+                                        context.delay_level_when_next_consume))
+                now = time.perf_counter()
+                if now - reported_at >= REPORT_EVERY_S:     # the committed offset follows a slow listener
+                    self._process_results(pq, mq, chunks[done_from:done_from + len(results)], results)
+                    done_from, results, reported_at = done_from + len(results), [], now
             if self.observe is not None:
                 self.observe(mq.topic, sum(map(len, chunks)), started - submitted, time.perf_counter() - started)
-        self._process_results(pq, mq, chunks, results)
+        if results:
+            self._process_results(pq, mq, chunks[done_from:done_from + len(results)], results)
 
     def _hand_to_workers(self) -> None:
         """Give the batches gathered during one loop step to the worker threads. A thread hop costs
@@ -134,34 +147,65 @@ class ConcurrentConsumeService:
         over threads."""
         jobs, self._gathered = self._gathered, []
         fast = self.listener_seconds_per_message < FAST_LISTENER_S
-        step = len(jobs) if fast else 1
+        self._submit_jobs(jobs, 1 if not fast else len(jobs), spread=not fast)
+
+    def _submit_jobs(self, jobs: list[Job], step: int, *, spread: bool) -> None:
         for i in range(0, len(jobs), step):
             group = jobs[i:i + step]
-            self._workers.submit(lambda group=group: self._sync_jobs(group), spread=not fast)  # type: ignore[misc]
+            self._workers.submit(lambda group=group: self._sync_jobs(group), spread=spread)  # type: ignore[misc]
 
-    def _sync_jobs(self, jobs: list[tuple[ProcessQueue, MessageQueue, list[Chunk], float]]) -> Callable[[], None]:
-        """Runs in a worker thread; returns the completion that applies the results on the loop."""
-        done: list[tuple[ProcessQueue, MessageQueue, list[Chunk], list[Outcome]]] = []
-        started, count = time.perf_counter(), 0
+    def _sync_jobs(self, jobs: list[Job]) -> Callable[[], None]:
+        """Runs in a worker thread: calls the listener chunk by chunk and returns the completion
+        that applies what it has not reported yet on the loop. Finished chunks are reported to the
+        loop at least every `REPORT_EVERY_S`, so the committed offset follows a slow listener call
+        by call (once per run of a fast one). No call starts once the service closes or the queue
+        is dropped. A job found slow (over `FAST_LISTENER_S` per message) hands the jobs after it
+        back to be spread over the threads (a listener that turned slow in a fast group)."""
+        finished: list[Finished] = []
+        reported_at = time.perf_counter()
         observe = self.observe
-        for pq, mq, chunks, submitted in jobs:
-            if pq.dropped:
-                continue
-            _stamp_start(chunks)
+        for index, (pq, mq, chunks, submitted) in enumerate(jobs):
             job_started = time.perf_counter()
-            done.append((pq, mq, chunks, [self._call_sync(mq, chunk) for chunk in chunks]))
-            job_count = sum(len(c) for c in chunks)
-            count += job_count
+            done_from, results = 0, []
+            for chunk in chunks:
+                if self._closed or pq.dropped:
+                    break
+                _stamp_start(chunk)
+                results.append(self._call_sync(mq, chunk))
+                now = time.perf_counter()
+                if now - reported_at >= REPORT_EVERY_S:
+                    finished.append((pq, mq, chunks[done_from:done_from + len(results)], results))
+                    self._report(finished)
+                    done_from, results, finished, reported_at = done_from + len(results), [], [], now
+            if results:
+                finished.append((pq, mq, chunks[done_from:done_from + len(results)], results))
+            count = sum(map(len, chunks[:done_from + len(results)]))
+            if not count:
+                continue
+            took = time.perf_counter() - job_started
             if observe is not None:
-                observe(mq.topic, job_count, job_started - submitted, time.perf_counter() - job_started)
-        if count:
-            per_message = (time.perf_counter() - started) / count
+                observe(mq.topic, count, job_started - submitted, took)
+            per_message = took / count
             self.listener_seconds_per_message += (per_message - self.listener_seconds_per_message) * 0.2
+            if per_message >= FAST_LISTENER_S and index + 1 < len(jobs) and not self._closed:
+                self._call_on_loop(self._spread_jobs, jobs[index + 1:])
+                break
+        return lambda: self._apply(finished)
 
-        def complete() -> None:
-            for pq, mq, chunks, results in done:
-                self._process_results(pq, mq, chunks, results)
-        return complete
+    def _spread_jobs(self, jobs: list[Job]) -> None:
+        self._submit_jobs(jobs, 1, spread=True)
+
+    def _report(self, finished: list[Finished]) -> None:
+        """From a worker thread: apply `finished` on the loop now (before the job's completion)."""
+        self._call_on_loop(self._apply, finished)
+
+    def _call_on_loop(self, callback: Callable[[list[Any]], None], arg: list[Any]) -> None:
+        with contextlib.suppress(RuntimeError):      # the loop is closed: nobody is waiting any more
+            self._loop.call_soon_threadsafe(callback, arg)
+
+    def _apply(self, finished: list[Finished]) -> None:
+        for pq, mq, chunks, results in finished:
+            self._process_results(pq, mq, chunks, results)
 
     def _call_sync(self, mq: MessageQueue, chunk: Chunk) -> Outcome:
         context = ConsumeConcurrentlyContext(mq)
@@ -204,7 +248,7 @@ class ConcurrentConsumeService:
             self._spawn(self._send_back_failed(pq, mq, failed))
 
     def _remove(self, pq: ProcessQueue, mq: MessageQueue, messages: list[MessageExt]) -> None:
-        queue_offset = pq.remove_messages(messages)
+        queue_offset = pq.remove_messages(messages, now_ms=time.monotonic_ns() // 1_000_000)
         if queue_offset >= 0 and not pq.dropped:
             self._update_offset(mq, queue_offset)
 
@@ -266,17 +310,22 @@ class ConcurrentConsumeService:
         self._timers.add(handle)
 
     async def shutdown(self, await_termination_ms: int) -> None:
-        """Stop taking work; wait for running jobs up to `await_termination_ms`, then abandon them
-        (their messages stay unacknowledged and are consumed again by whoever gets the queue)."""
+        """Stop taking work: no listener call starts from now on (batches not started yet stay in
+        their process queues, uncommitted). Wait up to `await_termination_ms` for the calls running
+        now, so that their results reach the offset store before the caller persists it (RocketMQ
+        `awaitTerminationMillisWhenShutdown`, default 0); calls still running then are abandoned:
+        their messages are delivered again to whoever gets the queue."""
         self._closed = True
         for handle in self._timers:
             handle.cancel()
         self._timers.clear()
         timeout_ms = max(await_termination_ms, 0)
+        deadline = time.monotonic() + timeout_ms / 1000
         if not await self._workers.wait_idle(timeout_ms):
-            log.warning("%s: abandoning %d listener jobs still running", self._group, self._workers.in_flight)
+            log.warning("%s: %d listener calls still running after %d ms (await_termination_ms); their messages "
+                        "will be delivered again", self._group, self._workers.in_flight, timeout_ms)
         if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_ms / 1000)
+            _, pending = await asyncio.wait(set(self._tasks), timeout=max(deadline - time.monotonic(), 0))
             for task in pending:
                 task.cancel()
             if pending:
@@ -284,11 +333,10 @@ class ConcurrentConsumeService:
         self._workers.close()
 
 
-def _stamp_start(chunks: list[Chunk]) -> None:
-    """CONSUME_START_TIME on every message of a job, once per job."""
+def _stamp_start(chunk: Chunk) -> None:
+    """CONSUME_START_TIME (epoch ms) on every message of a chunk, just before its listener call."""
     start = str(time.time_ns() // 1_000_000)
-    for chunk in chunks:
-        for message in chunk:
-            message.properties[PROPERTY_CONSUME_START_TIME] = start
+    for message in chunk:
+        message.properties[PROPERTY_CONSUME_START_TIME] = start
 
 

@@ -189,7 +189,7 @@ class OrderlyConsumeService:
         listener, is_async, batch_max_size = self._listener, self._is_async, self._batch_max_size
         update_offset = self._update_offset
         while True:                          # the per-message path: kept flat on purpose
-            if pq.dropped:
+            if pq.dropped or self._closed:
                 self._active.discard(pq)
                 return
             now = time.monotonic_ns() // 1_000_000
@@ -200,7 +200,7 @@ class OrderlyConsumeService:
                 self._resume_later(pq, mq, RESUME_AFTER_YIELD_MS)
                 return
             async with lock:
-                if pq.dropped:
+                if pq.dropped or self._closed:
                     continue
                 if not is_async:
                     ran = await self._run_sync_batches(pq, mq, now, deadline_ms)
@@ -284,7 +284,7 @@ class OrderlyConsumeService:
         run_started = time.perf_counter()
         for first in range(0, len(messages), size):
             called_at_ms = now_ms()
-            if first and (pq.dropped or called_at_ms > deadline_ms
+            if first and (pq.dropped or self._closed or called_at_ms > deadline_ms
                           or time.perf_counter() - run_started > SYNC_RUN_MAX_S
                           or (clustering and (not pq.locked or called_at_ms - pq.last_lock_at_ms > lock_max_live_ms))):
                 break
@@ -372,8 +372,10 @@ class OrderlyConsumeService:
         return True
 
     async def shutdown(self, await_termination_ms: int) -> None:
-        """Stop starting work; wait for running calls up to `await_termination_ms`, then cancel them
-        (their messages are consumed again by the queue's next owner)."""
+        """Stop starting work: no listener call starts from now on (the messages not taken stay
+        cached, uncommitted). Wait up to `await_termination_ms` for the calls running now, whose
+        results are applied, then cancel the rest (their messages are consumed again by the
+        queue's next owner). RocketMQ `awaitTerminationMillisWhenShutdown`."""
         self._closed = True
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=max(await_termination_ms, 0) / 1000)

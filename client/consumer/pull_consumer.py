@@ -191,7 +191,7 @@ class PullConsumer:
             consume_timestamp_ms=timestamp_ms, strategy=self.allocate_strategy, api=instance.api,
             routes=instance.routes, update_route=instance.update_route, offset_store=offsets,
             pull_service=pulls, topics=self.subscribed_topics, address_of=address_of,
-            request_timeout_ms=self.client_config.request_timeout_ms, drop_stalled_pulls=False)
+            request_timeout_ms=self.client_config.request_timeout_ms)
         run = _Running(instance, offsets, pulls, rebalancer)
         if self._mode is _Mode.SUBSCRIBE:
             instance.register_consumer(self)

@@ -137,6 +137,7 @@ class PullService:
         self._offsets, self._consume = offset_store, consume_service
         self._subscription_of, self._remove_queue, self._paused = subscription_of, remove_queue, paused
         self._tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._next_offsets: dict[MessageQueue, int] = {}
         self._timers: set[asyncio.Task[None]] = set()
         self.pulled_messages = 0
 
@@ -149,6 +150,7 @@ class PullService:
         task.add_done_callback(lambda t: self._tasks.pop(mq, None) if self._tasks.get(mq) is t else None)
 
     async def stop(self, mq: MessageQueue) -> None:
+        self._next_offsets.pop(mq, None)
         task = self._tasks.pop(mq, None)
         if task is not None and task is not asyncio.current_task():
             task.cancel()
@@ -157,6 +159,7 @@ class PullService:
     async def stop_all(self) -> None:
         tasks = list(self._tasks.values()) + list(self._timers)
         self._tasks.clear()
+        self._next_offsets.clear()
         for task in tasks:
             task.cancel()
         if tasks:
@@ -178,9 +181,30 @@ class PullService:
             suspend_timeout_ms=self._options.broker_suspend_max_ms, sub_version=sub.sub_version,
             subscription=sub.expression, expression_type=sub.expression_type)
 
+    def next_pull_offset(self, mq: MessageQueue) -> int | None:
+        """The queue offset `mq`'s next pull asks for (RocketMQ `PullRequest.nextOffset`); None when
+        `mq` is not being pulled."""
+        return self._next_offsets.get(mq)
+
+    async def restart(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """Replace `mq`'s pull task with a new one that goes on from the next pull offset, keeping
+        `pq` (its cached messages and the listener calls on them): what the rebalance does for a pull
+        that stalled. RocketMQ drops and recreates the process queue instead, which rewinds to the
+        committed offset and throws away the results of the calls in flight."""
+        queue_offset = self._next_offsets.get(mq)
+        await self.stop(mq)
+        if queue_offset is not None and not pq.dropped:
+            pq.last_pull_at_ms = now_ms()
+            self.start(mq, pq, queue_offset)
+
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, queue_offset: int) -> None:
         options = self._options
+        next_offsets = self._next_offsets
         while not pq.dropped:
+            next_offsets[mq] = queue_offset
+            # Stamped before every check, as RocketMQ's pullMessage does: a queue paused by flow
+            # control, a suspend or a missing lock is waiting, not stalled.
+            pq.last_pull_at_ms = now_ms()
             if self._paused():
                 await asyncio.sleep(options.pull_time_delay_when_suspend_ms / 1000)
                 continue
@@ -195,7 +219,6 @@ class PullService:
             if sub is None:
                 await asyncio.sleep(options.pull_time_delay_when_exception_ms / 1000)
                 continue
-            pq.last_pull_at_ms = now_ms()
             try:
                 result = await self._api.pull_message(self._address_of(mq), self._header(mq, queue_offset, sub),
                                                       options.consumer_timeout_when_suspend_ms)
@@ -207,6 +230,11 @@ class PullService:
                          options.pull_time_delay_when_exception_ms)
                 if self._route_failed is not None:
                     self._route_failed(mq.topic)
+                await asyncio.sleep(options.pull_time_delay_when_exception_ms / 1000)
+                continue
+            except Exception:               # a bug must not end the queue's pulls for good
+                log.exception("pull of %s failed unexpectedly; retrying in %d ms", mq,
+                              options.pull_time_delay_when_exception_ms)
                 await asyncio.sleep(options.pull_time_delay_when_exception_ms / 1000)
                 continue
             if pq.dropped:

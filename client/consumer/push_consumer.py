@@ -227,7 +227,8 @@ class PushConsumer:
             strategy=self.allocate_strategy, api=instance.api, routes=instance.routes,
             update_route=instance.update_route, offset_store=self._offsets, pull_service=self._pulls,
             topics=self.subscribed_topics, address_of=address_of,
-            request_timeout_ms=self.client_config.request_timeout_ms, locking=orderly)
+            request_timeout_ms=self.client_config.request_timeout_ms, locking=orderly,
+            restart_stalled=self._pulls.restart, pull_max_idle_time_ms=options.pull_max_idle_time_ms)
         instance.register_consumer(self)
         self._instance = instance
         if self.options.metrics_port > 0:

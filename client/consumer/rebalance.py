@@ -6,6 +6,12 @@ allocation strategy; queues no longer assigned are dropped (offset persisted, th
 new ones start from `compute_pull_from_where`. Broadcasting: every queue. A failed lookup of the
 client ids keeps the current assignment (§16.14).
 
+A push consumer's queue whose pull loop made no attempt for `pull_max_idle_time_ms` (120 s; flow
+control, a suspend and a missing lock count as attempts, as RocketMQ stamps before those checks) has
+its pull restarted from the offset it was about to pull, its process queue kept. RocketMQ drops and
+recreates the process queue there, which rewinds to the committed offset and throws away the
+results of the listener calls in flight: every message since the last commit would come again.
+
 Orderly CLUSTERING consumers (`locking` given, §11): a new queue is taken only once its broker lock
 is granted; a dropped queue first waits (at most 1 s) for the listener call in progress, then has
 its offset persisted, then is unlocked: at once, or after `unlock_delay_time_ms` (20 s) when it
@@ -17,14 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Protocol
 
 from client.api import ClientAPI
 from client.consumer.allocate import AllocateMessageQueueStrategy
 from client.consumer.offset_store import NOT_FOUND, OffsetStore, ReadOffsetType
-from client.consumer.process_queue import ProcessQueue
+from client.consumer.process_queue import PULL_MAX_IDLE_TIME_MS, ProcessQueue
 from client.consumer.pull_service import now_ms
 from client.consumer.queue_locker import QueueLocker
 from client.route import RouteTable
@@ -66,7 +72,9 @@ class Rebalancer:
                  strategy: AllocateMessageQueueStrategy, api: ClientAPI, routes: RouteTable,
                  update_route: Callable[[str], object], offset_store: OffsetStore, pull_service: QueuePuller,
                  topics: Callable[[], list[str]], address_of: Callable[[MessageQueue], str],
-                 request_timeout_ms: int, drop_stalled_pulls: bool = True,
+                 request_timeout_ms: int,
+                 restart_stalled: Callable[[MessageQueue, ProcessQueue], Awaitable[None]] | None = None,
+                 pull_max_idle_time_ms: int = PULL_MAX_IDLE_TIME_MS,
                  locking: QueueLocking | None = None) -> None:
         self._group, self._client_id, self._model = consumer_group, client_id, message_model
         self._from_where, self._timestamp_ms = consume_from_where, consume_timestamp_ms
@@ -75,7 +83,8 @@ class Rebalancer:
         self._offsets, self._pulls, self._topics = offset_store, pull_service, topics
         self._address_of = address_of
         self._timeout_ms = request_timeout_ms
-        self._drop_stalled_pulls = drop_stalled_pulls     # push consumers only, as RocketMQ
+        self._restart_stalled = restart_stalled     # push consumers only, as RocketMQ
+        self._pull_max_idle_ms = pull_max_idle_time_ms
         self._locking = locking if message_model is MessageModel.CLUSTERING else None
         self._unlocks: dict[MessageQueue, asyncio.Task[None]] = {}     # unlocks waiting to be sent
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
@@ -125,10 +134,10 @@ class Rebalancer:
             if mq not in allocated:
                 await self.remove_queue(mq)
                 changed = True
-            elif self._drop_stalled_pulls and pq.is_pull_expired(now):
-                log.warning("pull of %s stalled for over 120 s; recreating its process queue", mq)
-                await self.remove_queue(mq)
-                changed = True
+            elif self._restart_stalled is not None and pq.is_pull_expired(now, self._pull_max_idle_ms):
+                log.warning("group %s: no pull attempt on %s for over %d ms; restarting its pull (its process "
+                            "queue kept)", self._group, mq, self._pull_max_idle_ms)
+                await self._restart_stalled(mq, pq)
         for mq in sorted(allocated - set(self.process_queues)):
             locked_at_ms = None
             if self._locking is not None:

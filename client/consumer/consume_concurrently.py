@@ -309,16 +309,20 @@ class ConcurrentConsumeService:
         handle = loop.call_later(self._reconsume_later_delay_ms / 1000, again)
         self._timers.add(handle)
 
+    def close(self) -> None:
+        """Start no listener call from now on (the first step of `shutdown`, taken at once)."""
+        self._closed = True
+        for handle in self._timers:
+            handle.cancel()
+        self._timers.clear()
+
     async def shutdown(self, await_termination_ms: int) -> None:
         """Stop taking work: no listener call starts from now on (batches not started yet stay in
         their process queues, uncommitted). Wait up to `await_termination_ms` for the calls running
         now, so that their results reach the offset store before the caller persists it (RocketMQ
         `awaitTerminationMillisWhenShutdown`, default 0); calls still running then are abandoned:
         their messages are delivered again to whoever gets the queue."""
-        self._closed = True
-        for handle in self._timers:
-            handle.cancel()
-        self._timers.clear()
+        self.close()
         timeout_ms = max(await_termination_ms, 0)
         deadline = time.monotonic() + timeout_ms / 1000
         if not await self._workers.wait_idle(timeout_ms):

@@ -253,6 +253,10 @@ class OrderlyConsumeService:
             return lambda: None if done.done() else done.set_result(calls)
         self._workers.submit(job)
         calls = await done
+        if not calls:                        # closed or dropped while the job waited for a thread
+            pq.make_messages_to_consume_again(messages)
+            self._active.discard(pq)
+            return -1
         last_batch, last_context, last_status = calls[-1][:3]
         called = sum(len(call[0]) for call in calls)
         if called < len(messages):
@@ -277,14 +281,17 @@ class OrderlyConsumeService:
         `consume_message_batch_max_size`, in offset order, while each call answers SUCCESS with
         `auto_commit` and the checks the loop makes before each batch still hold (the queue not
         dropped, its lock live, `max_time_consume_continuously_ms` not spent), for at most
-        `SYNC_RUN_MAX_S`. The first batch is always called (the loop has just checked). Reads of
+        `SYNC_RUN_MAX_S`. The first batch is called unless the service closed or the queue was
+        dropped while the job waited for a thread (the loop has just checked the rest). Reads of
         the process queue's flags only: the loop owns it."""
         calls: list[_SyncCall] = []
         size, clustering, lock_max_live_ms = self._batch_max_size, self._clustering, self._lock_max_live_ms
         run_started = time.perf_counter()
         for first in range(0, len(messages), size):
             called_at_ms = now_ms()
-            if first and (pq.dropped or self._closed or called_at_ms > deadline_ms
+            if pq.dropped or self._closed:
+                break
+            if first and (called_at_ms > deadline_ms
                           or time.perf_counter() - run_started > SYNC_RUN_MAX_S
                           or (clustering and (not pq.locked or called_at_ms - pq.last_lock_at_ms > lock_max_live_ms))):
                 break
@@ -371,12 +378,16 @@ class OrderlyConsumeService:
                  message.reconsume_times + 1)
         return True
 
+    def close(self) -> None:
+        """Start no listener call from now on (the first step of `shutdown`, taken at once)."""
+        self._closed = True
+
     async def shutdown(self, await_termination_ms: int) -> None:
         """Stop starting work: no listener call starts from now on (the messages not taken stay
         cached, uncommitted). Wait up to `await_termination_ms` for the calls running now, whose
         results are applied, then cancel the rest (their messages are consumed again by the
         queue's next owner). RocketMQ `awaitTerminationMillisWhenShutdown`."""
-        self._closed = True
+        self.close()
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=max(await_termination_ms, 0) / 1000)
             for task in pending:

@@ -140,6 +140,7 @@ class PullService:
         self._next_offsets: dict[MessageQueue, int] = {}
         self._timers: set[asyncio.Task[None]] = set()
         self.pulled_messages = 0
+        self.flow_control_times = 0          # pulls put off by flow control (RocketMQ queueFlowControlTimes)
 
     def start(self, mq: MessageQueue, pq: ProcessQueue, queue_offset: int) -> None:
         if mq in self._tasks:
@@ -213,6 +214,7 @@ class PullService:
                 continue
             delay_ms = flow_control_delay_ms(pq, options, check_span=not self._orderly)
             if delay_ms:
+                self.flow_control_times += 1
                 await asyncio.sleep(delay_ms / 1000)
                 continue
             sub = self._subscription_of(mq.topic)

@@ -266,11 +266,15 @@ class PushConsumer:
             await self._rebalancer.remove_queue(mq)
 
     async def shutdown(self) -> None:
-        """Stop pulling, let in-flight listener calls finish within `await_termination_ms`, persist
-        offsets, UNREGISTER_CLIENT, and release the client instance."""
+        """Start no listener call, stop pulling, let the calls running finish within
+        `await_termination_ms` (RocketMQ's `awaitTerminationMillisWhenShutdown`, 0 by default: the
+        messages of calls still running are delivered again), persist the offsets (the lowest
+        offset not finished of each queue), UNREGISTER_CLIENT, and release the client instance."""
         instance, self._instance = self._instance, None
         if instance is None:
             return
+        if self._consume is not None:
+            self._consume.close()             # no listener call starts once the stop began
         instance.unregister_consumer(self.consumer_group)
         if instance.metrics is not None:
             instance.metrics.untrack_consumer(self.consumer_group)
@@ -316,6 +320,12 @@ class PushConsumer:
         if self._rebalancer is None:
             return []
         return sorted(mq for mq in self._rebalancer.process_queues if topic is None or mq.topic == topic)
+
+    @property
+    def flow_control_times(self) -> int:
+        """How many times a pull was put off by flow control (count, size or span over its
+        threshold) since start; RocketMQ's `queueFlowControlTimes` and friends, summed."""
+        return self._pulls.flow_control_times if self._pulls is not None else 0
 
     def process_queue(self, mq: MessageQueue) -> ProcessQueue | None:
         return self._rebalancer.process_queues.get(mq) if self._rebalancer else None

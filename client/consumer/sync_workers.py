@@ -3,7 +3,8 @@
 A `ThreadPoolExecutor` round trip costs a `Future`, a `Condition`, a wrapped asyncio future and one
 loop wake-up per job; with a no-op listener that overhead, not the listener, set the consume rate.
 Here a job is a plain callable in one queue; a thread takes jobs from it until it is empty, then
-reports back, so one `call_soon_threadsafe` carries the completions of every job it ran.
+reports back, so one `call_soon_threadsafe` carries the completions of every job it ran (and at
+least every `REPORT_EVERY_S` while the queue never empties: a backlog behind a slow listener).
 
 Which threads run the jobs matters as much under the GIL: every thread woken must wait for the GIL
 before it can even find the queue empty. So at most one thread is on its way to the queue at a
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 Completion = Callable[[], None]
 Job = Callable[[], Completion]     # runs in a worker thread; returns what to run on the loop
 SPREAD_AFTER_S = 0.02              # a job queued behind busy threads this long is spread
+REPORT_EVERY_S = 0.01              # a thread hands its completions to the loop at least this often
 _TAKE_QUEUED = True                # what wakes a thread to take the queue (None: end)
 
 
@@ -136,6 +138,7 @@ class SyncWorkers:
         while worker.inbox.get() is _TAKE_QUEUED:
             done: list[Completion] = []
             arrived = True
+            reported_at = time.monotonic()
             while True:
                 with self._lock:
                     if arrived:
@@ -157,6 +160,13 @@ class SyncWorkers:
                 except BaseException:      # a job reports its own errors; this is a last resort
                     log.exception("%s: job failed", self._name)
                     done.append(_nothing)
+                now = time.monotonic()
+                if now - reported_at >= REPORT_EVERY_S:     # a queue that never empties still reports
+                    try:
+                        loop.call_soon_threadsafe(self._complete, done)
+                    except RuntimeError:       # the loop is closed: nobody is waiting any more
+                        return
+                    done, reported_at = [], now
             if done:
                 try:
                     loop.call_soon_threadsafe(self._complete, done)

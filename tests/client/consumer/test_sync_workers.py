@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -164,3 +165,28 @@ async def test_close_lets_queued_jobs_finish_then_the_threads_end_and_later_jobs
         assert not thread.is_alive()
     workers.submit(Probe())             # nobody would run it: not taken, not counted
     assert workers.in_flight == 0 and workers.thread_count == 1
+
+
+async def test_a_thread_whose_queue_never_empties_still_reports_its_completions() -> None:
+    """A slow listener behind a backlog: the thread always finds another job queued, yet the loop
+    gets the completions of the jobs it ran (and `in_flight` counts down) at least every
+    `REPORT_EVERY_S` of work."""
+    workers = SyncWorkers(1, "t")
+    first = await running(workers)
+    blocker = Probe(block=True)
+    waiting = [Probe() for _ in range(3)]
+
+    def slow(probe: Probe) -> Callable[[], Callable[[], None]]:
+        def job() -> Callable[[], None]:
+            time.sleep(sync_workers.REPORT_EVERY_S * 1.5)      # the listener's work, not a wait
+            return probe()
+        return job
+    for job in [*map(slow, waiting), blocker]:
+        workers.submit(job)
+    first.release.set()
+    await started(blocker)             # the three before it ran; the queue was never empty meanwhile
+    await completed(first, *waiting)   # ... and their completions reached the loop while it blocks
+    assert workers.in_flight == 1
+    blocker.release.set()
+    await completed(blocker)
+    workers.close()

@@ -181,7 +181,8 @@ async def test_a_thread_whose_queue_never_empties_still_reports_its_completions(
             time.sleep(sync_workers.REPORT_EVERY_S * 1.5)      # the listener's work, not a wait
             return probe()
         return job
-    for job in [*map(slow, waiting), blocker]:
+    jobs: list[Callable[[], Callable[[], None]]] = [*map(slow, waiting), blocker]
+    for job in jobs:
         workers.submit(job)
     first.release.set()
     await started(blocker)             # the three before it ran; the queue was never empty meanwhile

@@ -56,3 +56,15 @@ def test_every_python_block_parses(where: str, code: str) -> None:
 @pytest.mark.parametrize(("where", "statement"), client_imports(), ids=[w for w, _ in client_imports()])
 def test_every_client_import_of_the_documents_runs(where: str, statement: str) -> None:
     exec(compile(statement, where, "exec"), {})   # raises ImportError naming the missing name
+
+
+def test_every_error_the_readme_names_is_exported_by_client() -> None:
+    """An error class named in the README's prose (`SubscriptionParseFailed`) is importable
+    `from client import ...` like the rest of the public API."""
+    import client
+    from protocol import errors
+
+    named = set(re.findall(r"`([A-Z][A-Za-z_]+)`", (REPO / "README.md").read_text(encoding="utf-8")))
+    error_names = {name for name in named if isinstance(getattr(errors, name, None), type)}
+    assert "SubscriptionParseFailed" in error_names
+    assert error_names <= set(client.__all__), sorted(error_names - set(client.__all__))

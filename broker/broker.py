@@ -39,6 +39,7 @@ from broker.remoting.dispatcher import Dispatcher, Handler
 from broker.remoting.guard import ConnectionGuard, ConnectionLimits, GuardedProtocol
 from broker.remoting.server import RemotingServer
 from broker.schedule.schedule_service import DelayOffsets, ScheduleService
+from broker.store.lock import StoreLock
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageStatus
 from broker.topics.retry_topics import RetryTopics
@@ -97,6 +98,7 @@ class Broker:
         self.schedule: ScheduleService | None = None
         self.registration: NamesrvRegistration | None = None
         self._server: RemotingServer | None = None
+        self._store_lock = StoreLock(config.store.path)
         self._persist = ConfigPersistService(config.store.path / "config",
                                              [self.topics, self.groups, self.offsets, self.delay_offsets],
                                              config.persist_interval_ms)
@@ -113,11 +115,14 @@ class Broker:
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Load state, recover the store, start services, then listen (last). Raises `OSError` when
-        the port is taken (everything started is stopped again)."""
+        """Lock the store directory, load state, recover the store, start services, then listen
+        (last). Raises `StoreLocked` (an `OSError`) when another broker holds the store directory,
+        before anything in it is read or written, and `OSError` when the port is taken (everything
+        started is stopped again)."""
         config = self.config
         self.started_at_ms = self.clock.now_ms()
         try:
+            self._store_lock.acquire()
             self._persist.load()
             host = advertised_host(config.listen_host)
             # The store host (in every msg_id) needs the port; with port 0 it is known only after
@@ -195,7 +200,8 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop accepting, answer held pulls, let in-flight requests finish (bounded), close
-        connections, persist state, flush and close the store. Safe to call more than once."""
+        connections, persist state, flush and close the store, then release the store directory's
+        lock. Safe to call more than once."""
         if self.registration is not None:       # first: clients stop being routed here
             self.topics.on_change = None
             await self.registration.stop()
@@ -226,6 +232,7 @@ class Broker:
             self.store = None
         await self.metrics.close()
         self._dispatcher = None
+        self._store_lock.release()
 
     async def __aenter__(self) -> Broker:
         await self.start()

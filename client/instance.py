@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from client.api import ClientAPI
+from client.heartbeat import Heartbeats
 from client.metrics import ClientMetrics
 from client.remoting.remoting_client import RemotingClient
 from client.route import RouteTable, merge_routes
@@ -36,7 +37,7 @@ from protocol.bodies import (
 from protocol.channel import Channel
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import MQError, RequestCodeNotSupported, TopicNotExist
+from protocol.errors import ConnectionClosed, MQError, RequestCodeNotSupported, RequestTimeout, TopicNotExist
 from protocol.headers import ResetConsumerClientOffsetRequestHeader
 from protocol.model import ExpressionType, MessageQueue
 from protocol.service import PeriodicService
@@ -122,6 +123,8 @@ class ClientInstance:
             PeriodicService("persist-offsets", config.persist_offset_interval_ms, self.persist_all_offsets),
         ]
         self._rebalance = PeriodicService("rebalance", config.rebalance_interval_ms, self.do_rebalance)
+        self.heartbeats = Heartbeats(self.api, client_id, self.heartbeat_data, self.broker_addresses,
+                                     self.name_servers, config.request_timeout_ms)
         self.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         self.remoting.register_handler(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
         self.remoting.register_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
@@ -191,19 +194,25 @@ class ClientInstance:
 
     async def update_route(self, topic: str) -> TopicRouteData | None:
         """Ask every endpoint for `topic`'s route and merge; None when no broker has the topic.
-        Connection failures of some endpoints are logged; all failing raises the last error."""
+        Connection failures of some endpoints are logged; all failing raises the last error. An
+        endpoint that answers after its heartbeat could not reach it is sent one at once
+        (`Heartbeats.heal`), before the caller goes on to ask it for the group's members."""
         answers: list[TopicRouteData] = []
         errors: list[MQError] = []
+        reached: list[str] = []
         for address in self.endpoints:
             try:
                 answer = await self.api.get_route_info(address, topic, self.config.request_timeout_ms)
             except TopicNotExist:
+                reached.append(address)
                 continue
             except MQError as exc:
                 errors.append(exc)
                 continue
+            reached.append(address)
             self._classify(address, answer)
             answers.append(answer)
+        await self.heartbeats.heal(reached)
         if not answers:
             if errors and len(errors) == len(self.endpoints):
                 raise errors[-1]
@@ -278,22 +287,15 @@ class ClientInstance:
                              consumer_data_set=[c.consumer_data() for c in self.consumers.values()])
 
     async def send_heartbeat_to_all_brokers(self) -> None:
-        data = self.heartbeat_data()
-        if not data.consumer_data_set and not data.producer_data_set:
-            return
-        for address in self.broker_addresses():
-            try:
-                await self.api.send_heartbeat(address, data, self.config.request_timeout_ms)
-            except RequestCodeNotSupported:
-                self.name_servers.add(address)
-            except MQError as exc:
-                log.info("heartbeat to %s failed: %s", address, exc)
+        """HEART_BEAT to every broker (`broker_addresses()`); failures are logged, never raised."""
+        await self.heartbeats.send_to_all()
 
     async def check_client_in_broker(self, consumer_group: str, subscriptions: Iterable[SubscriptionData]) -> None:
         """CHECK_CLIENT_CONFIG of every SQL92 subscription with every known broker, before the first
         heartbeat (RocketMQ `MQClientInstance#checkClientInBroker`); TAG subscriptions need none.
         Raises the broker's `SubscriptionParseFailed` (remark: line, column, caret) or `SystemError_`
-        (SQL92 disabled), or the connection error."""
+        (SQL92 disabled). A broker that cannot be reached is skipped with a warning, as RocketMQ
+        checks only the brokers it has routes to: the broker refuses the pulls of a bad expression."""
         for sub in subscriptions:
             if sub.expression_type == ExpressionType.TAG:
                 continue
@@ -303,6 +305,9 @@ class ClientInstance:
                     await self.api.check_client_config(address, body, self.config.request_timeout_ms)
                 except RequestCodeNotSupported:
                     self.name_servers.add(address)
+                except (ConnectionClosed, RequestTimeout) as exc:
+                    log.warning("group %s: SQL92 subscription to %s not checked with %s, which cannot be "
+                                "reached: %s", consumer_group, sub.topic, address, exc)
 
     async def persist_all_offsets(self) -> None:
         for consumer in list(self.consumers.values()):
@@ -328,12 +333,7 @@ class ClientInstance:
         task.add_done_callback(self._side_tasks.discard)
 
     async def _heartbeat_one(self, address: str) -> None:
-        data = self.heartbeat_data()
-        if data.consumer_data_set or data.producer_data_set:
-            try:
-                await self.api.send_heartbeat(address, data, self.config.request_timeout_ms)
-            except MQError as exc:
-                log.info("heartbeat to %s after reconnect failed: %s", address, exc)
+        await self.heartbeats.send(address, why="heartbeat after reconnect")
 
     def _on_running_info(self, channel: Channel, cmd: RemotingCommand) -> None:
         """GET_CONSUMER_RUNNING_INFO forwarded by a broker: answer with the group's consumer state."""

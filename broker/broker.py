@@ -82,6 +82,7 @@ class Broker:
         self.groups = SubscriptionGroupManager(auto_create=config.auto_create_subscription_group)
         self.offsets = ConsumerOffsetManager()
         self.consumers = ConsumerManager(notify_consumer_ids_changed)
+        self.topics.on_created = self._on_topic_created
         self.producers = ProducerManager()
         self.filters = FilterManager(sql92_enabled=config.filter_support_sql92)
         self.locks = LockManager(self.clock, config.lock_max_live_ms)
@@ -348,6 +349,16 @@ class Broker:
             return False
         group_config = self.groups.get(group)
         return group_config is None or group_config.notify_consumer_ids_changed_enable
+
+    def _on_topic_created(self, topic: str) -> None:
+        """Consumers subscribed to a topic before it existed rebalance at once, not at their next
+        periodic rebalance; with name servers, once the registration that carries the topic is done."""
+        def notify() -> None:
+            self.consumers.notify_topic_created(topic, self._notify_enabled)
+        if self.registration is not None:
+            self.registration.after_next_registration(notify)
+        else:
+            notify()
 
     def _on_channel_closed(self, channel: Channel) -> None:
         self.consumers.remove_channel(channel, self._notify_enabled)

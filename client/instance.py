@@ -20,7 +20,8 @@ from client.api import ClientAPI
 from client.heartbeat import Heartbeats
 from client.metrics import ClientMetrics
 from client.remoting.remoting_client import RemotingClient
-from client.route import RouteTable, merge_routes
+from client.route import RouteTable
+from client.route_lookup import RouteLookup
 from conf.client import ClientConfig
 from protocol.bodies import (
     BrokerData,
@@ -37,7 +38,7 @@ from protocol.bodies import (
 from protocol.channel import Channel
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import ConnectionClosed, MQError, RequestCodeNotSupported, RequestTimeout, TopicNotExist
+from protocol.errors import ConnectionClosed, MQError, RequestCodeNotSupported, RequestTimeout
 from protocol.headers import ResetConsumerClientOffsetRequestHeader
 from protocol.model import ExpressionType, MessageQueue
 from protocol.service import PeriodicService
@@ -125,6 +126,8 @@ class ClientInstance:
         self._rebalance = PeriodicService("rebalance", config.rebalance_interval_ms, self.do_rebalance)
         self.heartbeats = Heartbeats(self.api, client_id, self.heartbeat_data, self.broker_addresses,
                                      self.name_servers, config.request_timeout_ms)
+        self.route_lookup = RouteLookup(self.api, self.endpoints, self.routes, self.name_servers, self.heartbeats,
+                                        self._subscribers, config.request_timeout_ms)
         self.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         self.remoting.register_handler(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
         self.remoting.register_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
@@ -193,43 +196,12 @@ class ClientInstance:
     # -- routes ---------------------------------------------------------------------------------------
 
     async def update_route(self, topic: str) -> TopicRouteData | None:
-        """Ask every endpoint for `topic`'s route and merge; None when no broker has the topic.
-        Connection failures of some endpoints are logged; all failing raises the last error. An
-        endpoint that answers after its heartbeat could not reach it is sent one at once
-        (`Heartbeats.heal`), before the caller goes on to ask it for the group's members."""
-        answers: list[TopicRouteData] = []
-        errors: list[MQError] = []
-        reached: list[str] = []
-        for address in self.endpoints:
-            try:
-                answer = await self.api.get_route_info(address, topic, self.config.request_timeout_ms)
-            except TopicNotExist:
-                reached.append(address)
-                continue
-            except MQError as exc:
-                errors.append(exc)
-                continue
-            reached.append(address)
-            self._classify(address, answer)
-            answers.append(answer)
-        await self.heartbeats.heal(reached)
-        if not answers:
-            if errors and len(errors) == len(self.endpoints):
-                raise errors[-1]
-            return None
-        route = merge_routes(answers)
-        self.routes.update(topic, route)
-        return route
+        """`topic`'s route from the endpoints, stored in `routes`; None when no broker has it; raises
+        the last connection error when no endpoint answers (see `RouteLookup.update_route`)."""
+        return await self.route_lookup.update_route(topic)
 
-    def _classify(self, endpoint: str, route: TopicRouteData) -> None:
-        """An endpoint whose route answer does not list itself is a name server (a broker answers
-        for itself); one that does is a broker. A broker reached under another name than it
-        advertises is classed a name server too, which is harmless: it is then reached at the
-        address its route gives."""
-        if endpoint in {addr for broker in route.broker_datas for addr in broker.broker_addrs.values()}:
-            self.name_servers.discard(endpoint)
-        else:
-            self.name_servers.add(endpoint)
+    def _subscribers(self, topic: str) -> list[str]:
+        return sorted(c.consumer_group for c in list(self.consumers.values()) if topic in c.subscribed_topics())
 
     def broker_addresses(self) -> list[str]:
         """Every broker to heartbeat, check subscriptions with and unregister from: the endpoints
@@ -254,20 +226,8 @@ class ClientInstance:
         task.add_done_callback(self._side_tasks.discard)
 
     async def cluster_brokers(self) -> list[BrokerData]:
-        """Every broker the endpoints know (GET_BROKER_CLUSTER_INFO: a name server lists its
-        cluster, a broker itself), added to the route table's addresses; [] when none answers."""
-        brokers: dict[str, BrokerData] = {}
-        for address in self.endpoints:
-            try:
-                info = await self.api.get_broker_cluster_info(address, self.config.request_timeout_ms)
-            except MQError as exc:
-                log.debug("cluster info from %s failed: %s", address, exc)
-                continue
-            for name, data in info.broker_addr_table.items():
-                brokers.setdefault(name, data)
-        result = [brokers[name] for name in sorted(brokers)]
-        self.routes.add_brokers(result)
-        return result
+        """Every broker the endpoints know, learned for heartbeats (see `RouteLookup.cluster_brokers`)."""
+        return await self.route_lookup.cluster_brokers()
 
     async def refresh_routes(self) -> None:
         topics = set(self.routes.topics())

@@ -91,7 +91,6 @@ async def test_an_unreachable_broker_is_registered_with_as_soon_as_it_answers(tm
     before anything asks the broker for the group's members."""
     port = free_port()
     address = f"127.0.0.1:{port}"
-    received: list[bytes] = []
     slow = ClientConfig(heartbeat_interval_ms=60_000, rebalance_interval_ms=60_000, poll_route_interval_ms=60_000)
     consumer = PushConsumer("heal-group", address, client_config=slow)
     consumer.subscribe("heal")
@@ -107,7 +106,6 @@ async def test_an_unreachable_broker_is_registered_with_as_soon_as_it_answers(tm
             assert group is not None and group.client_ids() == [consumer.client_id]
     finally:
         await consumer.shutdown()
-    assert received == []
 
 
 async def test_a_reachable_broker_still_refuses_a_bad_sql92_expression_at_start(broker: Broker) -> None:

@@ -39,6 +39,7 @@ from broker.remoting.dispatcher import Dispatcher, Handler
 from broker.remoting.guard import ConnectionGuard, ConnectionLimits, GuardedProtocol
 from broker.remoting.server import RemotingServer
 from broker.schedule.schedule_service import DelayOffsets, ScheduleService
+from broker.store.lock import StoreLock
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageStatus
 from broker.topics.retry_topics import RetryTopics
@@ -81,6 +82,7 @@ class Broker:
         self.groups = SubscriptionGroupManager(auto_create=config.auto_create_subscription_group)
         self.offsets = ConsumerOffsetManager()
         self.consumers = ConsumerManager(notify_consumer_ids_changed)
+        self.topics.on_created = self._on_topic_created
         self.producers = ProducerManager()
         self.filters = FilterManager(sql92_enabled=config.filter_support_sql92)
         self.locks = LockManager(self.clock, config.lock_max_live_ms)
@@ -97,6 +99,7 @@ class Broker:
         self.schedule: ScheduleService | None = None
         self.registration: NamesrvRegistration | None = None
         self._server: RemotingServer | None = None
+        self._store_lock = StoreLock(config.store.path)
         self._persist = ConfigPersistService(config.store.path / "config",
                                              [self.topics, self.groups, self.offsets, self.delay_offsets],
                                              config.persist_interval_ms)
@@ -113,11 +116,14 @@ class Broker:
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Load state, recover the store, start services, then listen (last). Raises `OSError` when
-        the port is taken (everything started is stopped again)."""
+        """Lock the store directory, load state, recover the store, start services, then listen
+        (last). Raises `StoreLocked` (an `OSError`) when another broker holds the store directory,
+        before anything in it is read or written, and `OSError` when the port is taken (everything
+        started is stopped again)."""
         config = self.config
         self.started_at_ms = self.clock.now_ms()
         try:
+            self._store_lock.acquire()
             self._persist.load()
             host = advertised_host(config.listen_host)
             # The store host (in every msg_id) needs the port; with port 0 it is known only after
@@ -195,7 +201,8 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop accepting, answer held pulls, let in-flight requests finish (bounded), close
-        connections, persist state, flush and close the store. Safe to call more than once."""
+        connections, persist state, flush and close the store, then release the store directory's
+        lock. Safe to call more than once."""
         if self.registration is not None:       # first: clients stop being routed here
             self.topics.on_change = None
             await self.registration.stop()
@@ -226,6 +233,7 @@ class Broker:
             self.store = None
         await self.metrics.close()
         self._dispatcher = None
+        self._store_lock.release()
 
     async def __aenter__(self) -> Broker:
         await self.start()
@@ -341,6 +349,16 @@ class Broker:
             return False
         group_config = self.groups.get(group)
         return group_config is None or group_config.notify_consumer_ids_changed_enable
+
+    def _on_topic_created(self, topic: str) -> None:
+        """Consumers subscribed to a topic before it existed rebalance at once, not at their next
+        periodic rebalance; with name servers, once the registration that carries the topic is done."""
+        def notify() -> None:
+            self.consumers.notify_topic_created(topic, self._notify_enabled)
+        if self.registration is not None:
+            self.registration.after_next_registration(notify)
+        else:
+            notify()
 
     def _on_channel_closed(self, channel: Channel) -> None:
         self.consumers.remove_channel(channel, self._notify_enabled)

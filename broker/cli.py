@@ -19,6 +19,7 @@ import click
 
 from broker.host import warn_if_idle_halts
 from broker.store.check import check_store
+from broker.store.lock import StoreLocked
 from conf import BrokerConfig, ConfigError, load
 from conf.broker import EventLoop
 from conf.namesrv import ENV_PREFIX as NAMESRV_ENV_PREFIX
@@ -140,9 +141,11 @@ def _force_exit(code: int) -> None:
 
 def describe_start_failure(config: BrokerConfig | Any, err: OSError, what: str = "broker") -> str:
     """One line for an `OSError` from `start()` of a broker (or, with `what`, a name server);
-    `config` has `listen_host` and `listen_port`."""
+    `config` has `listen_host` and `listen_port`. A `StoreLocked` says which process holds the store."""
     if err.filename == "metrics_port":
         return str(err.strerror)
+    if isinstance(err, StoreLocked):
+        return str(err)
     where = f"{config.listen_host}:{config.listen_port}"
     if err.errno == errno.EADDRINUSE:
         return (f"cannot listen on {where}: address already in use "
@@ -251,8 +254,9 @@ def _start_options(command: _F) -> _F:
         click.option(
             "--store-dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
             help=f"Directory for the commit log, consume queues and broker state (offsets, topics, "
-                 f"groups); created if missing, relative to the working directory. Overrides "
-                 f"store.path. [default: from the config, {defaults.store.path}]"),
+                 f"groups); created if missing, relative to the working directory; one broker at a "
+                 f"time (locked by DIR/lock). Overrides store.path. [default: from the config, "
+                 f"{defaults.store.path}]"),
         click.option(
             "--namesrv-addr", metavar="HOST:PORT[;HOST:PORT]",
             help="Name servers to register with (every 30 s and on every topic change), so clients "

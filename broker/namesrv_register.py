@@ -35,6 +35,7 @@ class NamesrvRegistration(Service):
         self._period_ms = period_ms
         self._remoting = RemotingClient(connect_timeout_ms=REQUEST_TIMEOUT_MS)
         self._down: set[str] = set()
+        self._after_next: list[Callable[[], None]] = []
         self.registrations = 0
 
     async def run(self) -> None:
@@ -43,11 +44,22 @@ class NamesrvRegistration(Service):
             if not await self.wait(min(self._period_ms, DOWN_RETRY_MS) if self._down else self._period_ms):
                 return
 
+    def after_next_registration(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once a registration that began after this call has ended (answered or
+        failed on every name server), and start one now: e.g. tell consumers of a new topic to
+        look up its route once the name servers have it. Dropped at stop."""
+        self._after_next.append(callback)
+        self.wakeup()
+
     async def register_all(self) -> None:
-        """REGISTER_BROKER with every name server, in parallel, with every topic config."""
+        """REGISTER_BROKER with every name server, in parallel, with every topic config; then the
+        callbacks of `after_next_registration` given before it began."""
+        callbacks, self._after_next = self._after_next, []
         body = encode_body(RegisterBrokerBody(topic_configs=self._topic_configs()))
         await asyncio.gather(*(self._register(addr, body) for addr in self._addrs))
         self.registrations += 1
+        for callback in callbacks:
+            callback()
 
     async def _register(self, addr: str, body: bytes) -> None:
         try:

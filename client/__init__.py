@@ -1,4 +1,7 @@
-"""The rocketq asyncio client: `Producer`, `PushConsumer`, `PullConsumer` and their values."""
+"""The rocketq asyncio client: `Producer`, `PushConsumer`, `PullConsumer`, their values and the
+errors they raise (all `MQError`s: a broker's answer is a `ResponseError` such as
+`SubscriptionParseFailed` or `TopicNotExist`; an unreachable peer `ConnectionClosed` or
+`RequestTimeout`)."""
 
 from client.api import PullResult, SendResult, SendStatus
 from client.consumer.allocate import (
@@ -18,16 +21,26 @@ from client.consumer.listener import (
 from client.consumer.message_selector import MessageSelector
 from client.consumer.pull_consumer import PullConsumer
 from client.consumer.push_consumer import PushConsumer
+from client.errors import ClientStateError
 from client.producer.producer import Producer
 from client.producer.selector import SelectMessageQueueByHash, SelectMessageQueueByRandom
+from protocol.errors import (
+    ConnectionClosed,
+    MQError,
+    RequestTimeout,
+    ResponseError,
+    SubscriptionParseFailed,
+    TopicNotExist,
+)
 from protocol.message import Message, MessageExt
 from protocol.model import ConsumeFromWhere, MessageModel, MessageQueue
 
 __all__ = [
     "AllocateMachineRoomNearby", "AllocateMessageQueueAveragely", "AllocateMessageQueueAveragelyByCircle",
     "AllocateMessageQueueByConfig", "AllocateMessageQueueByMachineRoom", "AllocateMessageQueueConsistentHash",
-    "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus", "ConsumeFromWhere", "ConsumeOrderlyContext",
-    "ConsumeOrderlyStatus", "Message", "MessageExt",
+    "ClientStateError", "ConnectionClosed", "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus",
+    "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "MQError", "Message", "MessageExt",
     "MessageModel", "MessageQueue", "MessageSelector", "Producer", "PullConsumer", "PullResult", "PushConsumer",
-    "SelectMessageQueueByHash", "SelectMessageQueueByRandom", "SendResult", "SendStatus",
+    "RequestTimeout", "ResponseError", "SelectMessageQueueByHash", "SelectMessageQueueByRandom", "SendResult",
+    "SendStatus", "SubscriptionParseFailed", "TopicNotExist",
 ]

@@ -17,9 +17,11 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from client.api import ClientAPI
+from client.heartbeat import Heartbeats
 from client.metrics import ClientMetrics
 from client.remoting.remoting_client import RemotingClient
-from client.route import RouteTable, merge_routes
+from client.route import RouteTable
+from client.route_lookup import RouteLookup
 from conf.client import ClientConfig
 from protocol.bodies import (
     BrokerData,
@@ -36,7 +38,7 @@ from protocol.bodies import (
 from protocol.channel import Channel
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import MQError, RequestCodeNotSupported, TopicNotExist
+from protocol.errors import ConnectionClosed, MQError, RequestCodeNotSupported, RequestTimeout
 from protocol.headers import ResetConsumerClientOffsetRequestHeader
 from protocol.model import ExpressionType, MessageQueue
 from protocol.service import PeriodicService
@@ -122,6 +124,10 @@ class ClientInstance:
             PeriodicService("persist-offsets", config.persist_offset_interval_ms, self.persist_all_offsets),
         ]
         self._rebalance = PeriodicService("rebalance", config.rebalance_interval_ms, self.do_rebalance)
+        self.heartbeats = Heartbeats(self.api, client_id, self.heartbeat_data, self.broker_addresses,
+                                     self.name_servers, config.request_timeout_ms)
+        self.route_lookup = RouteLookup(self.api, self.endpoints, self.routes, self.name_servers, self.heartbeats,
+                                        self._subscribers, config.request_timeout_ms)
         self.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         self.remoting.register_handler(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
         self.remoting.register_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
@@ -190,37 +196,12 @@ class ClientInstance:
     # -- routes ---------------------------------------------------------------------------------------
 
     async def update_route(self, topic: str) -> TopicRouteData | None:
-        """Ask every endpoint for `topic`'s route and merge; None when no broker has the topic.
-        Connection failures of some endpoints are logged; all failing raises the last error."""
-        answers: list[TopicRouteData] = []
-        errors: list[MQError] = []
-        for address in self.endpoints:
-            try:
-                answer = await self.api.get_route_info(address, topic, self.config.request_timeout_ms)
-            except TopicNotExist:
-                continue
-            except MQError as exc:
-                errors.append(exc)
-                continue
-            self._classify(address, answer)
-            answers.append(answer)
-        if not answers:
-            if errors and len(errors) == len(self.endpoints):
-                raise errors[-1]
-            return None
-        route = merge_routes(answers)
-        self.routes.update(topic, route)
-        return route
+        """`topic`'s route from the endpoints, stored in `routes`; None when no broker has it; raises
+        the last connection error when no endpoint answers (see `RouteLookup.update_route`)."""
+        return await self.route_lookup.update_route(topic)
 
-    def _classify(self, endpoint: str, route: TopicRouteData) -> None:
-        """An endpoint whose route answer does not list itself is a name server (a broker answers
-        for itself); one that does is a broker. A broker reached under another name than it
-        advertises is classed a name server too, which is harmless: it is then reached at the
-        address its route gives."""
-        if endpoint in {addr for broker in route.broker_datas for addr in broker.broker_addrs.values()}:
-            self.name_servers.discard(endpoint)
-        else:
-            self.name_servers.add(endpoint)
+    def _subscribers(self, topic: str) -> list[str]:
+        return sorted(c.consumer_group for c in list(self.consumers.values()) if topic in c.subscribed_topics())
 
     def broker_addresses(self) -> list[str]:
         """Every broker to heartbeat, check subscriptions with and unregister from: the endpoints
@@ -245,20 +226,8 @@ class ClientInstance:
         task.add_done_callback(self._side_tasks.discard)
 
     async def cluster_brokers(self) -> list[BrokerData]:
-        """Every broker the endpoints know (GET_BROKER_CLUSTER_INFO: a name server lists its
-        cluster, a broker itself), added to the route table's addresses; [] when none answers."""
-        brokers: dict[str, BrokerData] = {}
-        for address in self.endpoints:
-            try:
-                info = await self.api.get_broker_cluster_info(address, self.config.request_timeout_ms)
-            except MQError as exc:
-                log.debug("cluster info from %s failed: %s", address, exc)
-                continue
-            for name, data in info.broker_addr_table.items():
-                brokers.setdefault(name, data)
-        result = [brokers[name] for name in sorted(brokers)]
-        self.routes.add_brokers(result)
-        return result
+        """Every broker the endpoints know, learned for heartbeats (see `RouteLookup.cluster_brokers`)."""
+        return await self.route_lookup.cluster_brokers()
 
     async def refresh_routes(self) -> None:
         topics = set(self.routes.topics())
@@ -278,22 +247,15 @@ class ClientInstance:
                              consumer_data_set=[c.consumer_data() for c in self.consumers.values()])
 
     async def send_heartbeat_to_all_brokers(self) -> None:
-        data = self.heartbeat_data()
-        if not data.consumer_data_set and not data.producer_data_set:
-            return
-        for address in self.broker_addresses():
-            try:
-                await self.api.send_heartbeat(address, data, self.config.request_timeout_ms)
-            except RequestCodeNotSupported:
-                self.name_servers.add(address)
-            except MQError as exc:
-                log.info("heartbeat to %s failed: %s", address, exc)
+        """HEART_BEAT to every broker (`broker_addresses()`); failures are logged, never raised."""
+        await self.heartbeats.send_to_all()
 
     async def check_client_in_broker(self, consumer_group: str, subscriptions: Iterable[SubscriptionData]) -> None:
         """CHECK_CLIENT_CONFIG of every SQL92 subscription with every known broker, before the first
         heartbeat (RocketMQ `MQClientInstance#checkClientInBroker`); TAG subscriptions need none.
         Raises the broker's `SubscriptionParseFailed` (remark: line, column, caret) or `SystemError_`
-        (SQL92 disabled), or the connection error."""
+        (SQL92 disabled). A broker that cannot be reached is skipped with a warning, as RocketMQ
+        checks only the brokers it has routes to: the broker refuses the pulls of a bad expression."""
         for sub in subscriptions:
             if sub.expression_type == ExpressionType.TAG:
                 continue
@@ -303,6 +265,9 @@ class ClientInstance:
                     await self.api.check_client_config(address, body, self.config.request_timeout_ms)
                 except RequestCodeNotSupported:
                     self.name_servers.add(address)
+                except (ConnectionClosed, RequestTimeout) as exc:
+                    log.warning("group %s: SQL92 subscription to %s not checked with %s, which cannot be "
+                                "reached: %s", consumer_group, sub.topic, address, exc)
 
     async def persist_all_offsets(self) -> None:
         for consumer in list(self.consumers.values()):
@@ -328,12 +293,7 @@ class ClientInstance:
         task.add_done_callback(self._side_tasks.discard)
 
     async def _heartbeat_one(self, address: str) -> None:
-        data = self.heartbeat_data()
-        if data.consumer_data_set or data.producer_data_set:
-            try:
-                await self.api.send_heartbeat(address, data, self.config.request_timeout_ms)
-            except MQError as exc:
-                log.info("heartbeat to %s after reconnect failed: %s", address, exc)
+        await self.heartbeats.send(address, why="heartbeat after reconnect")
 
     def _on_running_info(self, channel: Channel, cmd: RemotingCommand) -> None:
         """GET_CONSUMER_RUNNING_INFO forwarded by a broker: answer with the group's consumer state."""

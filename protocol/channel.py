@@ -364,14 +364,17 @@ class ChannelProtocol(asyncio.Protocol):
 async def connect(host: str, port: int, *, on_request: RequestHandler | None = None,
                   on_close: CloseHandler | None = None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                   timeout_ms: int = 3_000) -> Channel:
-    """Open a channel to host:port; raises `ConnectionClosed` when the connection cannot be made."""
+    """Open a channel to host:port; raises `ConnectionClosed` when the connection cannot be made
+    (its reason: the OS error, or "not established within `timeout_ms` ms")."""
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(timeout_ms / 1000):
             _, protocol = await loop.create_connection(
                 lambda: ChannelProtocol(on_request=on_request, on_close=on_close,
                                         max_frame_bytes=max_frame_bytes), host, port)
-    except (OSError, TimeoutError) as exc:
+    except TimeoutError:
+        raise ConnectionClosed(f"{host}:{port}", f"cannot connect: not established within {timeout_ms} ms") from None
+    except OSError as exc:
         raise ConnectionClosed(f"{host}:{port}", f"cannot connect: {exc}") from None
     assert protocol.channel is not None
     return protocol.channel

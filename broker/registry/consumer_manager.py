@@ -126,6 +126,18 @@ class ConsumerManager:
         elif notify:
             self._on_ids_changed(group, list(group_info.channels))
 
+    def notify_topic_created(self, topic: str, notify: Callable[[str], bool]) -> list[str]:
+        """A topic was created: send NOTIFY_CONSUMER_IDS_CHANGED to every member of each group that
+        subscribes to it and for which `notify(group)`, so they rebalance now and find its route
+        instead of at their next periodic rebalance (20 s). Returns those groups. RocketMQ 4.9 has
+        no such notice: its consumers wait for the next route poll (30 s)."""
+        groups = [g for g in self._groups.values() if topic in g.subscriptions and g.channels and notify(g.group_name)]
+        for group in groups:
+            log.info("topic %s created: telling the %d consumer(s) of group %s to rebalance", topic,
+                     len(group.channels), group.group_name)
+            self._on_ids_changed(group.group_name, list(group.channels))
+        return [g.group_name for g in groups]
+
     def remove_channel(self, channel: Channel, notify: Callable[[str], bool]) -> list[str]:
         """Drop a closed or expired channel from every group; groups left with members are
         notified when `notify(group)`. Returns the groups it was in."""

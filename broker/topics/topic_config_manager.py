@@ -44,6 +44,7 @@ class TopicConfigManager(DirtyState):
         self._auto_create = auto_create_topic
         self._default_queue_nums = default_queue_nums
         self.on_change: Callable[[], None] | None = None    # e.g. register with the name servers now
+        self.on_created: Callable[[str], None] | None = None    # a new topic (after on_change): its name
         self.version = 0            # bumped by every change: callers may cache answers per version
         super().__init__()
 
@@ -110,13 +111,19 @@ class TopicConfigManager(DirtyState):
         return config
 
     def update(self, config: TopicConfig) -> TopicConfig:
+        """Create or replace a topic's config (`on_change`, then `on_created` for a new topic: an
+        admin create, an auto-create by a send, a retry topic). Raises SYSTEM_ERROR for a bad name
+        or queue count."""
         remark = check_topic(config.topic)
         if remark is not None:
             raise SystemError_(remark)
         if not (1 <= config.read_queue_nums <= 1024 and 1 <= config.write_queue_nums <= 1024):
             raise SystemError_("read_queue_nums and write_queue_nums must be within 1..1024")
+        created = config.topic not in self._topics
         self._topics[config.topic] = config
         self.touch()
+        if created and self.on_created is not None:
+            self.on_created(config.topic)
         return config
 
     def to_json(self) -> Any:

@@ -164,7 +164,10 @@ class PushConsumer:
         """Register with the client instance, heartbeat, rebalance; returns when pulling has begun.
         Raises `ClientStateError` without a listener or subscription, and the broker's
         `SubscriptionParseFailed` (remark: line, column, caret) when an SQL92 subscription does not
-        compile, or `SystemError_` when the broker has SQL92 disabled (the consumer is then shut down)."""
+        compile, or `SystemError_` when the broker has SQL92 disabled (the consumer is then shut down).
+        As RocketMQ's, it does not fail when no broker or name server can be reached: it logs a
+        warning and returns, and the periodic heartbeat, route refresh and rebalance (intervals of
+        `client_config`) start the pulls once one answers."""
         if self._instance is not None:
             return
         if self._listener is None:
@@ -247,7 +250,12 @@ class PushConsumer:
             await self.shutdown()
             raise
         await instance.send_heartbeat_to_all_brokers()
-        await self.do_rebalance()
+        try:
+            await self.do_rebalance()
+        except MQError as exc:      # no broker reachable yet: RocketMQ's start does not fail either
+            log.warning("group %s: first rebalance failed: %s; retrying every %d ms (heartbeat every %d ms)",
+                        self.consumer_group, exc, self.client_config.rebalance_interval_ms,
+                        self.client_config.heartbeat_interval_ms)
         if clustering and orderly is None:  # RocketMQ cleanExpireMsg (concurrent only): every consume_timeout
             self._expiry = PeriodicService("consume-timeout", consume_timeout_ms, self._clean_expired)
             await self._expiry.start()

@@ -107,7 +107,7 @@ class Rebalancer:
             await self._update_route(topic)  # type: ignore[misc]
         mq_all = sorted(self._routes.subscribe_queues(topic))
         if not mq_all:
-            log.info("no route for topic %s yet; group %s waits", topic, self._group)
+            log.debug("no route for topic %s yet; group %s waits", topic, self._group)
             return None
         if self._model is MessageModel.BROADCASTING:
             return set(mq_all)

@@ -5,18 +5,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
 from broker.broker import Broker
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
+from conf.namesrv import NamesrvConfig
+from namesrv.namesrv import NameServer
 from protocol.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from protocol.channel import Channel
 from protocol.codes import PullSysFlag, RequestCode
 from protocol.command import RemotingCommand
 from protocol.errors import ResponseError, SubscriptionParseFailed, SystemError_
 from protocol.model import PullStatus
+from tests.conftest import broker_config
 from tests.helpers import pull_header, send, wait_until
 
 
@@ -119,3 +123,34 @@ async def test_silent_channels_expire(broker: Broker) -> None:
         assert len(expired) == 1
         assert group.client_ids() == ["watcher"]
         assert await watcher.next_notification() == "grp"
+
+
+async def test_a_new_topic_notifies_the_groups_subscribing_to_it_once(broker: Broker, client_api: ClientAPI) -> None:
+    async with member("c1") as waiting, member("c2") as other:
+        await waiting.heartbeat(broker.address, group="waiting", topic="not-yet")
+        await other.heartbeat(broker.address, group="other", topic="elsewhere")
+        assert await waiting.next_notification() == "waiting"      # joining
+        assert await other.next_notification() == "other"
+        await client_api.create_topic(broker.address, "not-yet", queue_nums=2)
+        assert await waiting.next_notification() == "waiting"      # the topic it waits for exists
+        await send(client_api, broker.address, "elsewhere-not", b"auto-created, subscribed by nobody")
+        await client_api.create_topic(broker.address, "not-yet", queue_nums=4)   # a change, not a creation
+        await send(client_api, broker.address, "not-yet", b"x")
+        await waiting.heartbeat(broker.address, group="waiting", topic="not-yet")   # a round trip on each
+        await other.heartbeat(broker.address, group="other", topic="elsewhere")
+        assert waiting.notified.empty() and other.notified.empty()
+
+
+async def test_through_name_servers_a_new_topic_is_announced_once_they_route_it(tmp_path: Path) -> None:
+    """The notice follows the registration that carries the topic: a consumer told of it finds its
+    route on the name servers."""
+    async with NameServer(NamesrvConfig(listen_port=0)) as ns, \
+            Broker(broker_config(tmp_path, namesrv_addr=ns.address)) as broker, member("c1") as waiting:
+        routed_when_told: list[bool] = []
+        waiting.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, lambda channel, cmd: (
+            routed_when_told.append("not-yet" in ns.routes.topic_queue_table)))
+        await waiting.heartbeat(broker.address, group="waiting", topic="not-yet")
+        await wait_until(lambda: routed_when_told == [False], 2.0, "told of joining")
+        await send(waiting.api, broker.address, "not-yet", b"auto-creates it")
+        await wait_until(lambda: len(routed_when_told) == 2, 2.0, "told of the topic")
+        assert routed_when_told == [False, True]

@@ -81,7 +81,7 @@ def emit(rows: Sequence[dict[str, Any]], as_json: bool, *, title: str, columns: 
 def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], timeout_s: float | None = 60.0) -> T:
     """`run` for commands that need the admin requests: `work(admin_api, address)` with the first
     endpoint's address; the same one-line errors and exit codes (2 unreachable, 1 refused), the
-    unreachable line naming the address."""
+    unreachable line naming the address that failed (a broker behind a name server, too)."""
     address = first_endpoint(endpoints)
 
     async def main() -> T:
@@ -94,8 +94,9 @@ def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], tim
     try:
         return asyncio.run(main())
     except (ConnectionClosed, RequestTimeout, ConnectionError, TimeoutError, OSError) as exc:
-        reason = str(exc).removeprefix(f"{address}: ") or type(exc).__name__
-        fail(f"cannot reach the broker at {address}: {reason}", EXIT_UNREACHABLE)
+        unreachable = exc.address if isinstance(exc, ConnectionClosed | RequestTimeout) else address
+        reason = str(exc).removeprefix(f"{unreachable}: ") or type(exc).__name__
+        fail(f"cannot reach the broker at {unreachable}: {reason}", EXIT_UNREACHABLE)
     except ResponseError as exc:
         fail(f"the broker at {address} refused: {exc.code.name}: {exc.remark}", EXIT_REFUSED)
     except (CommandError, MQError) as exc:

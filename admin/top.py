@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from admin.common import endpoints_option, format_duration_ms, run_admin
-from admin.consumer import owners, running_infos
+from admin.consumer import OwnerKey, owners, running_infos
 from client.admin_api import AdminAPI
 from protocol.bodies import BrokerRuntimeInfo, QueueConsumeStats
 
@@ -36,7 +36,7 @@ class Snapshot:
     at_s: float
     broker: BrokerRuntimeInfo
     queues: dict[str, list[QueueConsumeStats]] = field(default_factory=dict)
-    owners: dict[str, dict[tuple[str, int], str]] = field(default_factory=dict)
+    owners: dict[str, dict[OwnerKey, str]] = field(default_factory=dict)
 
 
 async def take_snapshot(api: AdminAPI, address: str, group: str | None) -> Snapshot:
@@ -47,7 +47,7 @@ async def take_snapshot(api: AdminAPI, address: str, group: str | None) -> Snaps
         if not stats.offset_table:
             continue
         snapshot.queues[name] = stats.offset_table
-        _, infos = await running_infos(api, address, name)
+        _, infos = await running_infos(api, [address], name)
         snapshot.owners[name] = owners(infos)
     return snapshot
 
@@ -70,8 +70,9 @@ def render(snapshot: Snapshot, previous: Snapshot | None, address: str) -> Group
             if old is not None and elapsed > 0:
                 rate_in = f"{(q.broker_offset - old.broker_offset) / elapsed:.1f}"
                 rate_out = f"{max(0, q.consumer_offset - old.consumer_offset) / elapsed:.1f}"
+            owner = snapshot.owners.get(group, {}).get((q.broker_name, q.topic, q.queue_id), "")
             table.add_row(group, q.topic, str(q.queue_id), str(lag), format_duration_ms(q.lag_latency_ms), rate_in,
-                          rate_out, snapshot.owners.get(group, {}).get((q.topic, q.queue_id), ""))
+                          rate_out, owner)
     info = snapshot.broker
     header = Text(f"rocketq top  {info.broker_name} at {address}  up {format_duration_ms(info.uptime_ms)}  "
                   f"held pulls {info.held_pulls}  connections {info.connections}  groups {len(snapshot.queues)}  "

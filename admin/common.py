@@ -1,6 +1,6 @@
-"""What every admin command shares: the `--endpoints` / `--json` options, one client API per
-command run, clear one-line errors (exit code 2 when no broker can be reached, 1 when a broker
-refuses the request), and table or JSON output.
+"""What every admin command shares: the `--endpoints` (`-n`, $ROCKETQ_ENDPOINTS) / `--json` options,
+one client API per command run, clear one-line errors (exit code 2 when no broker can be reached or
+the endpoints are malformed, 1 when a broker refuses the request), and table or JSON output.
 
     @admin_group.command("example")
     @endpoints_option
@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
@@ -30,13 +31,55 @@ from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseE
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ENDPOINTS = "127.0.0.1:10911"
+ENDPOINTS_ENV = "ROCKETQ_ENDPOINTS"
+EXIT_USAGE = 2
 EXIT_UNREACHABLE = 2
 EXIT_REFUSED = 1
 
 
 def endpoints_option(command: F) -> F:
-    return click.option("--endpoints", default=DEFAULT_ENDPOINTS, show_default=True, metavar="HOST:PORT[;...]",
-                        help="Broker address(es) to talk to; the first reachable one is used.")(command)
+    """`--endpoints/-n HOST:PORT[;...]`, resolved by `resolve_endpoints`."""
+    return click.option(
+        "--endpoints", "-n", "endpoints", default=DEFAULT_ENDPOINTS, show_default=True, envvar=ENDPOINTS_ENV,
+        show_envvar=True, metavar="HOST:PORT[;...]", callback=resolve_endpoints,
+        help="Broker or name server address(es); the first is used. Also before the subcommand "
+             "(rocketq admin -n 127.0.0.1:9876 topic list).")(command)
+
+
+def resolve_endpoints(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """The endpoints a command talks to: its own --endpoints/-n, else one given before the
+    subcommand (`rocketq admin -n H:P topic list`), else $ROCKETQ_ENDPOINTS, else the default. A
+    malformed value is one line and exit 2 (a group leaves the variable to its subcommand)."""
+    name = param.name or "endpoints"
+    given = ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    outer = ctx.parent
+    while not given and outer is not None:
+        if outer.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+            return str(outer.params[name])              # checked when it was parsed
+        outer = outer.parent
+    if not given and isinstance(ctx.command, click.Group):
+        return value
+    try:
+        parse_endpoints(value)
+    except ValueError as exc:
+        source = "--endpoints" if given or ctx.get_parameter_source(name) is not ParameterSource.ENVIRONMENT \
+            else ENDPOINTS_ENV
+        fail(f"{source}: {exc}", EXIT_USAGE)
+    return value
+
+
+def parse_endpoints(endpoints: str) -> list[str]:
+    """`"host:port;host:port"` (`;` or `,` separated, blanks dropped) as a list; raises
+    `ValueError` naming the first entry that is not HOST:PORT with a port in 1..65535, or when
+    there is none."""
+    items = [item.strip() for item in endpoints.replace(",", ";").split(";") if item.strip()]
+    if not items:
+        raise ValueError(f"{endpoints!r} names no HOST:PORT (e.g. 127.0.0.1:10911)")
+    for item in items:
+        host, sep, port = item.rpartition(":")
+        if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"{item!r} is not HOST:PORT with a port in 1..65535 (e.g. 127.0.0.1:10911)")
+    return items
 
 
 def json_option(command: F) -> F:
@@ -46,10 +89,10 @@ def json_option(command: F) -> F:
 
 def first_endpoint(endpoints: str) -> str:
     """The first of `"host:port;host:port"`; a usage error when there is none."""
-    for item in endpoints.replace(",", ";").split(";"):
-        if item.strip():
-            return item.strip()
-    raise click.UsageError("--endpoints must name at least one HOST:PORT")
+    try:
+        return parse_endpoints(endpoints)[0]
+    except ValueError as exc:
+        raise click.UsageError(f"--endpoints: {exc}") from None
 
 
 class CommandError(Exception):

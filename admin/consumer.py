@@ -17,6 +17,7 @@ import click
 from admin.cli import admin_group
 from admin.cluster import BrokerAnswers, on_each_broker
 from admin.common import (
+    CommandError,
     endpoints_option,
     format_bytes,
     format_duration_ms,
@@ -74,9 +75,23 @@ def owners(infos: list[ConsumerRunningInfo]) -> dict[OwnerKey, str]:
 
 async def _progress(api: AdminAPI, endpoint: str, group: str, topic: str | None
                     ) -> tuple[BrokerAnswers[ConsumeStats], dict[OwnerKey, str]]:
+    """Every broker's consume stats of the group and the queues' owners; `CommandError` when no
+    broker has a queue for it (RocketMQ: "not found the consumer group consume stats")."""
     found = await on_each_broker(api, endpoint, lambda address: api.get_consume_stats(address, group, topic))
+    if not any(stats.offset_table for stats in found.values()):
+        where = f" for topic {topic!r}" if topic else ""
+        raise CommandError(f"consumer group {group!r} has no offset info and no consumer online{where}"
+                           f"{' on any broker' if found.via_name_server else ''} (is the group name right?)")
     _, infos = await running_infos(api, [answer.address for answer in found.answers], group)
     return found, owners(infos)
+
+
+async def _online(api: AdminAPI, address: str, group: str) -> tuple[ConsumerConnection, list[ConsumerRunningInfo]]:
+    """`running_infos` of one broker; `CommandError` when no consumer of the group is online."""
+    connection, infos = await running_infos(api, [address], group)
+    if connection is None:
+        raise CommandError(f"consumer group {group!r} has no consumer online (is the group name right?)")
+    return connection, infos
 
 
 @consumer_group.command("progress")
@@ -131,9 +146,7 @@ def connection(group: str, endpoints: str, as_json: bool) -> None:
 def status(group: str, endpoints: str, as_json: bool) -> None:
     """Each client's subscriptions and process queues: cached messages and bytes, locked, last
     pull and last consume time."""
-    connection_data, infos = run_admin(endpoints, lambda api, address: running_infos(api, [address], group))
-    if connection_data is None:
-        raise click.ClickException(f"consumer group {group!r} has no consumer online")
+    connection_data, infos = run_admin(endpoints, lambda api, address: _online(api, address, group))
     if as_json:
         print_json({"consumer_group": group, "message_model": connection_data.message_model,
                     "clients": [dataclasses.asdict(i) for i in infos]})

@@ -151,21 +151,35 @@ def print_json(value: Any) -> None:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
-    """A rich table; numeric columns are right-aligned and never wrapped, the first column keeps its
-    full width (names), other text columns fold when the terminal is narrow."""
+    """A rich table. Numeric columns are right-aligned and never wrapped; identifier columns (every
+    value one word: ids, names, addresses) are never wrapped and get their full width first; other
+    text columns fold when the width is short. Printed by `print_tables`, a non-terminal never
+    folds anything; a terminal too narrow even for the identifiers folds them as a last resort."""
     result = Table(title=title, title_justify="left", show_lines=False)
     for index, name in enumerate(columns):
-        numeric = bool(rows) and all(isinstance(row[index], int | float) for row in rows)
-        widest = max((len(str(row[index])) for row in rows), default=0)
-        result.add_column(name, justify="right" if numeric else "left", no_wrap=numeric, overflow="fold",
-                          min_width=min(widest, 48) if index == 0 else None)
+        cells = [row[index] for row in rows]
+        numeric = bool(cells) and all(isinstance(cell, int | float) for cell in cells)
+        identifier = bool(cells) and not numeric and all(len(str(cell).split()) <= 1 for cell in cells)
+        widest = max((len(str(cell)) for cell in cells), default=0)
+        result.add_column(name, justify="right" if numeric else "left", no_wrap=numeric or identifier,
+                          overflow="fold", min_width=widest if identifier else None)
     for row in rows:
         result.add_row(*("" if cell is None else str(cell) for cell in row))
     return result
 
 
+MIN_TABLE_WIDTH = 160
+
+
 def print_tables(*tables: Table) -> None:
-    console = Console(width=max(160, Console().width))
+    """Print `tables` at the terminal's width (at least `MIN_TABLE_WIDTH`; a terminal wraps longer
+    lines itself); to a pipe or a file, at the widest table's natural width, so no cell folds."""
+    console = Console()
+    width = max(MIN_TABLE_WIDTH, console.width)
+    if not console.is_terminal:
+        natural = Console(width=1 << 20)
+        width = max([width, *(natural.measure(item).maximum for item in tables)])
+    console = Console(width=width)
     for item in tables:
         console.print(item)
 

@@ -1,10 +1,11 @@
 """`rocketq admin dlq list|resend --group G`: inspect a group's dead-letter queue and send its
 messages back to their original topics (REFERENCE.md §9; RocketMQ's console "resend").
 
-The DLQ is `%DLQ%<group>`, one queue. A message there keeps its original topic in `RETRY_TOPIC`
-and its first message id in `ORIGIN_MESSAGE_ID`. `resend` sends a copy to the original topic with
+The DLQ is `%DLQ%<group>`, one queue. A message there keeps its original topic in `RETRY_TOPIC`,
+its first message id in `ORIGIN_MESSAGE_ID`, and why the broker put it there in `DLQ_REASON`
+(`list` shows it in its "why" column). `resend` sends a copy to the original topic with
 `reconsume_times` reset to 0 and the broker-side properties (`RETRY_TOPIC`, `REAL_TOPIC`,
-`REAL_QID`, `DELAY`, `MAX_RECONSUME_TIMES`) removed, so the group consumes it as new.
+`REAL_QID`, `DELAY`, `MAX_RECONSUME_TIMES`, `DLQ_REASON`) removed, so the group consumes it as new.
 
 `resend --all` resends from the group's resend mark (its committed offset on the DLQ topic) to the
 end and then moves the mark, so running it twice resends nothing twice; `list` marks the messages
@@ -26,6 +27,7 @@ from protocol.errors import QueryNotFound, TopicNotExist
 from protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
 from protocol.message import (
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_DLQ_REASON,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QUEUE_ID,
@@ -40,7 +42,7 @@ TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 TOOLS_PRODUCER_GROUP = "TOOLS_PRODUCER"
 PULL_BATCH = 32
 BROKER_SIDE_PROPERTIES = frozenset({PROPERTY_RETRY_TOPIC, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
-                                    PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
+                                    PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_DLQ_REASON,
                                     "CONSUME_START_TIME", "MIN_OFFSET", "MAX_OFFSET"})
 BODY_PREVIEW_BYTES = 40
 
@@ -115,12 +117,20 @@ async def resend(api: ClientAPI, address: str, message: MessageExt, sequence: in
     return row
 
 
+def why(message: MessageExt) -> str:
+    """Why `message` is in the DLQ: the DLQ_REASON the broker stamped ("failed 17 times (max
+    reconsume times 16)", or "the consumer sent it to the DLQ (delay level -1)"); for a message
+    stored without one, its reconsume times. Pure."""
+    reason = message.properties.get(PROPERTY_DLQ_REASON)
+    return reason or f"reconsume times {message.reconsume_times} (no {PROPERTY_DLQ_REASON})"
+
+
 def _row(message: MessageExt, mark: int) -> dict[str, Any]:
     body = message.body[:BODY_PREVIEW_BYTES]
     return {
         "dlq_offset": message.queue_offset, "msg_id": message.msg_id,
         "origin_msg_id": message.properties.get(PROPERTY_ORIGIN_MESSAGE_ID, ""),
-        "topic": message.properties.get(PROPERTY_RETRY_TOPIC, ""),
+        "topic": message.properties.get(PROPERTY_RETRY_TOPIC, ""), "why": why(message),
         "reconsume_times": message.reconsume_times,
         "stored_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(message.store_timestamp / 1000)),
         "keys": message.keys or "", "tags": message.tags or "",
@@ -141,12 +151,13 @@ def dlq_group() -> None:
 @endpoints_option
 @json_option
 def list_command(group: str, limit: int, endpoints: str, as_json: bool) -> None:
-    """List the messages in the group's dead-letter queue, oldest first."""
+    """List the messages in the group's dead-letter queue, oldest first: original topic, why it is
+    there (e.g. "failed 17 times (max reconsume times 16)"), keys, a body preview, whether resent."""
     letters = run_admin(endpoints, lambda api, address: read_dead_letters(api, address, group, 0, limit))
     rows = [_row(m, letters.resend_mark) for m in letters.messages]
     emit(rows, as_json, title=f"{dlq_topic(group)} ({letters.max_offset - letters.min_offset} messages)",
-         columns=["dlq_offset", "msg_id", "origin_msg_id", "topic", "reconsume_times", "stored_at", "keys",
-                  "body", "resent"],
+         columns=["dlq_offset", "msg_id", "origin_msg_id", "topic", "why", "reconsume_times", "stored_at",
+                  "keys", "body", "resent"],
          empty=f"no dead letters for group {group!r}")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from broker.broker import Broker
 from client.api import ClientAPI
 from protocol.message import MessageExt
-from tests.admin.cli_runner import rocketq
+from tests.admin.cli_runner import rocketq, rocketq_json
 from tests.helpers import pull_header, send
 
 GROUP = "mend"
@@ -34,3 +34,17 @@ async def test_dlq_list_printed_to_a_non_terminal_keeps_every_id_whole(broker: B
     assert listed.exit_code == 0, listed.output
     for message in dead:
         assert message.msg_id in listed.output and message.properties["ORIGIN_MESSAGE_ID"] in listed.output
+
+
+async def test_dlq_list_says_why_each_message_is_there(broker: Broker, client_api: ClientAPI) -> None:
+    await dead_letters(client_api, broker, 1)
+    await send(client_api, broker.address, "orders", b"poison")
+    poison = (await client_api.pull_message(broker.address, pull_header(topic="orders", queue_offset=1), 3_000))
+    await client_api.consumer_send_msg_back(broker.address, poison.messages[0], GROUP, -1, 16)
+    await send(client_api, broker.address, f"%DLQ%{GROUP}", b"older", properties={"RETRY_TOPIC": "orders"})
+    rows = await rocketq_json("admin", "dlq", "list", "-g", GROUP, "-n", broker.address)
+    assert [row["why"] for row in rows] == ["failed 1 time (max reconsume times 0)",
+                                            "the consumer sent it to the DLQ (delay level -1)",
+                                            "reconsume times 0 (no DLQ_REASON)"]
+    table = await rocketq("admin", "dlq", "list", "-g", GROUP, "-n", broker.address)
+    assert table.exit_code == 0 and "why" in table.output and "failed 1 time (max reconsume times 0)" in table.output

@@ -4,22 +4,15 @@ refusal (1)."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from broker.broker import Broker
 from client.api import ClientAPI
 from tests.admin.cli_runner import rocketq
 from tests.helpers import send
+from tests.namesrv.test_failover import free_port
 
 ENV = "ROCKETQ_ENDPOINTS"
-
-
-def closed_address() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
 
 
 @pytest.mark.parametrize("endpoints", ["nonsense", "host:notaport", "127.0.0.1:99999", ":10911", ";"])
@@ -45,7 +38,7 @@ async def test_endpoints_before_the_subcommand_n_alias_and_the_environment(broke
         result = await rocketq(*args, env={ENV: None})
         assert result.exit_code == 0 and "seen" in result.output, (args, result.output)
     assert "seen" in (await rocketq("admin", "topic", "list", env={ENV: broker.address})).output
-    elsewhere = closed_address()
+    elsewhere = f"127.0.0.1:{free_port()}"        # nobody listens there
     option_beats_variable = [["admin", "topic", "list", "-n", broker.address],
                              ["admin", "-n", broker.address, "topic", "list"]]
     for args in option_beats_variable:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from rich.table import Table
+
 from admin.cli import admin_group
+from admin.cluster import on_each_broker
 from admin.common import (
     endpoints_option,
     format_bytes,
@@ -17,6 +20,7 @@ from admin.common import (
     run_admin,
     table,
 )
+from protocol.bodies import BrokerRuntimeInfo
 
 
 @admin_group.group("broker")
@@ -24,15 +28,8 @@ def broker_group() -> None:
     """Inspect a running broker."""
 
 
-@broker_group.command("status")
-@endpoints_option
-@json_option
-def status(endpoints: str, as_json: bool) -> None:
-    """Version, uptime, store and disk, held pulls, connections, config changed from defaults."""
-    info = run_admin(endpoints, lambda api, address: api.get_broker_runtime_info(address))
-    if as_json:
-        print_json(dataclasses.asdict(info))
-        return
+def status_tables(info: BrokerRuntimeInfo) -> list[Table]:
+    """One broker's block: its status, then the config keys that differ from the defaults."""
     rows = [
         ["broker", f"{info.broker_name} ({info.cluster_name}) at {info.address}"],
         ["version", info.version],
@@ -50,8 +47,23 @@ def status(endpoints: str, as_json: bool) -> None:
         ["topics / groups", f"{info.topic_count} / {info.group_count}"],
     ]
     diff = [[key, default, value] for key, (default, value) in info.config_diff.items()]
-    print_tables(table("broker status", ["", ""], rows),
-                 table("config changed from the defaults", ["key", "default", "value"], diff))
+    return [table(f"broker status of {info.broker_name}", ["", ""], rows),
+            table("config changed from the defaults", ["key", "default", "value"], diff)]
+
+
+@broker_group.command("status")
+@endpoints_option
+@json_option
+def status(endpoints: str, as_json: bool) -> None:
+    """Version, uptime, store and disk, held pulls, connections, config changed from defaults;
+    through a name server (e.g. --endpoints 127.0.0.1:9876) a block per broker of the cluster
+    (with --json, a list)."""
+    found = run_admin(endpoints, lambda api, address: on_each_broker(api, address, api.get_broker_runtime_info))
+    infos = found.values()
+    if as_json:
+        print_json([dataclasses.asdict(i) for i in infos] if found.via_name_server else dataclasses.asdict(infos[0]))
+        return
+    print_tables(*(block for info in infos for block in status_tables(info)))
 
 
 admin_group.aliases.update({"brokerStatus": ["broker", "status"]})

@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from admin.common import endpoints_option
+
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -28,8 +30,11 @@ class AliasedGroup(click.Group):
 
 
 @click.group("admin", cls=AliasedGroup, context_settings=CONTEXT_SETTINGS)
-def admin_group() -> None:
-    """Administer brokers over the wire protocol: topics, groups, offsets, messages, dead letters."""
+@endpoints_option
+def admin_group(endpoints: str) -> None:
+    """Administer brokers over the wire protocol: topics, groups, offsets, messages, dead letters.
+    --endpoints/-n here is the default of every subcommand (mqadmin topicList -n 127.0.0.1:9876
+    and mqadmin -n 127.0.0.1:9876 topicList are the same)."""
 
 
 def register_commands() -> None:

@@ -1,6 +1,6 @@
-"""What every admin command shares: the `--endpoints` / `--json` options, one client API per
-command run, clear one-line errors (exit code 2 when no broker can be reached, 1 when a broker
-refuses the request), and table or JSON output.
+"""What every admin command shares: the `--endpoints` (`-n`, $ROCKETQ_ENDPOINTS) / `--json` options,
+one client API per command run, clear one-line errors (exit code 2 when no broker can be reached or
+the endpoints are malformed, 1 when a broker refuses the request), and table or JSON output.
 
     @admin_group.command("example")
     @endpoints_option
@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
@@ -30,13 +31,55 @@ from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseE
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ENDPOINTS = "127.0.0.1:10911"
+ENDPOINTS_ENV = "ROCKETQ_ENDPOINTS"
+EXIT_USAGE = 2
 EXIT_UNREACHABLE = 2
 EXIT_REFUSED = 1
 
 
 def endpoints_option(command: F) -> F:
-    return click.option("--endpoints", default=DEFAULT_ENDPOINTS, show_default=True, metavar="HOST:PORT[;...]",
-                        help="Broker address(es) to talk to; the first reachable one is used.")(command)
+    """`--endpoints/-n HOST:PORT[;...]`, resolved by `resolve_endpoints`."""
+    return click.option(
+        "--endpoints", "-n", "endpoints", default=DEFAULT_ENDPOINTS, show_default=True, envvar=ENDPOINTS_ENV,
+        show_envvar=True, metavar="HOST:PORT[;...]", callback=resolve_endpoints,
+        help="Broker or name server address(es); the first is used. Also before the subcommand "
+             "(rocketq admin -n 127.0.0.1:9876 topic list).")(command)
+
+
+def resolve_endpoints(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """The endpoints a command talks to: its own --endpoints/-n, else one given before the
+    subcommand (`rocketq admin -n H:P topic list`), else $ROCKETQ_ENDPOINTS, else the default. A
+    malformed value is one line and exit 2 (a group leaves the variable to its subcommand)."""
+    name = param.name or "endpoints"
+    given = ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    outer = ctx.parent
+    while not given and outer is not None:
+        if outer.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+            return str(outer.params[name])              # checked when it was parsed
+        outer = outer.parent
+    if not given and isinstance(ctx.command, click.Group):
+        return value
+    try:
+        parse_endpoints(value)
+    except ValueError as exc:
+        source = "--endpoints" if given or ctx.get_parameter_source(name) is not ParameterSource.ENVIRONMENT \
+            else ENDPOINTS_ENV
+        fail(f"{source}: {exc}", EXIT_USAGE)
+    return value
+
+
+def parse_endpoints(endpoints: str) -> list[str]:
+    """`"host:port;host:port"` (`;` or `,` separated, blanks dropped) as a list; raises
+    `ValueError` naming the first entry that is not HOST:PORT with a port in 1..65535, or when
+    there is none."""
+    items = [item.strip() for item in endpoints.replace(",", ";").split(";") if item.strip()]
+    if not items:
+        raise ValueError(f"{endpoints!r} names no HOST:PORT (e.g. 127.0.0.1:10911)")
+    for item in items:
+        host, sep, port = item.rpartition(":")
+        if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"{item!r} is not HOST:PORT with a port in 1..65535 (e.g. 127.0.0.1:10911)")
+    return items
 
 
 def json_option(command: F) -> F:
@@ -46,10 +89,10 @@ def json_option(command: F) -> F:
 
 def first_endpoint(endpoints: str) -> str:
     """The first of `"host:port;host:port"`; a usage error when there is none."""
-    for item in endpoints.replace(",", ";").split(";"):
-        if item.strip():
-            return item.strip()
-    raise click.UsageError("--endpoints must name at least one HOST:PORT")
+    try:
+        return parse_endpoints(endpoints)[0]
+    except ValueError as exc:
+        raise click.UsageError(f"--endpoints: {exc}") from None
 
 
 class CommandError(Exception):
@@ -81,7 +124,7 @@ def emit(rows: Sequence[dict[str, Any]], as_json: bool, *, title: str, columns: 
 def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], timeout_s: float | None = 60.0) -> T:
     """`run` for commands that need the admin requests: `work(admin_api, address)` with the first
     endpoint's address; the same one-line errors and exit codes (2 unreachable, 1 refused), the
-    unreachable line naming the address."""
+    unreachable line naming the address that failed (a broker behind a name server, too)."""
     address = first_endpoint(endpoints)
 
     async def main() -> T:
@@ -94,8 +137,9 @@ def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], tim
     try:
         return asyncio.run(main())
     except (ConnectionClosed, RequestTimeout, ConnectionError, TimeoutError, OSError) as exc:
-        reason = str(exc).removeprefix(f"{address}: ") or type(exc).__name__
-        fail(f"cannot reach the broker at {address}: {reason}", EXIT_UNREACHABLE)
+        unreachable = exc.address if isinstance(exc, ConnectionClosed | RequestTimeout) else address
+        reason = str(exc).removeprefix(f"{unreachable}: ") or type(exc).__name__
+        fail(f"cannot reach the broker at {unreachable}: {reason}", EXIT_UNREACHABLE)
     except ResponseError as exc:
         fail(f"the broker at {address} refused: {exc.code.name}: {exc.remark}", EXIT_REFUSED)
     except (CommandError, MQError) as exc:
@@ -107,21 +151,35 @@ def print_json(value: Any) -> None:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
-    """A rich table; numeric columns are right-aligned and never wrapped, the first column keeps its
-    full width (names), other text columns fold when the terminal is narrow."""
+    """A rich table. Numeric columns are right-aligned and never wrapped; identifier columns (every
+    value one word: ids, names, addresses) are never wrapped and get their full width first; other
+    text columns fold when the width is short. Printed by `print_tables`, a non-terminal never
+    folds anything; a terminal too narrow even for the identifiers folds them as a last resort."""
     result = Table(title=title, title_justify="left", show_lines=False)
     for index, name in enumerate(columns):
-        numeric = bool(rows) and all(isinstance(row[index], int | float) for row in rows)
-        widest = max((len(str(row[index])) for row in rows), default=0)
-        result.add_column(name, justify="right" if numeric else "left", no_wrap=numeric, overflow="fold",
-                          min_width=min(widest, 48) if index == 0 else None)
+        cells = [row[index] for row in rows]
+        numeric = bool(cells) and all(isinstance(cell, int | float) for cell in cells)
+        identifier = bool(cells) and not numeric and all(len(str(cell).split()) <= 1 for cell in cells)
+        widest = max((len(str(cell)) for cell in cells), default=0)
+        result.add_column(name, justify="right" if numeric else "left", no_wrap=numeric or identifier,
+                          overflow="fold", min_width=widest if identifier else None)
     for row in rows:
         result.add_row(*("" if cell is None else str(cell) for cell in row))
     return result
 
 
+MIN_TABLE_WIDTH = 160
+
+
 def print_tables(*tables: Table) -> None:
-    console = Console(width=max(160, Console().width))
+    """Print `tables` at the terminal's width (at least `MIN_TABLE_WIDTH`; a terminal wraps longer
+    lines itself); to a pipe or a file, at the widest table's natural width, so no cell folds."""
+    console = Console()
+    width = max(MIN_TABLE_WIDTH, console.width)
+    if not console.is_terminal:
+        natural = Console(width=1 << 20)
+        width = max([width, *(natural.measure(item).maximum for item in tables)])
+    console = Console(width=width)
     for item in tables:
         console.print(item)
 

@@ -3,18 +3,21 @@
 
 `progress`: per queue the broker offset, the committed offset, the lag in messages and in time, and
 the client owning the queue now (asked of each client through GET_CONSUMER_RUNNING_INFO), with
-totals. `status`: each client's subscriptions and process queues (cached count and bytes, locked,
-last pull and consume time)."""
+totals; through a name server, of every broker of the cluster. `status`: each client's
+subscriptions and process queues (cached count and bytes, locked, last pull and consume time)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 
 import click
 
 from admin.cli import admin_group
+from admin.cluster import BrokerAnswers, on_each_broker
 from admin.common import (
+    CommandError,
     endpoints_option,
     format_bytes,
     format_duration_ms,
@@ -35,33 +38,60 @@ def consumer_group() -> None:
     """Inspect a consumer group: progress (lag), connections, and each client's state."""
 
 
-async def running_infos(api: AdminAPI, address: str, group: str) -> tuple[ConsumerConnection | None,
-                                                                          list[ConsumerRunningInfo]]:
-    """The group's connections (None when no consumer is online) and each client's running info
-    (clients that do not answer are left out)."""
-    try:
-        connection = await api.get_consumer_connection_list(address, group)
-    except ConsumerNotOnline:
-        return None, []
-    infos = []
-    for client in connection.connection_set:
+async def running_infos(api: AdminAPI, addresses: Sequence[str], group: str
+                        ) -> tuple[ConsumerConnection | None, list[ConsumerRunningInfo]]:
+    """The group's connections on the brokers at `addresses` (the first answer, with the clients
+    the others list added; None when no consumer is online on any) and each client's running info,
+    asked once through a broker it is connected to (clients that do not answer are left out)."""
+    connection: ConsumerConnection | None = None
+    via: dict[str, str] = {}                 # client id -> the address of a broker that lists it
+    for address in addresses:
         try:
-            infos.append(await api.get_consumer_running_info(address, group, client.client_id))
+            found = await api.get_consumer_connection_list(address, group)
+        except ConsumerNotOnline:
+            continue
+        added = [c for c in found.connection_set if c.client_id not in via]
+        connection = found if connection is None else dataclasses.replace(
+            connection, connection_set=[*connection.connection_set, *added])
+        via.update((c.client_id, address) for c in added)
+    infos = []
+    for client_id, address in via.items():
+        try:
+            infos.append(await api.get_consumer_running_info(address, group, client_id))
         except MQError:
             continue
     return connection, infos
 
 
-def owners(infos: list[ConsumerRunningInfo]) -> dict[tuple[str, int], str]:
-    """(topic, queue_id) → client id holding that process queue (not dropped)."""
-    return {(q.topic, q.queue_id): info.client_id for info in infos for q in info.mq_table if not q.dropped}
+OwnerKey = tuple[str, str, int]
+"""(broker_name, topic, queue_id) of a message queue."""
 
 
-async def _progress(api: AdminAPI, address: str, group: str, topic: str | None
-                    ) -> tuple[ConsumeStats, dict[tuple[str, int], str]]:
-    stats = await api.get_consume_stats(address, group, topic)
-    _, infos = await running_infos(api, address, group)
-    return stats, owners(infos)
+def owners(infos: list[ConsumerRunningInfo]) -> dict[OwnerKey, str]:
+    """(broker_name, topic, queue_id) → client id holding that process queue (not dropped)."""
+    return {(q.broker_name, q.topic, q.queue_id): info.client_id
+            for info in infos for q in info.mq_table if not q.dropped}
+
+
+async def _progress(api: AdminAPI, endpoint: str, group: str, topic: str | None
+                    ) -> tuple[BrokerAnswers[ConsumeStats], dict[OwnerKey, str]]:
+    """Every broker's consume stats of the group and the queues' owners; `CommandError` when no
+    broker has a queue for it (RocketMQ: "not found the consumer group consume stats")."""
+    found = await on_each_broker(api, endpoint, lambda address: api.get_consume_stats(address, group, topic))
+    if not any(stats.offset_table for stats in found.values()):
+        where = f" for topic {topic!r}" if topic else ""
+        raise CommandError(f"consumer group {group!r} has no offset info and no consumer online{where}"
+                           f"{' on any broker' if found.via_name_server else ''} (is the group name right?)")
+    _, infos = await running_infos(api, [answer.address for answer in found.answers], group)
+    return found, owners(infos)
+
+
+async def _online(api: AdminAPI, address: str, group: str) -> tuple[ConsumerConnection, list[ConsumerRunningInfo]]:
+    """`running_infos` of one broker; `CommandError` when no consumer of the group is online."""
+    connection, infos = await running_infos(api, [address], group)
+    if connection is None:
+        raise CommandError(f"consumer group {group!r} has no consumer online (is the group name right?)")
+    return connection, infos
 
 
 @consumer_group.command("progress")
@@ -70,18 +100,21 @@ async def _progress(api: AdminAPI, address: str, group: str, topic: str | None
 @endpoints_option
 @json_option
 def progress(group: str, topic: str | None, endpoints: str, as_json: bool) -> None:
-    """Per queue: broker offset, consumer offset, lag (messages and time) and owning client."""
-    stats, owner = run_admin(endpoints, lambda api, address: _progress(api, address, group, topic))
+    """Per queue: broker offset, consumer offset, lag (messages and time) and owning client, with
+    totals; through a name server (e.g. --endpoints 127.0.0.1:9876) the queues of every broker."""
+    found, owner = run_admin(endpoints, lambda api, address: _progress(api, address, group, topic))
+    queues = [q for stats in found.values() for q in stats.offset_table]
+    consume_tps = sum(stats.consume_tps for stats in found.values())
     rows = [dataclasses.asdict(q) | {"lag": max(0, q.broker_offset - q.consumer_offset),
-                                     "owner": owner.get((q.topic, q.queue_id), "")} for q in stats.offset_table]
+                                     "owner": owner.get((q.broker_name, q.topic, q.queue_id), "")} for q in queues]
     total_lag = sum(int(r["lag"]) for r in rows)
     if as_json:
-        print_json({"consumer_group": group, "queues": rows, "total_lag": total_lag, "consume_tps": stats.consume_tps})
+        print_json({"consumer_group": group, "queues": rows, "total_lag": total_lag, "consume_tps": consume_tps})
         return
     lines = [[q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset, row["lag"],
               format_duration_ms(q.lag_latency_ms), format_time_ms(q.last_timestamp), row["owner"]]
-             for q, row in zip(stats.offset_table, rows, strict=True)]
-    max_latency = max((q.lag_latency_ms for q in stats.offset_table), default=0)
+             for q, row in zip(queues, rows, strict=True)]
+    max_latency = max((q.lag_latency_ms for q in queues), default=0)
     print_tables(table(f"group {group}: total lag {total_lag}, oldest unconsumed {format_duration_ms(max_latency)}",
                        ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "lag time",
                         "last consumed", "owner"], lines))
@@ -113,9 +146,7 @@ def connection(group: str, endpoints: str, as_json: bool) -> None:
 def status(group: str, endpoints: str, as_json: bool) -> None:
     """Each client's subscriptions and process queues: cached messages and bytes, locked, last
     pull and last consume time."""
-    connection_data, infos = run_admin(endpoints, lambda api, address: running_infos(api, address, group))
-    if connection_data is None:
-        raise click.ClickException(f"consumer group {group!r} has no consumer online")
+    connection_data, infos = run_admin(endpoints, lambda api, address: _online(api, address, group))
     if as_json:
         print_json({"consumer_group": group, "message_model": connection_data.message_model,
                     "clients": [dataclasses.asdict(i) for i in infos]})

@@ -1,14 +1,18 @@
 """`rocketq admin dlq list|resend --group G`: inspect a group's dead-letter queue and send its
 messages back to their original topics (REFERENCE.md §9; RocketMQ's console "resend").
 
-The DLQ is `%DLQ%<group>`, one queue. A message there keeps its original topic in `RETRY_TOPIC`
-and its first message id in `ORIGIN_MESSAGE_ID`. `resend` sends a copy to the original topic with
+The DLQ is `%DLQ%<group>`, one queue. A message there keeps its original topic in `RETRY_TOPIC`,
+its first message id in `ORIGIN_MESSAGE_ID`, and why the broker put it there in `DLQ_REASON`
+(`list` shows it in its "why" column). `resend` sends a copy to the original topic with
 `reconsume_times` reset to 0 and the broker-side properties (`RETRY_TOPIC`, `REAL_TOPIC`,
-`REAL_QID`, `DELAY`, `MAX_RECONSUME_TIMES`) removed, so the group consumes it as new.
+`REAL_QID`, `DELAY`, `MAX_RECONSUME_TIMES`, `DLQ_REASON`) removed, so the group consumes it as new.
 
 `resend --all` resends from the group's resend mark (its committed offset on the DLQ topic) to the
-end and then moves the mark, so running it twice resends nothing twice; `list` marks the messages
-before the mark as resent. `resend --msg-id` resends one message and leaves the mark alone."""
+end and then moves the mark, so running it twice resends nothing twice. `resend --msg-id` resends
+one message and leaves the mark alone. The copy carries `DLQ_RESENT_FROM` (the DLQ message's id),
+so a message resent before is found in the broker's key index (`earlier_copy`): `resend` skips it
+(`--msg-id` of it is refused) unless `--force`, and `list` marks it resent, as it does what is
+before the mark."""
 
 from __future__ import annotations
 
@@ -20,17 +24,20 @@ import click
 
 from admin.cli import admin_group
 from admin.common import CommandError, emit, endpoints_option, json_option, run_admin
-from client.api import ClientAPI
+from client.admin_api import AdminAPI
 from protocol.codes import PullSysFlag
 from protocol.errors import QueryNotFound, TopicNotExist
 from protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
 from protocol.message import (
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_DLQ_REASON,
+    PROPERTY_DLQ_RESENT_FROM,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_UNIQ_KEY,
     MessageExt,
 )
 from protocol.model import ExpressionType, PullStatus
@@ -40,9 +47,10 @@ TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 TOOLS_PRODUCER_GROUP = "TOOLS_PRODUCER"
 PULL_BATCH = 32
 BROKER_SIDE_PROPERTIES = frozenset({PROPERTY_RETRY_TOPIC, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
-                                    PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
+                                    PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_DLQ_REASON,
                                     "CONSUME_START_TIME", "MIN_OFFSET", "MAX_OFFSET"})
 BODY_PREVIEW_BYTES = 40
+MAX_QUERY_MESSAGES = 64             # the broker's most per QUERY_MESSAGE
 
 
 @dataclass(slots=True)
@@ -55,7 +63,7 @@ class DeadLetters:
     resend_mark: int
 
 
-async def read_dead_letters(api: ClientAPI, address: str, group: str, start: int | None,
+async def read_dead_letters(api: AdminAPI, address: str, group: str, start: int | None,
                             limit: int) -> DeadLetters:
     """Up to `limit` messages of `%DLQ%<group>` from `start` (None: the resend mark, or the
     queue's min); an absent DLQ topic reads as empty."""
@@ -88,22 +96,47 @@ async def read_dead_letters(api: ClientAPI, address: str, group: str, start: int
 
 def resend_properties(message: MessageExt) -> dict[str, str]:
     """The copy's properties: the message's own without the broker-side ones; ORIGIN_MESSAGE_ID is
-    kept (or set to the DLQ message's id) so the lineage stays traceable. Pure."""
+    kept (or set to the DLQ message's id) so the lineage stays traceable; DLQ_RESENT_FROM is the
+    DLQ message's id and UNIQ_KEY is kept (or set to that id), so `earlier_copy` finds it. Pure."""
     properties = {k: v for k, v in message.properties.items() if k not in BROKER_SIDE_PROPERTIES}
     properties.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, message.msg_id)
+    properties.setdefault(PROPERTY_UNIQ_KEY, message.msg_id)
+    properties[PROPERTY_DLQ_RESENT_FROM] = message.msg_id
     return properties
 
 
-async def resend(api: ClientAPI, address: str, message: MessageExt, sequence: int) -> dict[str, Any]:
+async def earlier_copy(api: AdminAPI, address: str, message: MessageExt) -> MessageExt | None:
+    """The newest copy `resend` made of the DLQ `message` before: looked up in the broker's key
+    index under its original topic by the UNIQ_KEY the copy has (`resend_properties`), told
+    apart from the original by its DLQ_RESENT_FROM; None when there is none (or the key index no
+    longer holds it: it keeps the newest `key_index` entries, rebuilt from the commit log)."""
+    topic = message.properties.get(PROPERTY_RETRY_TOPIC)
+    if not topic:
+        return None
+    try:
+        found = await api.query_message(address, topic, message.uniq_key or message.msg_id, MAX_QUERY_MESSAGES)
+    except (QueryNotFound, TopicNotExist):
+        return None
+    return next((m for m in found if m.properties.get(PROPERTY_DLQ_RESENT_FROM) == message.msg_id), None)
+
+
+async def resend(api: AdminAPI, address: str, message: MessageExt, sequence: int, *, force: bool) -> dict[str, Any]:
     """Send a copy of a DLQ `message` to its original topic (queue `sequence` modulo its write
-    queues); returns the row printed for it. A message without RETRY_TOPIC is reported, not sent."""
+    queues); returns the row printed for it. A message without RETRY_TOPIC is reported, not sent;
+    so is one resent before (`earlier_copy`, its id in `resent_before_as`) unless `force`."""
     topic = message.properties.get(PROPERTY_RETRY_TOPIC, "")
     row: dict[str, Any] = {"dlq_offset": message.queue_offset, "dlq_msg_id": message.msg_id,
                            "origin_msg_id": message.properties.get(PROPERTY_ORIGIN_MESSAGE_ID, ""),
-                           "topic": topic, "new_msg_id": "", "queue_id": ""}
+                           "topic": topic, "new_msg_id": "", "queue_id": "", "resent_before_as": ""}
     if not topic:
         row["new_msg_id"] = "skipped: no RETRY_TOPIC (original topic unknown)"
         return row
+    copy = await earlier_copy(api, address, message)
+    if copy is not None:
+        row["resent_before_as"] = copy.msg_id
+        if not force:
+            row["new_msg_id"] = f"skipped: already resent as {copy.msg_id} (--force resends it again)"
+            return row
     route = await api.get_route_info(address, topic)
     write_queues = max((q.write_queue_nums for q in route.queue_datas), default=1)
     header = SendMessageRequestHeader(producer_group=TOOLS_PRODUCER_GROUP, topic=topic,
@@ -115,18 +148,34 @@ async def resend(api: ClientAPI, address: str, message: MessageExt, sequence: in
     return row
 
 
-def _row(message: MessageExt, mark: int) -> dict[str, Any]:
+def why(message: MessageExt) -> str:
+    """Why `message` is in the DLQ: the DLQ_REASON the broker stamped ("failed 17 times (max
+    reconsume times 16)", or "the consumer sent it to the DLQ (delay level -1)"); for a message
+    stored without one, its reconsume times. Pure."""
+    reason = message.properties.get(PROPERTY_DLQ_REASON)
+    return reason or f"reconsume times {message.reconsume_times} (no {PROPERTY_DLQ_REASON})"
+
+
+def _row(message: MessageExt, resent: bool) -> dict[str, Any]:
     body = message.body[:BODY_PREVIEW_BYTES]
     return {
         "dlq_offset": message.queue_offset, "msg_id": message.msg_id,
         "origin_msg_id": message.properties.get(PROPERTY_ORIGIN_MESSAGE_ID, ""),
-        "topic": message.properties.get(PROPERTY_RETRY_TOPIC, ""),
+        "topic": message.properties.get(PROPERTY_RETRY_TOPIC, ""), "why": why(message),
         "reconsume_times": message.reconsume_times,
         "stored_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(message.store_timestamp / 1000)),
         "keys": message.keys or "", "tags": message.tags or "",
         "body": body.decode("utf-8", "replace") + ("…" if len(message.body) > BODY_PREVIEW_BYTES else ""),
-        "resent": message.queue_offset < mark,
+        "resent": resent,
     }
+
+
+async def _listed(api: AdminAPI, address: str, group: str, limit: int) -> tuple[DeadLetters, list[dict[str, Any]]]:
+    """The DLQ's first `limit` messages as rows; resent: before the resend mark, or a copy found."""
+    letters = await read_dead_letters(api, address, group, 0, limit)
+    rows = [_row(m, m.queue_offset < letters.resend_mark or await earlier_copy(api, address, m) is not None)
+            for m in letters.messages]
+    return letters, rows
 
 
 @admin_group.group("dlq")
@@ -141,12 +190,12 @@ def dlq_group() -> None:
 @endpoints_option
 @json_option
 def list_command(group: str, limit: int, endpoints: str, as_json: bool) -> None:
-    """List the messages in the group's dead-letter queue, oldest first."""
-    letters = run_admin(endpoints, lambda api, address: read_dead_letters(api, address, group, 0, limit))
-    rows = [_row(m, letters.resend_mark) for m in letters.messages]
+    """List the messages in the group's dead-letter queue, oldest first: original topic, why it is
+    there (e.g. "failed 17 times (max reconsume times 16)"), keys, a body preview, whether resent."""
+    letters, rows = run_admin(endpoints, lambda api, address: _listed(api, address, group, limit))
     emit(rows, as_json, title=f"{dlq_topic(group)} ({letters.max_offset - letters.min_offset} messages)",
-         columns=["dlq_offset", "msg_id", "origin_msg_id", "topic", "reconsume_times", "stored_at", "keys",
-                  "body", "resent"],
+         columns=["dlq_offset", "msg_id", "origin_msg_id", "topic", "why", "reconsume_times", "stored_at",
+                  "keys", "body", "resent"],
          empty=f"no dead letters for group {group!r}")
 
 
@@ -155,19 +204,28 @@ def list_command(group: str, limit: int, endpoints: str, as_json: bool) -> None:
 @click.option("--msg-id", help="Resend this message (its DLQ msg id or its ORIGIN_MESSAGE_ID).")
 @click.option("--all", "resend_all", is_flag=True,
               help="Resend every message after the group's resend mark, then move the mark.")
+@click.option("--force", is_flag=True,
+              help="Resend a message even if it was resent before (e.g. dlq resend -g G --msg-id ID --force).")
 @endpoints_option
 @json_option
-def resend_command(group: str, msg_id: str | None, resend_all: bool, endpoints: str, as_json: bool) -> None:
-    """Send dead letters back to their original topics with reconsume_times reset to 0."""
+def resend_command(group: str, msg_id: str | None, resend_all: bool, force: bool, endpoints: str,
+                   as_json: bool) -> None:
+    """Send dead letters back to their original topics with reconsume_times reset to 0. A message
+    resent before (its copy carries DLQ_RESENT_FROM) is skipped unless --force; --msg-id of such
+    a message is refused (exit 1)."""
     if bool(msg_id) == resend_all:
         raise click.UsageError("give exactly one of --msg-id ID or --all")
-    async def work(api: ClientAPI, address: str) -> list[dict[str, Any]]:
+    async def work(api: AdminAPI, address: str) -> list[dict[str, Any]]:
         letters = await read_dead_letters(api, address, group, None if resend_all else 0, 1_000_000)
         chosen = letters.messages if resend_all else [
             m for m in letters.messages if msg_id in (m.msg_id, m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID))]
         if msg_id and not chosen:
             raise CommandError(f"no message {msg_id!r} in {dlq_topic(group)}")
-        rows = [await resend(api, address, m, i) for i, m in enumerate(chosen)]
+        rows = [await resend(api, address, m, i, force=force) for i, m in enumerate(chosen)]
+        if msg_id and all(row["queue_id"] == "" and row["resent_before_as"] for row in rows):
+            copies = ", ".join(row["resent_before_as"] for row in rows)
+            raise CommandError(f"message {msg_id} of {dlq_topic(group)} was already resent (as {copies}); "
+                               "give --force to resend it again")
         if resend_all and letters.max_offset > letters.resend_mark:
             await api.update_consumer_offset(address, group, dlq_topic(group), 0, letters.max_offset)
         return rows

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from admin.cli import admin_group
+from admin.common import endpoints_option, first_endpoint
 from broker.filter.sql92 import FilterSyntaxError, compile_expression
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
@@ -84,7 +85,7 @@ def filter_group() -> None:
               default="SQL92", show_default=True, help="Expression type.")
 @click.option("--last", "last", type=click.IntRange(1, 100_000), default=100, show_default=True,
               help="How many of each queue's most recent messages to try.")
-@click.option("--endpoints", "-n", default="127.0.0.1:10911", show_default=True, help="Broker address host:port.")
+@endpoints_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def filter_test(topic: str, expression: str, expression_type: str, last: int, endpoints: str, as_json: bool) -> None:
     """Show how EXPRESSION parses and how many of TOPIC's last N messages per queue it matches."""
@@ -97,7 +98,7 @@ def filter_test(topic: str, expression: str, expression_type: str, last: int, en
     except ValueError as exc:
         _fail(as_json, 1, f"bad tag expression: {exc}")
     report = Report(topic, expression, kind, parsed, reads)
-    address = endpoints.split(";")[0].split(",")[0].strip()
+    address = first_endpoint(endpoints)
     try:
         asyncio.run(_sample(address, report, matcher, last))
     except ResponseError as exc:

@@ -1,9 +1,10 @@
-"""`rocketq admin message query|print` (mqadmin `queryMsgById`, `queryMsgByKey`, `printMsg`).
+"""`rocketq admin message query|print` (mqadmin `queryMsgById`, `queryMsgByUniqueKey`, `queryMsgByKey`,
+`printMsg`).
 
 `query --id ID` looks the message up by its offset message id (VIEW_MESSAGE_BY_ID); an id that is
-not an offset id is tried as a UNIQ_KEY when `--topic` is given. `query --key K --topic T` uses the
-broker's key index (QUERY_MESSAGE). `print --topic T --queue Q --offset N` reads from a queue like a
-consumer (group `TOOLS_CONSUMER`, nothing committed)."""
+not one is looked up as a UNIQ_KEY in the key index under `--topic` (queryMsgByUniqueKey).
+`query --key K --topic T` uses the broker's key index (QUERY_MESSAGE). `print --topic T --queue Q
+--offset N` reads from a queue like a consumer (group `TOOLS_CONSUMER`, nothing committed)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from protocol.headers import PullMessageRequestHeader
 from protocol.message import MessageExt
 
 TOOLS_CONSUMER = "TOOLS_CONSUMER"
+MAX_UNIQ_KEY_MATCHES = 64           # the broker's most per QUERY_MESSAGE
 
 
 @admin_group.group("message")
@@ -60,19 +62,36 @@ def _show(messages: list[MessageExt], as_json: bool, title: str) -> None:
 
 
 async def _by_id(api: AdminAPI, address: str, msg_id: str, topic: str | None) -> list[MessageExt]:
+    """RocketMQ's queryMsgById then queryMsgByUniqueKey: `msg_id` as an offset message id
+    (VIEW_MESSAGE_BY_ID), kept only when the message found has that id, since a UNIQ_KEY is 32 hex
+    digits too and decodes to some offset; else, with `topic`, as a UNIQ_KEY in the broker's key
+    index under the topic (QUERY_MESSAGE, then only messages whose UNIQ_KEY is `msg_id`: a KEYS
+    word may equal it), newest first. Raises `CommandError` when neither finds it."""
     try:
-        return [await api.view_message(address, msg_id)]
-    except SystemError_:
-        if topic is None:
-            raise CommandError(f"{msg_id!r} is not an offset message id; give --topic to look it up as a "
-                               "UNIQ_KEY") from None
-        return await api.query_message(address, topic, msg_id, 1)
+        message = await api.view_message(address, msg_id)
+        if message.msg_id == msg_id:
+            return [message]
+    except (SystemError_, QueryNotFound):
+        pass
+    if topic is None:
+        raise CommandError(f"no message has the offset message id {msg_id!r}; give --topic to look it up "
+                           "as a UNIQ_KEY (the id a producer's SendResult gives)")
+    try:
+        found = await api.query_message(address, topic, msg_id, MAX_UNIQ_KEY_MATCHES)
+    except QueryNotFound:
+        found = []
+    found = [m for m in found if m.uniq_key == msg_id]
+    if not found:
+        raise CommandError(f"no message of topic {topic!r} has the message id or UNIQ_KEY {msg_id!r}")
+    return found
 
 
 @message_group.command("query")
-@click.option("--id", "-i", "msg_id", default=None, help="Message id (offset id, or UNIQ_KEY with --topic).")
+@click.option("--id", "-i", "msg_id", default=None,
+              help="Message id: the offset msg id, or with --topic the UNIQ_KEY a producer's SendResult gives "
+                   "(e.g. --id 7F0000010B2C1507C950176F58D50000 --topic orders).")
 @click.option("--key", "-k", default=None, help="A key the message was sent with (with --topic).")
-@click.option("--topic", "-t", default=None, help="Topic (needed with --key).")
+@click.option("--topic", "-t", default=None, help="Topic (needed with --key, and to find a UNIQ_KEY with --id).")
 @click.option("--max", "max_num", type=click.IntRange(1, 64), default=32, show_default=True,
               help="Most messages to show for --key.")
 @endpoints_option
@@ -120,4 +139,4 @@ def print_messages(topic: str, queue_id: int, queue_offset: int, count: int, end
 
 
 admin_group.aliases.update({"queryMsgById": ["message", "query"], "queryMsgByKey": ["message", "query"],
-                            "printMsg": ["message", "print"]})
+                            "queryMsgByUniqueKey": ["message", "query"], "printMsg": ["message", "print"]})

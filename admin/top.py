@@ -1,8 +1,9 @@
-"""`rocketq top [--group G]`: a live terminal view of consumer groups (rich Live), refreshed every
-second: per group and queue the lag (messages and time), the rate in (broker offset) and out
-(committed offset) since the previous refresh, the owning client, and the broker's held pulls and
-connections. `q` quits (Ctrl-C too). Talks the wire protocol like the admin commands; a broker that
-cannot be reached is one line and exit code 2."""
+"""`rocketq top [--group G] [--sort lag|tps|topic|group]`: a live terminal view of consumer groups
+(rich Live), refreshed every second: per group and queue the lag (messages and time), the rate in
+(broker offset) and out (committed offset) since the previous refresh, the owning client, and the
+broker's held pulls and connections; most lag first unless sorted otherwise (`admin/top_view.py`
+lays it out). `s` cycles the sort, `q` quits (Ctrl-C too). Talks the wire protocol like the admin
+commands; a broker that cannot be reached is one line and exit code 2."""
 
 from __future__ import annotations
 
@@ -13,30 +14,17 @@ import termios
 import time
 import tty
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import click
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
-from admin.common import endpoints_option, format_duration_ms, run_admin
+from admin.common import endpoints_option, run_admin
 from admin.consumer import owners, running_infos
+from admin.top_view import SORTS, Snapshot, next_sort, render
 from client.admin_api import AdminAPI
-from protocol.bodies import BrokerRuntimeInfo, QueueConsumeStats
 
 REFRESH_S = 1.0
-
-
-@dataclass
-class Snapshot:
-    """One refresh: stats per group, owners, broker info, and when it was taken."""
-
-    at_s: float
-    broker: BrokerRuntimeInfo
-    queues: dict[str, list[QueueConsumeStats]] = field(default_factory=dict)
-    owners: dict[str, dict[tuple[str, int], str]] = field(default_factory=dict)
 
 
 async def take_snapshot(api: AdminAPI, address: str, group: str | None) -> Snapshot:
@@ -47,36 +35,9 @@ async def take_snapshot(api: AdminAPI, address: str, group: str | None) -> Snaps
         if not stats.offset_table:
             continue
         snapshot.queues[name] = stats.offset_table
-        _, infos = await running_infos(api, address, name)
+        _, infos = await running_infos(api, [address], name)
         snapshot.owners[name] = owners(infos)
     return snapshot
-
-
-def render(snapshot: Snapshot, previous: Snapshot | None, address: str) -> Group:
-    """The screen: a header line and one table of every (group, topic, queue)."""
-    elapsed = snapshot.at_s - previous.at_s if previous else 0.0
-    before = {(g, q.topic, q.queue_id): q for g, qs in (previous.queues.items() if previous else []) for q in qs}
-    table = Table(expand=True)
-    for name in ("group", "topic", "queue", "lag", "lag time", "in/s", "out/s", "owner"):
-        table.add_column(name, justify="right" if name in ("queue", "lag", "in/s", "out/s") else "left",
-                         no_wrap=True, overflow="ellipsis")
-    total_lag = 0
-    for group, queues in sorted(snapshot.queues.items()):
-        for q in queues:
-            lag = max(0, q.broker_offset - q.consumer_offset)
-            total_lag += lag
-            old = before.get((group, q.topic, q.queue_id))
-            rate_in = rate_out = "-"
-            if old is not None and elapsed > 0:
-                rate_in = f"{(q.broker_offset - old.broker_offset) / elapsed:.1f}"
-                rate_out = f"{max(0, q.consumer_offset - old.consumer_offset) / elapsed:.1f}"
-            table.add_row(group, q.topic, str(q.queue_id), str(lag), format_duration_ms(q.lag_latency_ms), rate_in,
-                          rate_out, snapshot.owners.get(group, {}).get((q.topic, q.queue_id), ""))
-    info = snapshot.broker
-    header = Text(f"rocketq top  {info.broker_name} at {address}  up {format_duration_ms(info.uptime_ms)}  "
-                  f"held pulls {info.held_pulls}  connections {info.connections}  groups {len(snapshot.queues)}  "
-                  f"total lag {total_lag}  (q quits)", style="bold")
-    return Group(header, table)
 
 
 @contextlib.contextmanager
@@ -94,28 +55,47 @@ def keys_without_echo() -> Iterator[bool]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-async def watch(api: AdminAPI, address: str, group: str | None, iterations: int | None) -> None:
-    quit_pressed = asyncio.Event()
+class Keys:
+    """What the keys asked for: `s` the next sort, `q` to quit; `pressed` is set on each."""
+
+    def __init__(self, sort: str) -> None:
+        self.sort, self.quit, self.pressed = sort, False, asyncio.Event()
+
+    def on_key(self, key: str) -> None:
+        if key in ("q", "Q"):
+            self.quit = True
+        elif key in ("s", "S"):
+            self.sort = next_sort(self.sort)
+        self.pressed.set()
+
+
+async def watch(api: AdminAPI, address: str, group: str | None, iterations: int | None, sort: str) -> None:
+    """Refresh every `REFRESH_S` until `iterations` screens were shown or `q`; a key shows the
+    same snapshot again at once (a new sort) without waiting for the next refresh."""
+    keys = Keys(sort)
     loop = asyncio.get_running_loop()
     with keys_without_echo() as reading:
         if reading:
-            def on_key() -> None:
-                if sys.stdin.read(1) in ("q", "Q"):
-                    quit_pressed.set()
-            loop.add_reader(sys.stdin.fileno(), on_key)
+            loop.add_reader(sys.stdin.fileno(), lambda: keys.on_key(sys.stdin.read(1)))
         try:
             previous: Snapshot | None = None
             shown = 0
             console = Console() if sys.stdout.isatty() else Console(width=160)
             with Live(console=console, auto_refresh=False, transient=False) as live:
-                while iterations is None or shown < iterations:
+                while not keys.quit and (iterations is None or shown < iterations):
                     snapshot = await take_snapshot(api, address, group)
-                    live.update(render(snapshot, previous, address), refresh=True)
-                    previous, shown = snapshot, shown + 1
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(quit_pressed.wait(), REFRESH_S)
-                    if quit_pressed.is_set():
-                        break
+                    live.update(render(snapshot, previous, address, sort=keys.sort, width=console.width,
+                                       keys=reading), refresh=True)
+                    shown += 1
+                    deadline = loop.time() + REFRESH_S
+                    while not keys.quit and (iterations is None or shown < iterations) and loop.time() < deadline:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(keys.pressed.wait(), deadline - loop.time())
+                        if keys.pressed.is_set() and not keys.quit:
+                            live.update(render(snapshot, previous, address, sort=keys.sort, width=console.width,
+                                               keys=reading), refresh=True)
+                        keys.pressed.clear()
+                    previous = snapshot
         finally:
             if reading:
                 loop.remove_reader(sys.stdin.fileno())
@@ -125,8 +105,11 @@ async def watch(api: AdminAPI, address: str, group: str | None, iterations: int 
 @click.option("--group", "-g", default=None, help="Only this consumer group.")
 @click.option("--iterations", "-i", type=click.IntRange(1), default=None,
               help="Stop after this many refreshes (scripts); default: until q or Ctrl-C.")
+@click.option("--sort", type=click.Choice(SORTS), default="lag", show_default=True,
+              help="Row order: lag (most first), tps (fastest consumed first), topic or group (by name); "
+                   "the s key cycles it. E.g. rocketq top --sort tps.")
 @endpoints_option
-def top(group: str | None, iterations: int | None, endpoints: str) -> None:
-    """Live view of consumer lag, rates in and out, owners and held pulls; q quits."""
+def top(group: str | None, iterations: int | None, sort: str, endpoints: str) -> None:
+    """Live view of consumer lag, rates in and out, owners and held pulls; s cycles the sort, q quits."""
     with contextlib.suppress(KeyboardInterrupt):
-        run_admin(endpoints, lambda api, address: watch(api, address, group, iterations), timeout_s=None)
+        run_admin(endpoints, lambda api, address: watch(api, address, group, iterations, sort), timeout_s=None)

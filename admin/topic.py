@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from admin.cli import admin_group
+from admin.cluster import on_each_broker
 from admin.common import (
     CommandError,
     endpoints_option,
@@ -21,6 +22,7 @@ from admin.common import (
     table,
 )
 from client.admin_api import AdminAPI
+from protocol.bodies import TopicStatsTable
 from protocol.codes import Perm
 from protocol.errors import SystemError_
 
@@ -157,13 +159,26 @@ def delete(topic: str, endpoints: str, as_json: bool) -> None:
 @endpoints_option
 @json_option
 def list_topics(endpoints: str, as_json: bool) -> None:
-    """Every topic of the broker with its queue counts and permission."""
-    topics = run_admin(endpoints, lambda api, address: api.get_all_topic_config(address))
-    if as_json:
-        print_json([dataclasses.asdict(t) for t in topics])
+    """Every topic of the broker with its queue counts and permission; through a name server
+    (e.g. --endpoints 127.0.0.1:9876) every topic of every broker, a row per topic and broker."""
+    found = run_admin(endpoints, lambda api, address: on_each_broker(api, address, api.get_all_topic_config))
+    if not found.via_name_server:
+        (topics,) = found.values()
+        if as_json:
+            print_json([dataclasses.asdict(t) for t in topics])
+            return
+        print_tables(table(f"{len(topics)} topics", ["topic", "read queues", "write queues", "perm"],
+                           [[t.topic, t.read_queue_nums, t.write_queue_nums, _perm_text(t.perm)] for t in topics]))
         return
-    print_tables(table(f"{len(topics)} topics", ["topic", "read queues", "write queues", "perm"],
-                       [[t.topic, t.read_queue_nums, t.write_queue_nums, _perm_text(t.perm)] for t in topics]))
+    pairs = sorted(((t, answer.broker_name) for answer in found.answers for t in answer.value),
+                   key=lambda pair: (pair[0].topic, pair[1]))
+    if as_json:
+        print_json([{"broker_name": name, **dataclasses.asdict(t)} for t, name in pairs])
+        return
+    print_tables(table(f"{len({t.topic for t, _ in pairs})} topics on {len(found.answers)} brokers",
+                       ["topic", "broker", "read queues", "write queues", "perm"],
+                       [[t.topic, name, t.read_queue_nums, t.write_queue_nums, _perm_text(t.perm)]
+                        for t, name in pairs]))
 
 
 @topic_group.command("status")
@@ -171,14 +186,17 @@ def list_topics(endpoints: str, as_json: bool) -> None:
 @endpoints_option
 @json_option
 def status(topic: str, endpoints: str, as_json: bool) -> None:
-    """Per queue: min and max offset, messages held, and when the last message was stored."""
-    stats = run_admin(endpoints, lambda api, address: api.get_topic_stats(address, topic))
+    """Per queue: min and max offset, messages held, and when the last message was stored; through
+    a name server, the queues of every broker of the topic's route."""
+    found = run_admin(endpoints, lambda api, address: on_each_broker(
+        api, address, lambda broker: api.get_topic_stats(broker, topic), topic=topic))
+    queues = [q for stats in found.values() for q in stats.offset_table]
     if as_json:
-        print_json(dataclasses.asdict(stats))
+        print_json(dataclasses.asdict(TopicStatsTable(offset_table=queues)))
         return
     rows = [[q.broker_name, q.queue_id, q.min_offset, q.max_offset, q.max_offset - q.min_offset,
-             format_time_ms(q.last_update_timestamp)] for q in stats.offset_table]
-    total = sum(q.max_offset - q.min_offset for q in stats.offset_table)
+             format_time_ms(q.last_update_timestamp)] for q in queues]
+    total = sum(q.max_offset - q.min_offset for q in queues)
     print_tables(table(f"topic {topic}: {total} messages", ["broker", "queue", "min offset", "max offset",
                                                             "messages", "last stored"], rows))
 

@@ -54,3 +54,14 @@ def decide_for_retry_send(reconsume_times: int, max_reconsume_times: int, group:
     if reconsume_times >= max_reconsume_times:
         return dlq_topic(group)
     return None
+
+
+def dlq_reason(reconsume_times: int, delay_level: int, max_reconsume_times: int) -> str:
+    """Why a message `decide` sends to the DLQ goes there, for its DLQ_REASON property (rocketq's:
+    RocketMQ records none): "failed 17 times (max reconsume times 16)" when its reconsume times
+    ran out (`reconsume_times` + 1 failed deliveries: the first and each retry), else "the consumer
+    sent it to the DLQ (delay level -1)" for a negative `delay_level`. Pure."""
+    if delay_level < 0 and reconsume_times < max_reconsume_times:
+        return f"the consumer sent it to the DLQ (delay level {delay_level})"
+    failures = reconsume_times + 1
+    return f"failed {failures} time{'' if failures == 1 else 's'} (max reconsume times {max_reconsume_times})"

@@ -35,6 +35,8 @@ PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
 PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
 PROPERTY_MIN_OFFSET = "MIN_OFFSET"
 PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_DLQ_REASON = "DLQ_REASON"          # rocketq's: why the broker stored it in %DLQ%<group>
+PROPERTY_DLQ_RESENT_FROM = "DLQ_RESENT_FROM"  # rocketq's: the DLQ msg id `admin dlq resend` copied
 KEY_SEPARATOR = " "
 
 # Field positions in the stored array.

@@ -13,7 +13,7 @@ from broker.processors.send_message import answer_when_durable, check_put
 from broker.processors.validate import require_group_name, require_non_negative
 from broker.remoting.context import RequestContext
 from broker.remoting.dispatcher import Deferred
-from broker.retry_policy import decide, max_reconsume_times_of
+from broker.retry_policy import decide, dlq_reason, max_reconsume_times_of
 from broker.store.message_store import MessageStore
 from broker.topics.retry_topics import RetryTopics
 from protocol.command import RemotingCommand
@@ -29,6 +29,7 @@ from protocol.message import (
     F_SYS_FLAG,
     F_TOPIC,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_DLQ_REASON,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     make_msg_id,
@@ -54,7 +55,8 @@ class SendBackProcessor:
         then store a copy (same body, flag, properties, born time and host; `reconsume_times` + 1;
         `RETRY_TOPIC` = the original topic unless already set; `ORIGIN_MESSAGE_ID` kept from the
         first attempt) in `%RETRY%<group>` with delay level `delay_level` (`3 + reconsume_times` when
-        0), or in `%DLQ%<group>` past `max_reconsume_times` or for a negative level. SUCCESS without
+        0), or in `%DLQ%<group>` past `max_reconsume_times` or for a negative level (with a
+        `DLQ_REASON` property saying which, `dlq_reason`). SUCCESS without
         storing anything when the group's `retry_queue_nums` is 0. Answered as a SEND is: at once
         when the copy is durable (ASYNC_FLUSH), else through a `Deferred` the group commit resolves
         (no task per request; the DLQ counter counts at put time, as the SEND path's does).
@@ -94,6 +96,7 @@ class SendBackProcessor:
         properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         if decision.to_dlq:
             topic, queue_id = self._retry.dlq_queue(group)
+            properties[PROPERTY_DLQ_REASON] = dlq_reason(reconsume_times, delay_level, maximum)
             log.info("group %s: message %s reached %d reconsume times; sent to %s", group,
                      properties[PROPERTY_ORIGIN_MESSAGE_ID], reconsume_times, topic)
         else:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import random
 from typing import NamedTuple
 
-from broker.retry_policy import decide_for_retry_send, max_reconsume_times_of
+from broker.retry_policy import decide_for_retry_send, dlq_reason, max_reconsume_times_of
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfigManager
 from protocol.codes import Perm
 from protocol.errors import NoPermission, SystemError_
-from protocol.message import PROPERTY_DELAY_TIME_LEVEL
+from protocol.message import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_DLQ_REASON
 from protocol.topics import RETRY_GROUP_TOPIC_PREFIX, check_group, dlq_topic, is_retry_topic, retry_topic
 
 DLQ_PERM = Perm.READ | Perm.WRITE          # readable since RocketMQ 4.9.2 (PROTOCOL.md difference 7)
@@ -61,7 +61,7 @@ class RetryTopics:
         """Where a plain send to `topic` goes. Unchanged unless `topic` is `%RETRY%<group>`: then the
         retry topic is created with the group's `retry_queue_nums` if missing, and when
         `reconsume_times` reached the maximum (the header's, else the group's `retry_max_times`)
-        the message goes to `%DLQ%<group>` queue 0 without its DELAY. RocketMQ
+        the message goes to `%DLQ%<group>` queue 0 without its DELAY, with a DLQ_REASON. RocketMQ
         `SendMessageProcessor#handleRetryAndDLQ`."""
         if not is_retry_topic(topic):
             return SendRoute(topic, queue_id, properties, None)
@@ -74,5 +74,6 @@ class RetryTopics:
             self.retry_queue(group)
             return SendRoute(topic, queue_id, properties, None)
         dlq, dlq_queue_id = self.dlq_queue(group)
-        return SendRoute(dlq, dlq_queue_id,
-                         {k: v for k, v in properties.items() if k != PROPERTY_DELAY_TIME_LEVEL}, group)
+        dead = {k: v for k, v in properties.items() if k != PROPERTY_DELAY_TIME_LEVEL}
+        dead[PROPERTY_DLQ_REASON] = dlq_reason(reconsume_times, 0, maximum)
+        return SendRoute(dlq, dlq_queue_id, dead, group)

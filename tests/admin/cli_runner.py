@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from click.testing import CliRunner, Result
@@ -12,9 +13,10 @@ from click.testing import CliRunner, Result
 from rocketq.cli import main
 
 
-async def rocketq(*args: str) -> Result:
+async def rocketq(*args: str, env: Mapping[str, str | None] | None = None) -> Result:
+    """`rocketq ARGS...`; `env` sets (or with None unsets) environment variables for the run."""
     runner = CliRunner()
-    return await asyncio.to_thread(runner.invoke, main, list(args), catch_exceptions=False)
+    return await asyncio.to_thread(runner.invoke, main, list(args), catch_exceptions=False, env=env)
 
 
 async def rocketq_json(*args: str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker.broker import Broker
+from client import Message, Producer
 from client.api import ClientAPI
 from tests.admin.cli_runner import rocketq, rocketq_json
 from tests.conftest import broker_config
@@ -38,3 +39,22 @@ async def test_query_by_id_and_key_print_by_offset_and_index_survives_restart(tm
         again = await rocketq_json("admin", "message", "query", "--key", "cust-7", "--topic", "orders",
                                    "--endpoints", restarted.address)
         assert [m["body"] for m in again] == ["order 2", "order 1"], "the key index is rebuilt at start"
+
+
+async def test_query_by_uniq_key_finds_the_message_under_its_topic(broker: Broker) -> None:
+    ep = ("--endpoints", broker.address)
+    async with Producer("pg", broker.address) as producer:
+        wanted = await producer.send(Message("orders", b"by uniq key", keys=["o-9"]))
+        await producer.send(Message("orders", b"another"))
+    (uniq_key,) = wanted.uniq_keys
+    found = await rocketq_json("admin", "message", "query", "--id", uniq_key, "--topic", "orders", *ep)
+    assert [(m["body"], m["properties"]["UNIQ_KEY"], m["msg_id"]) for m in found] == \
+        [("by uniq key", uniq_key, wanted.msg_id)]
+    alias = await rocketq("admin", "queryMsgByUniqueKey", "-i", uniq_key, "-t", "orders", *ep)
+    assert alias.exit_code == 0 and "by uniq key" in alias.output
+    by_offset_id = await rocketq_json("admin", "message", "query", "--id", wanted.msg_id, "--topic", "orders", *ep)
+    assert [m["body"] for m in by_offset_id] == ["by uniq key"], "the offset msg id still works with --topic"
+    no_topic = await rocketq("admin", "message", "query", "--id", uniq_key, *ep)
+    assert no_topic.exit_code == 1 and "--topic" in no_topic.output and "Traceback" not in no_topic.output
+    elsewhere = await rocketq("admin", "message", "query", "--id", uniq_key, "--topic", "other", *ep)
+    assert elsewhere.exit_code == 1 and uniq_key in elsewhere.output

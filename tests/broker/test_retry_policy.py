@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.retry_policy import RetryDecision, decide, decide_for_retry_send, max_reconsume_times_of
+from broker.retry_policy import (
+    RetryDecision,
+    decide,
+    decide_for_retry_send,
+    dlq_reason,
+    max_reconsume_times_of,
+)
 
 
 @pytest.mark.parametrize(("reconsume_times", "delay_level", "maximum", "expected"), [
@@ -44,3 +50,14 @@ def test_a_message_is_retried_exactly_until_the_maximum(reconsume_times: int, de
     assert decision.to_dlq == (reconsume_times >= maximum or delay_level < 0)
     if not decision.to_dlq:
         assert decision.delay_level == (delay_level or 3 + reconsume_times) > 0
+
+
+@pytest.mark.parametrize(("reconsume_times", "delay_level", "maximum", "expected"), [
+    (16, 0, 16, "failed 17 times (max reconsume times 16)"),
+    (0, 0, 0, "failed 1 time (max reconsume times 0)"),
+    (0, -1, 16, "the consumer sent it to the DLQ (delay level -1)"),
+    (16, -1, 16, "failed 17 times (max reconsume times 16)"),     # ran out anyway
+])
+def test_dlq_reasons(reconsume_times: int, delay_level: int, maximum: int, expected: str) -> None:
+    assert decide(reconsume_times, delay_level, maximum, "g").to_dlq
+    assert dlq_reason(reconsume_times, delay_level, maximum) == expected

@@ -75,6 +75,7 @@ async def test_past_the_maximum_a_message_goes_to_the_dlq(broker: Broker, client
     assert dead.body == b"body" and dead.reconsume_times == 1
     assert dead.properties["ORIGIN_MESSAGE_ID"] == message.msg_id
     assert dead.properties["RETRY_TOPIC"] == "orders" and "DELAY" not in dead.properties
+    assert dead.properties["DLQ_REASON"] == "failed 1 time (max reconsume times 0)"
     config = broker.topics.get("%DLQ%g")
     assert config is not None and (config.read_queue_nums, config.perm) == (1, Perm.READ | Perm.WRITE)
     assert _dlq_count(broker, "g") == 1
@@ -83,7 +84,9 @@ async def test_past_the_maximum_a_message_goes_to_the_dlq(broker: Broker, client
 async def test_a_negative_delay_level_goes_straight_to_the_dlq(broker: Broker, client_api: ClientAPI) -> None:
     message = await original(client_api, broker)
     await client_api.consumer_send_msg_back(broker.address, message, "g", -1, 16)
-    assert (await pull_one(client_api, broker, "%DLQ%g", timeout_ms=1_000)).body == b"body"
+    dead = await pull_one(client_api, broker, "%DLQ%g", timeout_ms=1_000)
+    assert dead.body == b"body"
+    assert dead.properties["DLQ_REASON"] == "the consumer sent it to the DLQ (delay level -1)"
 
 
 async def test_the_groups_retry_max_times_applies_when_the_request_has_none(
@@ -162,6 +165,7 @@ async def test_a_retry_send_at_the_maximum_goes_to_the_dlq(broker: Broker, clien
     await retry_send(3, b"dead")
     dead = await pull_one(client_api, broker, "%DLQ%g", timeout_ms=1_000)
     assert dead.body == b"dead" and "DELAY" not in dead.properties and dead.reconsume_times == 3
+    assert dead.properties["DLQ_REASON"] == "failed 4 times (max reconsume times 3)"
     assert (await pull_one(client_api, broker, "%RETRY%g")).body == b"still-retrying"
     assert _dlq_count(broker, "g") == 1
 

@@ -1,0 +1,58 @@
+"""Admin commands pointed at a real name server with two real brokers registered to it: each covers
+every broker of the cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from client.api import ClientAPI
+from tests.admin.cli_runner import rocketq, rocketq_json
+from tests.helpers import send
+from tests.namesrv.test_namesrv import cluster, wait_route
+
+GROUP = "billing"
+
+
+async def test_topic_list_status_broker_status_and_progress_cover_every_broker(tmp_path: Path,
+                                                                              client_api: ClientAPI) -> None:
+    async with cluster(tmp_path, ["broker-a", "broker-b"]) as (ns, brokers):
+        a, b = brokers
+        for broker in brokers:
+            await client_api.create_topic(broker.address, "orders", queue_nums=2)
+        await client_api.create_topic(a.address, "only-a", queue_nums=1)
+        await wait_route(client_api, ns.address, "orders", ["broker-a", "broker-b"])
+        await wait_route(client_api, ns.address, "only-a", ["broker-a"])
+        for _ in range(3):
+            await send(client_api, a.address, "orders", b"a", queue_id=1)
+        for _ in range(5):
+            await send(client_api, b.address, "orders", b"b", queue_id=0)
+        await client_api.update_consumer_offset(a.address, GROUP, "orders", 1, 1)    # lag 2 on broker-a
+        await client_api.update_consumer_offset(b.address, GROUP, "orders", 0, 4)    # lag 1 on broker-b
+        ep = ("--endpoints", ns.address)
+
+        topics = await rocketq_json("admin", "topic", "list", *ep)
+        assert {(t["topic"], t["broker_name"]) for t in topics if t["topic"] in ("orders", "only-a")} == {
+            ("orders", "broker-a"), ("orders", "broker-b"), ("only-a", "broker-a")}
+        listed = await rocketq("admin", "topicList", *ep)
+        assert listed.exit_code == 0, listed.output
+        assert "broker-b" in listed.output and "only-a" in listed.output
+
+        status = await rocketq_json("admin", "topic", "status", "-t", "orders", *ep)
+        assert sorted((q["broker_name"], q["queue_id"], q["max_offset"]) for q in status["offset_table"]) == [
+            ("broker-a", 0, 0), ("broker-a", 1, 3), ("broker-b", 0, 5), ("broker-b", 1, 0)]
+        status_table = await rocketq("admin", "topic", "status", "-t", "orders", *ep)
+        assert status_table.exit_code == 0 and "topic orders: 8 messages" in status_table.output
+
+        infos = await rocketq_json("admin", "broker", "status", *ep)
+        assert [(i["broker_name"], i["address"]) for i in infos] == [(a.config.broker_name, a.address),
+                                                                     (b.config.broker_name, b.address)]
+        blocks = await rocketq("admin", "brokerStatus", *ep)
+        assert blocks.exit_code == 0 and blocks.output.count("held pulls") == 2, blocks.output
+
+        progress = await rocketq_json("admin", "consumer", "progress", "-g", GROUP, *ep)
+        lags = {(q["broker_name"], q["queue_id"]): q["lag"] for q in progress["queues"]}
+        assert lags == {("broker-a", 0): 0, ("broker-a", 1): 2, ("broker-b", 0): 1, ("broker-b", 1): 0}
+        assert progress["total_lag"] == 3
+        table = await rocketq("admin", "consumerProgress", "-g", GROUP, *ep)
+        assert table.exit_code == 0 and "total lag 3" in table.output
+        assert "broker-a" in table.output and "broker-b" in table.output

@@ -4,6 +4,7 @@ the earliest offsets makes both consumers consume everything again from there.""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from broker.broker import Broker
@@ -77,3 +78,23 @@ async def test_progress_status_and_a_live_reset_with_two_consumers(broker: Broke
     finally:
         for c in consumers:
             await c.shutdown()
+
+
+async def test_status_last_consume_follows_a_concurrent_consumer(broker: Broker, client_api: ClientAPI) -> None:
+    """`consumer status`'s "last consume" is when the listener last finished a message of the queue,
+    for concurrent consumers too (it stayed at the queue's creation)."""
+    await client_api.create_topic(broker.address, "last-consume", queue_nums=1)
+    collector = Collector()
+    c = consumer(broker.address, "last-consume-g", "last-consume", collector)
+    async with c:
+        await wait_until(lambda: len(c.assigned_queues("last-consume")) == 1, 10, "queue assigned")
+        before = await rocketq_json("admin", "consumer", "status", "-g", "last-consume-g", "--endpoints", broker.address)
+        created_at_ms = [q for q in before["clients"][0]["mq_table"] if q["topic"] == "last-consume"][0][
+            "last_consume_at_ms"]
+        sent_at_ms = int(time.time() * 1000)      # the status call above took several ms
+        keys = await produce(broker.address, "last-consume", 3)
+        await wait_until(lambda: set(collector.keys) == set(keys), 10, "consumed")
+        status = await rocketq_json("admin", "consumer", "status", "-g", "last-consume-g", "--endpoints", broker.address)
+        queue = [q for q in status["clients"][0]["mq_table"] if q["topic"] == "last-consume"][0]
+        # (±1 ms: the client converts its monotonic instants to epoch ms at each answer)
+        assert queue["last_consume_at_ms"] >= max(sent_at_ms - 1, created_at_ms + 2), (queue, created_at_ms, sent_at_ms)

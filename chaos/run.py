@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 from bench.broker_proc import free_port
 from broker.process import BrokerSubprocess
 from chaos.checker import GroupResult, check_group
+from chaos.measure import FaultWindow, Recorder
 from chaos.schedule import FaultStep, fault_schedule
 from client import Message, Producer, SelectMessageQueueByHash
 from conf.client import ClientConfig
@@ -41,6 +43,7 @@ class ChaosReport:
     concurrent: GroupResult
     orderly: GroupResult
     elapsed_s: float
+    windows: list[FaultWindow] = field(default_factory=list)     # per step: the fault and what followed
     faults: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -52,6 +55,8 @@ class ChaosReport:
 
     def lines(self) -> list[str]:
         out = [f"chaos seed {self.seed}: {len(self.steps)} cycles, {self.faults} faults, {self.elapsed_s:.0f} s"]
+        for step, window in zip(self.steps, self.windows, strict=False):
+            out.append(f"  {step.describe()}: {window.describe()}")
         for name, group in (("concurrent", self.concurrent), ("orderly", self.orderly)):
             out.append(f"  {name:10s} acknowledged {group.acknowledged}, deliveries {group.delivered}, "
                        f"lost {group.lost}, duplicates {group.duplicates}, reorderings {group.reorderings}"
@@ -91,7 +96,8 @@ class ConsumerProcess:
 class Traffic:
     """Producer tasks; `acked` holds every acknowledged key per topic."""
 
-    def __init__(self, address: str, producers: int) -> None:
+    def __init__(self, address: str, producers: int, recorder: Recorder) -> None:
+        self._recorder = recorder
         self._producer = Producer("chaos_pg", address, retry_times_when_send_failed=2, send_msg_timeout_ms=2_000,
                                   client_config=ClientConfig(heartbeat_interval_ms=1_000))
         self._count = producers
@@ -106,6 +112,7 @@ class Traffic:
 
     async def _send(self, topic: str, key: str, shard: int | None) -> None:
         message = Message(topic=topic, body=key.encode(), keys=key)
+        started = time.monotonic()
         while not self._stop.is_set():
             try:
                 if shard is None:
@@ -117,6 +124,7 @@ class Traffic:
                 await asyncio.sleep(0.1)
                 continue
             self.acked[topic].append(key)
+            self._recorder.sent(started)
             return
 
     async def _concurrent(self, index: int) -> None:
@@ -171,7 +179,10 @@ async def run_chaos(workdir: Path, *, cycles: int, seed: int, consumers_per_grou
                                  "concurrent") for i in range(consumers_per_group)]
     consumers += [ConsumerProcess(i + consumers_per_group, address, "chaos_og", ORDERLY_TOPIC,
                                   outputs["orderly"] / f"{i}.txt", "orderly") for i in range(consumers_per_group)]
-    traffic = Traffic(address, producers)
+    recorder = Recorder()
+    sampler = asyncio.create_task(recorder.run(lambda: broker.pid if broker.alive() else None))
+    traffic = Traffic(address, producers, recorder)
+    fault_times: list[float] = []
     try:
         await asyncio.gather(*(c.start() for c in consumers))
         await traffic.start()
@@ -179,8 +190,10 @@ async def run_chaos(workdir: Path, *, cycles: int, seed: int, consumers_per_grou
             await asyncio.sleep(step.run_s)
             say(f"  applying {step.describe()} (acknowledged so far: "
                 f"{sum(len(v) for v in traffic.acked.values())})")
+            fault_times.append(time.monotonic())
             await _apply(step, broker, consumers)
         await asyncio.sleep(1.0)
+        fault_times.append(time.monotonic())
         await traffic.stop()
         deadline = time.monotonic() + drain_timeout_s
         while time.monotonic() < deadline:
@@ -191,6 +204,7 @@ async def run_chaos(workdir: Path, *, cycles: int, seed: int, consumers_per_grou
                 break
             await asyncio.sleep(0.5)
     finally:
+        sampler.cancel()
         for consumer in consumers:
             await consumer.stop()
         await broker.stop()
@@ -198,7 +212,8 @@ async def run_chaos(workdir: Path, *, cycles: int, seed: int, consumers_per_grou
         seed, steps,
         check_group(traffic.acked[CONCURRENT_TOPIC], read_keys(sorted(outputs["concurrent"].iterdir()))),
         check_group(traffic.acked[ORDERLY_TOPIC], read_keys(sorted(outputs["orderly"].iterdir())), orderly=True),
-        time.monotonic() - started)
+        time.monotonic() - started,
+        [recorder.window(start, end) for start, end in itertools.pairwise(fault_times)])
     for line in report.lines():
         say(line)
     return report

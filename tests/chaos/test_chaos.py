@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from chaos.checker import check_group
+from chaos.measure import p99
 from chaos.run import run_chaos
 from chaos.schedule import FAULTS, fault_schedule
 
@@ -36,3 +37,14 @@ async def test_short_chaos_run_loses_nothing(tmp_path: Path) -> None:
     assert report.concurrent.acknowledged > 100 and report.orderly.acknowledged > 100
     assert report.concurrent.lost == 0, report.lines()
     assert report.orderly.lost == 0 and report.orderly.reorderings == 0, report.lines()
+    # each fault's window reports the broker's RSS and the p99 of the sends acknowledged in it
+    assert len(report.windows) == len(report.steps), report.lines()
+    assert all(w.peak_rss_bytes > 0 and w.sends > 0 and w.p99_send_ms > 0 for w in report.windows), report.lines()
+    assert all("p99 send" in line for line in report.lines()[1:1 + len(report.steps)])
+
+
+def test_p99_is_the_nearest_rank() -> None:
+    assert p99([]) == 0.0
+    assert p99([5.0]) == 5.0
+    assert p99([float(i) for i in range(1, 101)]) == 99.0
+    assert p99([float(i) for i in range(1, 201)]) == 198.0

@@ -4,7 +4,11 @@
 A pulled batch is one consume job: its messages go to the listener in chunks of
 `consume_message_batch_max_size`, one after another, and at most `consume_thread_max` jobs run at
 once. A sync listener runs in a thread pool (the event loop never blocks); an async one is awaited.
-One thread hop per pulled batch instead of per chunk keeps the hop cost off each message.
+One thread hop per pulled batch instead of per chunk keeps the hop cost off each message; the
+results of the chunks called so far are applied on the loop at least every `REPORT_EVERY_S` of
+listener work (RocketMQ applies each ConsumeRequest's as it ends), so the committed offset follows
+a listener slower than the backlog call by call, whatever the batch size and thread count. Once
+`close` (the start of a graceful stop) no chunk's call starts.
 
 Results (RocketMQ `processConsumeResult`, REFERENCE.md §9): CONSUME_SUCCESS acknowledges the chunk
 up to `context.ack_index`; RECONSUME_LATER, `None` or an exception acknowledges none of it. In
@@ -326,8 +330,9 @@ class ConcurrentConsumeService:
         timeout_ms = max(await_termination_ms, 0)
         deadline = time.monotonic() + timeout_ms / 1000
         if not await self._workers.wait_idle(timeout_ms):
-            log.warning("%s: %d listener calls still running after %d ms (await_termination_ms); their messages "
-                        "will be delivered again", self._group, self._workers.in_flight, timeout_ms)
+            log.warning("%s: %d listener jobs unfinished after %d ms (await_termination_ms); the messages of "
+                        "the calls still running will be delivered again", self._group, self._workers.in_flight,
+                        timeout_ms)
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=max(deadline - time.monotonic(), 0))
             for task in pending:

@@ -7,7 +7,7 @@ import dataclasses
 
 from rich.table import Table
 
-from admin.cli import admin_group
+from admin.base import admin_group
 from admin.cluster import on_each_broker
 from admin.common import (
     endpoints_option,

@@ -1,40 +1,12 @@
-"""`rocketq admin`: the click group every admin command family registers with.
-
-One module per command family (`admin/topic.py`, `admin/dlq.py`, ...), each defining its click
-commands or sub-groups and adding them to `admin_group` in `register_commands()` below. Command
-names are kebab-case; RocketMQ's camelCase mqadmin names are accepted as aliases through
-`AliasedGroup.aliases` (e.g. `consumerProgress` -> `consumer progress`)."""
+"""`rocketq admin` / `mqadmin`: the command line assembled. `admin.base` holds the click group;
+each command family module adds its commands to it when imported (`register_commands`), and this
+module, which nothing below it imports, puts the two together."""
 
 from __future__ import annotations
 
-from typing import Any
+from admin.base import CONTEXT_SETTINGS, AliasedGroup, admin_group
 
-import click
-
-from admin.common import endpoints_option
-
-CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-class AliasedGroup(click.Group):
-    """A click group that also resolves aliases: `aliases` maps an alias (e.g. RocketMQ's camelCase
-    `consumerProgress`) to the argument list it stands for (`["consumer", "progress"]`)."""
-
-    aliases: dict[str, list[str]] = {}
-
-    def resolve_command(self, ctx: click.Context,
-                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
-        if args and args[0] in self.aliases:
-            args = [*self.aliases[args[0]], *args[1:]]
-        return super().resolve_command(ctx, args)
-
-
-@click.group("admin", cls=AliasedGroup, context_settings=CONTEXT_SETTINGS)
-@endpoints_option
-def admin_group(endpoints: str) -> None:
-    """Administer brokers over the wire protocol: topics, groups, offsets, messages, dead letters.
-    --endpoints/-n here is the default of every subcommand (mqadmin topicList -n 127.0.0.1:9876
-    and mqadmin -n 127.0.0.1:9876 topicList are the same)."""
+__all__ = ["CONTEXT_SETTINGS", "AliasedGroup", "admin_group", "main", "register_commands"]
 
 
 def register_commands() -> None:

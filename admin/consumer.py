@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import click
 
-from admin.cli import admin_group
+from admin.base import admin_group
 from admin.cluster import BrokerAnswers, on_each_broker
 from admin.common import (
     CommandError,

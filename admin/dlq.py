@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from admin.cli import admin_group
+from admin.base import admin_group
 from admin.common import CommandError, emit, endpoints_option, json_option, run_admin
 from client.admin_api import AdminAPI
 from protocol.codes import PullSysFlag

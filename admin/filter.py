@@ -22,7 +22,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from admin.cli import admin_group
+from admin.base import admin_group
 from admin.common import endpoints_option, first_endpoint
 from broker.filter.sql92 import FilterSyntaxError, compile_expression
 from client.api import ClientAPI

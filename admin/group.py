@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from admin.cli import admin_group
+from admin.base import admin_group
 from admin.common import endpoints_option, json_option, print_json, print_tables, run_admin, table
 from client.admin_api import AdminAPI
 from protocol.errors import SystemError_

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from admin.cli import admin_group
+from admin.base import admin_group
 from admin.common import (
     CommandError,
     endpoints_option,

@@ -10,7 +10,7 @@ from datetime import datetime
 
 import click
 
-from admin.cli import admin_group
+from admin.base import admin_group
 from admin.common import endpoints_option, json_option, print_json, print_tables, run_admin, table
 from protocol.headers import ResetOffsetRequestHeader
 

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from admin.cli import admin_group
+from admin.base import admin_group
 from admin.cluster import on_each_broker
 from admin.common import (
     CommandError,

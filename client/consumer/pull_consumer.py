@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from client.consumer.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
+from client.consumer.lite_offsets import LiteOffsets
 from client.consumer.lite_pull_service import (
     MAX_POLL_BATCHES,
     MIN_AUTO_COMMIT_INTERVAL_MS,
@@ -39,7 +40,6 @@ from client.consumer.offset_store import (
     DEFAULT_OFFSET_DIR,
     LocalFileOffsetStore,
     OffsetStore,
-    ReadOffsetType,
     RemoteBrokerOffsetStore,
 )
 from client.consumer.process_queue import ProcessQueue
@@ -49,7 +49,7 @@ from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
 from conf.client import ClientConfig
 from protocol.bodies import ConsumerData
-from protocol.errors import MQError, QueryNotFound, TopicNotExist
+from protocol.errors import MQError, TopicNotExist
 from protocol.message import MessageExt
 from protocol.model import ConsumeFromWhere, ConsumeType, ExpressionType, MessageModel, MessageQueue
 from protocol.service import PeriodicService
@@ -65,7 +65,7 @@ class _Mode(Enum):
 @dataclass(slots=True, eq=False)
 class _Running:
     instance: ClientInstance
-    offsets: OffsetStore
+    offsets: LiteOffsets
     pulls: LitePullService
     rebalancer: Rebalancer
     auto_commit: PeriodicService | None = None
@@ -157,14 +157,13 @@ class PullConsumer:
         clustering = self.message_model is MessageModel.CLUSTERING
         client_id = build_client_id(self.client_config.instance_name, unique_default=clustering)
         instance = get_instance(client_id, self.endpoints, self.client_config)
-        offsets: OffsetStore
+        store: OffsetStore
         if clustering:
-            offsets = RemoteBrokerOffsetStore(instance.api, instance.routes, instance.endpoints[0],
-                                              self.consumer_group, self.client_config.request_timeout_ms)
+            store = RemoteBrokerOffsetStore(instance.api, instance.routes, instance.endpoints[0],
+                                            self.consumer_group, self.client_config.request_timeout_ms)
         else:
-            offsets = LocalFileOffsetStore(self.offset_store_dir or DEFAULT_OFFSET_DIR, client_id,
-                                           self.consumer_group)
-        await offsets.load()
+            store = LocalFileOffsetStore(self.offset_store_dir or DEFAULT_OFFSET_DIR, client_id, self.consumer_group)
+        await store.load()
 
         def address_of(mq: MessageQueue) -> str:
             return instance.routes.master_address(mq.broker_name) or instance.endpoints[0]
@@ -172,11 +171,11 @@ class PullConsumer:
         run: _Running
 
         async def start_offset_of(mq: MessageQueue, start: StartFrom) -> int:
-            return await self._start_offset(run, mq, start)
+            return await run.offsets.start_offset(mq, start)
 
         def on_remove(mq: MessageQueue, consumed_offset: int) -> None:
             if self.auto_commit:
-                offsets.update_offset(mq, consumed_offset, increase_only=False)
+                store.update_offset(mq, consumed_offset, increase_only=False)
 
         pulls = LitePullService(api=instance.api, address_of=address_of, consumer_group=self.consumer_group,
                                 pull_batch_size=self.pull_batch_size,
@@ -189,9 +188,12 @@ class PullConsumer:
             consumer_group=self.consumer_group, client_id=lambda: instance.client_id,
             message_model=self.message_model, consume_from_where=self.consume_from_where,
             consume_timestamp_ms=timestamp_ms, strategy=self.allocate_strategy, api=instance.api,
-            routes=instance.routes, update_route=instance.update_route, offset_store=offsets,
+            routes=instance.routes, update_route=instance.update_route, offset_store=store,
             pull_service=pulls, topics=self.subscribed_topics, address_of=address_of,
             request_timeout_ms=self.client_config.request_timeout_ms)
+        offsets = LiteOffsets(consumer_group=self.consumer_group, message_model=self.message_model, instance=instance,
+                              store=store, pulls=pulls, request_timeout_ms=self.client_config.request_timeout_ms,
+                              compute_pull_from_where=rebalancer.compute_pull_from_where)
         run = _Running(instance, offsets, pulls, rebalancer)
         if self._mode is _Mode.SUBSCRIBE:
             instance.register_consumer(self)
@@ -231,11 +233,9 @@ class PullConsumer:
         async with self._rebalance_lock:       # a rebalance in flight finishes first
             await run.pulls.stop_all()
         if self.auto_commit:
-            self._commit_positions(run)
-        queues = run.pulls.queues()
-        positions = {mq: o for mq in queues if (o := run.offsets.memory_offset(mq)) is not None}
+            run.offsets.take_positions()
         try:
-            await self._write_offsets(run, positions, acknowledged=True)
+            await run.offsets.write(run.offsets.stored_positions(), acknowledged=True)
         except MQError as exc:
             log.warning("group %s could not store its offsets at shutdown: %s", self.consumer_group, exc)
         for pq in run.rebalancer.process_queues.values():
@@ -299,7 +299,7 @@ class PullConsumer:
         """`seek` to the offset SEARCH_OFFSET_BY_TIMESTAMP gives for `timestamp_ms` (epoch ms; the
         broker's rule of §2.2, not always "the first message stored at or after")."""
         run = self._require_assigned(queue)
-        queue_offset = await run.instance.api.search_offset(self._address_of(run, queue), queue.topic, queue.queue_id,
+        queue_offset = await run.instance.api.search_offset(run.offsets.address_of(queue), queue.topic, queue.queue_id,
                                                             timestamp_ms, self.client_config.request_timeout_ms)
         self._seek(queue, queue_offset)
 
@@ -308,28 +308,20 @@ class PullConsumer:
         out in the background (UPDATE_CONSUMER_OFFSET one-way for clustering, the local file for
         broadcasting); failures are logged. `commit_sync` waits and raises."""
         run = self._require_running()
-        positions = self._commit_positions(run)
+        positions = run.offsets.take_positions()
         if positions:
-            self._spawn(self._write_offsets(run, positions, acknowledged=False), "commit")
+            self._spawn(run.offsets.write(positions, acknowledged=False), "commit")
 
     async def commit_sync(self) -> None:
         """As `commit`, but returns once the broker acknowledged every position (clustering) or the
         file is written (broadcasting); raises the first `MQError`."""
         run = self._require_running()
-        await self._write_offsets(run, self._commit_positions(run), acknowledged=True)
+        await run.offsets.write(run.offsets.take_positions(), acknowledged=True)
 
     async def committed(self, queue: MessageQueue) -> int:
         """The stored offset of `queue` (the broker's for clustering, -1 when it has none; the local
         store's for broadcasting). Raises `MQError` when the broker cannot be asked."""
-        run = self._require_running()
-        if self.message_model is MessageModel.BROADCASTING:
-            return await run.offsets.read_offset(queue, ReadOffsetType.MEMORY_FIRST_THEN_STORE)
-        try:
-            return await run.instance.api.query_consumer_offset(self._address_of(run, queue), self.consumer_group,
-                                                                queue.topic, queue.queue_id,
-                                                                self.client_config.request_timeout_ms)
-        except QueryNotFound:
-            return -1
+        return await self._require_running().offsets.committed(queue)
 
     def assignment(self) -> set[MessageQueue]:
         """The queues pulled now (subscribe: this consumer's share after the last rebalance)."""
@@ -369,7 +361,7 @@ class PullConsumer:
     async def persist_offsets(self) -> None:
         run = self._run
         if run is not None:
-            await run.offsets.persist_all(run.pulls.queues())
+            await run.offsets.store.persist_all(run.pulls.queues())
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -388,29 +380,9 @@ class PullConsumer:
     def _seek(self, queue: MessageQueue, start: int | StartFrom) -> None:
         self._require_assigned(queue).pulls.seek(queue, start)
 
-    @staticmethod
-    def _address_of(run: _Running, mq: MessageQueue) -> str:
-        return run.instance.routes.master_address(mq.broker_name) or run.instance.endpoints[0]
-
     def _subscription_of(self, topic: str) -> TopicSubscription:
         sub = self._subscriptions.get(topic)
         return sub if sub is not None else TopicSubscription(topic, "*", ExpressionType.TAG, frozenset(), 0)
-
-    async def _start_offset(self, run: _Running, mq: MessageQueue, start: StartFrom) -> int:
-        """Where a queue's pull begins: MIN/MAX ask the broker, STORED is `compute_pull_from_where`
-        (-1 when it cannot tell yet; the pull task asks again later)."""
-        if not run.instance.routes.has(mq.topic):
-            await run.instance.update_route(mq.topic)
-        address, timeout_ms = self._address_of(run, mq), self.client_config.request_timeout_ms
-        if start is StartFrom.MIN:
-            return await run.instance.api.get_min_offset(address, mq.topic, mq.queue_id, timeout_ms)
-        if start is StartFrom.MAX:
-            return await run.instance.api.get_max_offset(address, mq.topic, mq.queue_id, timeout_ms)
-        run.offsets.remove_offset(mq)
-        queue_offset = await run.rebalancer.compute_pull_from_where(mq)
-        if queue_offset >= 0:
-            run.offsets.update_offset(mq, queue_offset, increase_only=False)
-        return queue_offset
 
     async def _join_group(self, run: _Running) -> None:
         """Register (once), learn the routes, heartbeat and rebalance: at start and on (un)subscribe."""
@@ -435,41 +407,15 @@ class PullConsumer:
         for mq in run.pulls.queues():
             if mq not in wanted:
                 run.pulls.discard(mq)
-                self._spawn(self._forget_offset(run, mq), f"unassign {mq}")
+                self._spawn(run.offsets.forget(mq), f"unassign {mq}")
         for mq in sorted(wanted - set(run.pulls.queues())):
             run.pulls.start(mq, ProcessQueue(now_ms=now_ms()), StartFrom.STORED)
-
-    async def _forget_offset(self, run: _Running, mq: MessageQueue) -> None:
-        await run.offsets.persist(mq)
-        run.offsets.remove_offset(mq)
-
-    def _commit_positions(self, run: _Running) -> dict[MessageQueue, int]:
-        positions = run.pulls.consumed_offsets()
-        for mq, queue_offset in positions.items():
-            run.offsets.update_offset(mq, queue_offset, increase_only=False)
-        return positions
 
     async def _auto_commit(self) -> None:
         run = self._run
         if run is not None:
-            await self._write_offsets(run, self._commit_positions(run), acknowledged=False)
+            await run.offsets.write(run.offsets.take_positions(), acknowledged=False)
 
-    async def _write_offsets(self, run: _Running, positions: dict[MessageQueue, int], *, acknowledged: bool) -> None:
-        """Write queue offsets out: clustering sends UPDATE_CONSUMER_OFFSET per queue (two-way when
-        `acknowledged`, raising the first failure after trying all); broadcasting writes the file."""
-        if self.message_model is MessageModel.BROADCASTING:
-            await run.offsets.persist_all(run.pulls.queues())
-            return
-        failures: list[MQError] = []
-        for mq, queue_offset in sorted(positions.items()):
-            try:
-                await run.instance.api.update_consumer_offset(
-                    self._address_of(run, mq), self.consumer_group, mq.topic, mq.queue_id, queue_offset,
-                    oneway=not acknowledged, timeout_ms=self.client_config.request_timeout_ms)
-            except MQError as exc:
-                failures.append(exc)
-        if failures:
-            raise failures[0]
 
     def _spawn(self, work: Coroutine[Any, Any, None], what: str) -> None:
         """Run `work` as a task owned by this run (cancelled and awaited at shutdown); failures are logged."""

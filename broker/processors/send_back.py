@@ -38,6 +38,7 @@ from protocol.message import (
 log = logging.getLogger(__name__)
 
 DlqCounter = Callable[[str], None]          # (consumer_group) per message sent to a DLQ
+RECONSUME_TIMES_MAX = 2**31 - 1             # Java's int `reconsumeTimes`: what every client can read
 _MAX_CHECKED_GROUPS = 10_000                # group names remembered as valid (bounded memory)
 
 
@@ -52,7 +53,8 @@ class SendBackProcessor:
 
     def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand | Deferred:
         """Look the original up by `commit_log_offset` (SYSTEM_ERROR when no message starts there),
-        then store a copy (same body, flag, properties, born time and host; `reconsume_times` + 1;
+        then store a copy (same body, flag, properties, born time and host; `reconsume_times` + 1,
+        never past 2^31-1: a stored count at that bound goes to the DLQ, `bounded_reconsume_times`;
         `RETRY_TOPIC` = the original topic unless already set; `ORIGIN_MESSAGE_ID` kept from the
         first attempt) in `%RETRY%<group>` with delay level `delay_level` (`3 + reconsume_times` when
         0), or in `%DLQ%<group>` past `max_reconsume_times` or for a negative level (with a
@@ -90,8 +92,9 @@ class SendBackProcessor:
         if not properties.get(PROPERTY_ORIGIN_MESSAGE_ID):
             properties[PROPERTY_ORIGIN_MESSAGE_ID] = (origin_msg_id or
                                                       make_msg_id(self._store_host, commit_log_offset))
-        reconsume_times: int = fields[F_RECONSUME_TIMES]
-        maximum = max_reconsume_times_of(max_reconsume_times, self._retry.retry_max_times(group))
+        reconsume_times = bounded_reconsume_times(fields[F_RECONSUME_TIMES])
+        maximum = min(max_reconsume_times_of(max_reconsume_times, self._retry.retry_max_times(group)),
+                      RECONSUME_TIMES_MAX)
         decision = decide(reconsume_times, delay_level, maximum, group)
         properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         if decision.to_dlq:
@@ -105,7 +108,7 @@ class SendBackProcessor:
         result = self._store.put_message(
             topic=topic, queue_id=queue_id, body=bytes(fields[F_BODY]), properties=properties,
             flag=fields[F_FLAG], born_timestamp=fields[F_BORN_TIMESTAMP], born_host=fields[F_BORN_HOST],
-            reconsume_times=reconsume_times + 1, sys_flag=fields[F_SYS_FLAG])
+            reconsume_times=min(reconsume_times + 1, RECONSUME_TIMES_MAX), sys_flag=fields[F_SYS_FLAG])
         check_put(result)
         if decision.to_dlq:
             self._on_dlq(group)
@@ -121,3 +124,15 @@ class SendBackProcessor:
         if len(self._checked_groups) < _MAX_CHECKED_GROUPS:
             self._checked_groups.add(header.group)
         return header
+
+
+def bounded_reconsume_times(stored: object) -> int:
+    """A stored message's `reconsume_times` within 0..`RECONSUME_TIMES_MAX` (2^31-1): a store can
+    hold any msgpack integer there (an older broker, a client that sent 2^64-1), and neither the
+    retry arithmetic nor a Java client's int may see more. A value at or past the maximum reaches
+    any `max_reconsume_times` (itself bounded by it), so the message goes to the DLQ, stored with
+    the maximum, never with one more; a negative or non-integer value counts as 0. Pure; raises
+    nothing (RocketMQ reads the int as it is and would wrap to a negative count)."""
+    if type(stored) is not int or stored < 0:
+        return 0
+    return min(stored, RECONSUME_TIMES_MAX)

@@ -44,6 +44,7 @@ from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageStatus
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
+from broker.topics.system_topics import SystemTopics
 from broker.topics.topic_config_manager import TopicConfigManager
 from conf.broker import BrokerConfig
 from conf.namesrv import parse_namesrv_addr
@@ -285,6 +286,7 @@ class Broker:
 
     def _handlers(self, store: MessageStore, hold: HoldService) -> dict[int, Handler]:
         config = self.config
+        system_topics = SystemTopics(cluster_name=config.cluster_name, broker_name=config.broker_name)
         send = SendMessageProcessor(store, self.topics, self.address, config.store.max_message_bytes,
                                     self.metrics.on_stored, self.retry_topics, self.metrics.on_dlq)
         send_back = SendBackProcessor(store, self.retry_topics, self.address, self.metrics.on_dlq)
@@ -295,9 +297,10 @@ class Broker:
                                        self._notify_enabled, self.filters)
         consumer = ConsumerManageProcessor(self.consumers, self.offsets, self.topics, store)
         admin = AdminProcessor(store, self.topics, self.groups, config.broker_name, config.cluster_name,
-                               self.address)
+                               self.address, system_topics)
         locks = QueueLockProcessor(self.locks)
-        topic_group = TopicGroupAdminProcessor(store, self.topics, self.groups, self.offsets, config.broker_name)
+        topic_group = TopicGroupAdminProcessor(store, self.topics, self.groups, self.offsets, config.broker_name,
+                                               system_topics)
         consumer_admin = ConsumerAdminProcessor(store, self.topics, self.consumers, self.offsets, config.broker_name,
                                                 self.clock.now_ms, self.clock.monotonic_ms)
         runtime = RuntimeInfoProcessor(config, store, self.topics, self.groups, self.address, self.started_at_ms,

@@ -6,6 +6,7 @@ from broker.processors.validate import require_topic_name
 from broker.remoting.context import RequestContext
 from broker.store.message_store import MessageStore
 from broker.topics.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
+from broker.topics.system_topics import SystemTopics
 from broker.topics.topic_config_manager import TopicConfig, TopicConfigManager
 from protocol.bodies import BrokerData, ClusterInfo, QueueData, TopicRouteData, encode_body
 from protocol.command import RemotingCommand
@@ -25,8 +26,10 @@ from protocol.message import parse_msg_id
 
 class AdminProcessor:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
-                 broker_name: str, cluster_name: str, advertised_address: str) -> None:
+                 broker_name: str, cluster_name: str, advertised_address: str,
+                 system_topics: SystemTopics) -> None:
         self._store, self._topics, self._groups = store, topics, groups
+        self._system_topics = system_topics
         self._broker_name, self._cluster_name = broker_name, cluster_name
         self._address = advertised_address
 
@@ -70,6 +73,7 @@ class AdminProcessor:
     def update_and_create_topic(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         header = CreateTopicRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
+        self._system_topics.require_admin_may_change(header.topic, "create or update")
         if not 0 <= header.perm <= 15:
             raise SystemError_(f"perm {header.perm} is not a combination of PRIORITY 8, READ 4, WRITE 2, INHERIT 1")
         self._topics.update(TopicConfig(topic=header.topic, read_queue_nums=header.read_queue_nums,

@@ -16,8 +16,9 @@ from broker.remoting.dispatcher import Deferred
 from broker.retry_policy import decide, dlq_reason, max_reconsume_times_of
 from broker.store.message_store import MessageStore
 from broker.topics.retry_topics import RetryTopics
+from broker.topics.system_topics import NOT_ALLOWED_SEND_TOPICS
 from protocol.command import RemotingCommand
-from protocol.errors import SystemError_
+from protocol.errors import NoPermission, SystemError_
 from protocol.headers import ConsumerSendMsgBackRequestHeader
 from protocol.message import (
     F_BODY,
@@ -87,6 +88,9 @@ class SendBackProcessor:
         fields = self._store.look_message_fields(commit_log_offset)
         if fields is None:
             raise SystemError_(f"no message starts at commit_log_offset {commit_log_offset}")
+        if fields[F_TOPIC] in NOT_ALLOWED_SEND_TOPICS:     # e.g. a delayed message not yet delivered
+            raise NoPermission(f"the message at commit_log_offset {commit_log_offset} is in system topic "
+                               f"{fields[F_TOPIC]}: only messages a consumer received can be sent back")
         properties: dict[str, str] = dict(fields[F_PROPERTIES])
         properties.setdefault(PROPERTY_RETRY_TOPIC, fields[F_TOPIC])
         if not properties.get(PROPERTY_ORIGIN_MESSAGE_ID):

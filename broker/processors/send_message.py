@@ -16,6 +16,7 @@ from broker.remoting.dispatcher import Deferred
 from broker.store.message_store import MessageStore
 from broker.store.results import PutMessageResult, PutMessageStatus
 from broker.topics.retry_topics import RetryTopics
+from broker.topics.system_topics import require_sendable
 from broker.topics.topic_config_manager import TopicConfigManager
 from protocol import native
 from protocol.codes import FLAG_RESPONSE, ResponseCode
@@ -27,7 +28,6 @@ from protocol.headers import (
     SendMessageResponseHeader,
 )
 from protocol.message import PROPERTY_DELAY_TIME_LEVEL, make_msg_id, msg_id_prefix, offset_msg_ids
-from protocol.topics import SCHEDULE_TOPIC
 
 MessagesIn = Callable[[str, int, int], None]   # (topic, message count, bytes)
 DlqCounter = Callable[[str], None]             # (consumer_group) per message sent to a DLQ
@@ -135,8 +135,7 @@ class SendMessageProcessor:
             raise MessageIllegal(f"message body of {len(body)} bytes exceeds max_message_bytes "
                                  f"{self._max_message_bytes}")
         topic, queue_id, properties = header.topic, header.queue_id, header.properties
-        if topic == SCHEDULE_TOPIC:
-            raise NoPermission(f"{SCHEDULE_TOPIC} is a system topic: set a DELAY level on the message instead")
+        require_sendable(topic)
         dlq_group = None
         if topic[0] == "%":                 # %RETRY%<group>: the consumer's fallback path (§9)
             topic, queue_id, properties, dlq_group = self._retry_topics.route_send(
@@ -180,7 +179,8 @@ class SendMessageProcessor:
                                                       header.born_timestamp)
             require_topic_name(topic)
             require_group_name(group)
-            if topic == SCHEDULE_TOPIC or topic[0] == "%":
+            require_sendable(topic)
+            if topic[0] == "%":
                 raise NoPermission(f"topic {topic!r} is a system topic: batches cannot be sent to it")
             checked = False
         else:

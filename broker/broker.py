@@ -42,6 +42,7 @@ from broker.schedule.schedule_service import DelayOffsets, ScheduleService
 from broker.store.lock import StoreLock
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageStatus
+from broker.topics.recovery import recover_topic_configs
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.system_topics import SystemTopics
@@ -139,6 +140,8 @@ class Broker:
             store = MessageStore(config.store, store_host=self._address, clock_ms=self.clock.now_ms)
             await store.start()
             self.store = store
+            await recover_topic_configs(self.topics, store.queue_keys(), store.get_max_offset,
+                                        config.default_queue_nums)
             filters = self.filters
 
             def has_match(topic: str, queue_id: int, queue_offset: int, message_filter: MessageFilter) -> bool:

@@ -70,7 +70,10 @@ class AdminProcessor:
             raise QueryNotFound(f"no message with id {header.msg_id}")
         return request.response(body=payload)
 
-    def update_and_create_topic(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    async def update_and_create_topic(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        """Create or change a topic; answered once `config/topics.json` holds the change (a write in a
+        worker thread, shared with concurrent changes). NO_PERMISSION for a system topic;
+        SERVICE_NOT_AVAILABLE when the file cannot be written (the change stays in memory)."""
         header = CreateTopicRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
         self._system_topics.require_admin_may_change(header.topic, "create or update")
@@ -78,6 +81,7 @@ class AdminProcessor:
             raise SystemError_(f"perm {header.perm} is not a combination of PRIORITY 8, READ 4, WRITE 2, INHERIT 1")
         self._topics.update(TopicConfig(topic=header.topic, read_queue_nums=header.read_queue_nums,
                                         write_queue_nums=header.write_queue_nums, perm=header.perm))
+        await self._topics.wait_durable(header.topic)
         return request.response()
 
     def get_route_info(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
@@ -100,11 +104,13 @@ class AdminProcessor:
                            cluster_addr_table={self._cluster_name: [self._broker_name]})
         return request.response(body=encode_body(info))
 
-    def update_and_create_subscription_group(self, ctx: RequestContext,
+    async def update_and_create_subscription_group(self, ctx: RequestContext,
                                                    request: RemotingCommand) -> RemotingCommand:
+        """Create or change a group; answered once `config/subscription_groups.json` holds it."""
         header = CreateSubscriptionGroupRequestHeader.from_fields(request.fields)
         self._groups.update(SubscriptionGroupConfig(
             group_name=header.group_name, consume_enable=header.consume_enable,
             consume_broadcast_enable=header.consume_broadcast_enable,
             retry_queue_nums=header.retry_queue_nums, retry_max_times=header.retry_max_times))
+        await self._groups.wait_durable(header.group_name)
         return request.response()

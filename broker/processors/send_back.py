@@ -9,10 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from broker.processors.send_message import answer_when_durable, check_put
+from broker.processors.send_message import Answer, answer_put, check_put
 from broker.processors.validate import require_group_name, require_non_negative
 from broker.remoting.context import RequestContext
-from broker.remoting.dispatcher import Deferred
 from broker.retry_policy import decide, dlq_reason, max_reconsume_times_of
 from broker.store.message_store import MessageStore
 from broker.topics.retry_topics import RetryTopics
@@ -52,7 +51,7 @@ class SendBackProcessor:
         self._on_dlq = on_dlq
         self._checked_groups: set[str] = set()     # names that passed `require_group_name`
 
-    def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand | Deferred:
+    def process(self, ctx: RequestContext, request: RemotingCommand) -> Answer:
         """Look the original up by `commit_log_offset` (SYSTEM_ERROR when no message starts there),
         then store a copy (same body, flag, properties, born time and host; `reconsume_times` + 1,
         never past 2^31-1: a stored count at that bound goes to the DLQ, `bounded_reconsume_times`;
@@ -62,7 +61,9 @@ class SendBackProcessor:
         `DLQ_REASON` property saying which, `dlq_reason`). SUCCESS without
         storing anything when the group's `retry_queue_nums` is 0. Answered as a SEND is: at once
         when the copy is durable (ASYNC_FLUSH), else through a `Deferred` the group commit resolves
-        (no task per request; the DLQ counter counts at put time, as the SEND path's does).
+        (no task per request; the DLQ counter counts at put time, as the SEND path's does); a
+        retry or DLQ topic this request created is written to disk before the copy is stored
+        (`answer_put`).
 
         The usual request (every field of its exact type, a group name already checked) reads the
         `ext` map directly, as the SEND path does: the typed header was ~1.2 µs of a send-back's
@@ -109,14 +110,18 @@ class SendBackProcessor:
         else:
             topic, queue_id = retry_queue
             properties[PROPERTY_DELAY_TIME_LEVEL] = str(decision.delay_level)
-        result = self._store.put_message(
-            topic=topic, queue_id=queue_id, body=bytes(fields[F_BODY]), properties=properties,
-            flag=fields[F_FLAG], born_timestamp=fields[F_BORN_TIMESTAMP], born_host=fields[F_BORN_HOST],
-            reconsume_times=min(reconsume_times + 1, RECONSUME_TIMES_MAX), sys_flag=fields[F_SYS_FLAG])
-        check_put(result)
-        if decision.to_dlq:
-            self._on_dlq(group)
-        return answer_when_durable(self._store, result.end_offset, request.response())
+        to_dlq = decision.to_dlq
+
+        def put() -> tuple[RemotingCommand, int]:
+            result = self._store.put_message(
+                topic=topic, queue_id=queue_id, body=bytes(fields[F_BODY]), properties=properties,
+                flag=fields[F_FLAG], born_timestamp=fields[F_BORN_TIMESTAMP], born_host=fields[F_BORN_HOST],
+                reconsume_times=min(reconsume_times + 1, RECONSUME_TIMES_MAX), sys_flag=fields[F_SYS_FLAG])
+            check_put(result)
+            if to_dlq:
+                self._on_dlq(group)
+            return request.response(), result.end_offset
+        return answer_put(self._store, self._retry.topics, topic, put)
 
     def _checked_header(self, request: RemotingCommand) -> ConsumerSendMsgBackRequestHeader:
         """The typed header, field by field (raises the protocol's errors: a missing or mistyped

@@ -43,13 +43,15 @@ class TopicGroupAdminProcessor:
         return request.response(body=encode_body(TopicConfigTable(topic_config_table=table)))
 
     async def delete_topic(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
-        """TOPIC_NOT_EXIST when there is no such topic; NO_PERMISSION for a system topic."""
+        """TOPIC_NOT_EXIST when there is no such topic; NO_PERMISSION for a system topic. Answered
+        once `config/topics.json` no longer holds it."""
         header = TopicRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
         self._system_topics.require_admin_may_change(header.topic, "delete")
         if not self._topics.delete(header.topic):
             raise TopicNotExist(header.topic)
         self._offsets.remove_topic(header.topic)
+        await self._topics.wait_durable(header.topic)
         return request.response()
 
     async def get_topic_stats_info(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
@@ -83,4 +85,5 @@ class TopicGroupAdminProcessor:
             raise SubscriptionGroupNotExist(f"subscription group {header.group_name!r} does not exist")
         if header.clean_offset:
             self._offsets.remove_group(header.group_name)
+        await self._groups.wait_durable(header.group_name)
         return request.response()

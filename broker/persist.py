@@ -96,6 +96,7 @@ class DurableTable(DirtyState):
         self._unsaved: dict[str, int] = {}      # key → generation of its newest change not on disk
         self._waiters: list[tuple[int, Durable]] = []        # (generation, done), in call order
         self._writer: asyncio.Task[None] | None = None
+        self._failing = False                   # the last write failed (logged once until one succeeds)
 
     def bind(self, path: Path) -> None:
         self._path = path
@@ -205,8 +206,10 @@ class DurableTable(DirtyState):
         self._start_writer()
 
     def _write_failed(self, path: Path, exc: Exception) -> None:
-        log.error("could not write %s (%s); %d changes kept in memory, written with the next change",
-                  path, exc, len(self._unsaved))
+        (log.debug if self._failing else log.error)(
+            "could not write %s (%s); %d changes kept in memory, written with the next change",
+            path, exc, len(self._unsaved))
+        self._failing = True
         reason = (f"{errno.errorcode.get(exc.errno or 0, 'error')} ({exc.strerror or exc})"
                   if isinstance(exc, OSError) else f"{exc.__class__.__name__}: {exc}")
         error = ServiceNotAvailable(f"the change could not be made durable: writing {path.name} failed "
@@ -215,6 +218,9 @@ class DurableTable(DirtyState):
         _tell([done for _, done in waiters], error)
 
     def _written(self, target: int) -> None:
+        if self._failing:
+            log.warning("%s written again", self.file_name)
+            self._failing = False
         self._durable_generation = max(self._durable_generation, target)
         self._unsaved = {key: generation for key, generation in self._unsaved.items() if generation > target}
         if not self._unsaved:

@@ -17,7 +17,7 @@ from broker.store.message_store import MessageStore
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.system_topics import NOT_ALLOWED_SEND_TOPICS
 from protocol.command import RemotingCommand
-from protocol.errors import NoPermission, SystemError_
+from protocol.errors import NoPermission, ServiceNotAvailable, SystemError_
 from protocol.headers import ConsumerSendMsgBackRequestHeader
 from protocol.message import (
     F_BODY,
@@ -83,6 +83,9 @@ class SendBackProcessor:
             header = self._checked_header(request)
             commit_log_offset, group, delay_level = header.commit_log_offset, header.group, header.delay_level
             origin_msg_id, max_reconsume_times = header.origin_msg_id, header.max_reconsume_times
+        refusal = self._store.write_refusal         # create no retry topic for a refused copy
+        if refusal is not None:
+            raise ServiceNotAvailable(refusal)
         retry_queue = self._retry.retry_queue(group)
         if retry_queue is None:
             return request.response()

@@ -190,6 +190,9 @@ class SendMessageProcessor:
                                  f"{self._max_message_bytes}")
         topic, queue_id, properties = header.topic, header.queue_id, header.properties
         require_sendable(topic)
+        refusal = self._store.write_refusal         # create no topic for a send that is refused
+        if refusal is not None:
+            raise ServiceNotAvailable(refusal)
         dlq_group = None
         if topic[0] == "%":                 # %RETRY%<group>: the consumer's fallback path (§9)
             topic, queue_id, properties, dlq_group = self._retry_topics.route_send(
@@ -246,6 +249,9 @@ class SendMessageProcessor:
         messages, body_bytes = decode_batch(request.body_bytes(), self._max_message_bytes)
         topics = self._topics
         if not checked:
+            refusal = self._store.write_refusal     # create no topic for a batch that is refused
+            if refusal is not None:
+                raise ServiceNotAvailable(refusal)
             topics.for_send(topic, queue_id)
             if topics.is_durable(topic) and len(self._checked_sends()) < _MAX_CHECKED_SENDS:
                 self._checked.add((topic, queue_id, group))

@@ -97,6 +97,7 @@ class DurableTable(DirtyState):
         self._waiters: list[tuple[int, Durable]] = []        # (generation, done), in call order
         self._writer: asyncio.Task[None] | None = None
         self._failing = False                   # the last write failed (logged once until one succeeds)
+        self.writes = 0                         # files written: one per change, or one for many at once
 
     def bind(self, path: Path) -> None:
         self._path = path
@@ -218,6 +219,7 @@ class DurableTable(DirtyState):
         _tell([done for _, done in waiters], error)
 
     def _written(self, target: int) -> None:
+        self.writes += 1
         if self._failing:
             log.warning("%s written again", self.file_name)
             self._failing = False
@@ -293,14 +295,24 @@ class ConfigPersistService(Service):
                 manager.bind(path)
 
     def persist_all(self, *, force: bool = False) -> None:
-        """Write each dirty manager's file now, on the caller's thread (every one with `force`)."""
+        """Write each dirty manager's file now, on the caller's thread (every one with `force`). A
+        file that cannot be written (a full disk) is logged and the others are still written;
+        the last error is raised at the end (`OSError`)."""
+        failed: OSError | None = None
         for manager in self._managers:
-            if isinstance(manager, DurableTable):
-                if force or not manager.all_durable:
-                    manager.write_now()
-            elif manager.dirty or force:
-                manager.mark_clean()
-                self._write(self._dir / manager.file_name, manager.to_json())
+            try:
+                if isinstance(manager, DurableTable):
+                    if force or not manager.all_durable:
+                        manager.write_now()
+                elif manager.dirty or force:
+                    manager.mark_clean()
+                    self._write(self._dir / manager.file_name, manager.to_json())
+            except OSError as exc:
+                log.error("could not persist %s to %s: %s", manager.file_name, self._dir, exc)
+                manager.touch()
+                failed = exc
+        if failed is not None:
+            raise failed
 
     async def persist_changed(self) -> None:
         """One periodic round: each dirty manager's snapshot taken here, written in a worker thread

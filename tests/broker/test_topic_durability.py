@@ -111,6 +111,16 @@ async def test_topics_with_messages_but_no_config_are_recovered(tmp_path: Path, 
     assert saved["wide"]["read_queue_nums"] == 8          # written back before serving
 
 
+async def test_concurrent_changes_share_their_writes(broker: Broker, client_api: ClientAPI) -> None:
+    """50 creates at once are each answered once durable, by a few writes of the file, not 50."""
+    writes = broker.topics.writes
+    await asyncio.gather(*(client_api.create_topic(broker.address, f"c{index}", queue_nums=1) for index in range(50)))
+    assert all(broker.topics.is_durable(f"c{index}") for index in range(50))
+    assert broker.topics.writes - writes <= 5, broker.topics.writes - writes
+    saved = json.loads((broker.config.store.path / "config" / "topics.json").read_text())["topic_config_table"]
+    assert {f"c{index}" for index in range(50)} <= saved.keys()
+
+
 LARGE_TOPIC_COUNT = 30_000          # a synchronous save of these takes ~320 ms here
 
 

@@ -193,6 +193,7 @@ async def _feed_one_at_a_time(protocol: asyncio.Protocol, frames: list[bytes], i
 async def bench_send(args: argparse.Namespace) -> None:
     async def body(inproc: InProcess) -> None:
         inproc.broker.topics.ensure("inproc", QUEUES)
+        await inproc.broker.topics.wait_durable()      # sends answer at once only to a durable topic
         protocol, transport = inproc.connect()
         for i in range(2_000):                          # warm-up: files mapped, caches filled
             protocol.data_received(send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{i:024X}"))
@@ -214,6 +215,7 @@ async def bench_send(args: argparse.Namespace) -> None:
 async def bench_batch(args: argparse.Namespace) -> None:
     async def body(inproc: InProcess) -> None:
         inproc.broker.topics.ensure("inproc", QUEUES)
+        await inproc.broker.topics.wait_durable()      # sends answer at once only to a durable topic
         protocol, _ = inproc.connect()
         for i in range(200):                            # warm-up: files mapped, caches filled
             protocol.data_received(batch_frame("inproc", i % QUEUES, i + 1))
@@ -238,6 +240,7 @@ async def bench_batch(args: argparse.Namespace) -> None:
 async def bench_wake_one(args: argparse.Namespace) -> None:
     async def body(inproc: InProcess) -> None:
         inproc.broker.topics.ensure("inproc_wake", 1)
+        await inproc.broker.topics.wait_durable()      # sends answer at once only to a durable topic
         puller, pulled = inproc.connect()
         sender, _ = inproc.connect()
         hold = inproc.broker.hold_service
@@ -288,6 +291,7 @@ async def bench_wake_all(args: argparse.Namespace) -> None:
         topics = [f"inproc_held_{t}" for t in range(queues // 100)]
         for topic in topics:
             inproc.broker.topics.ensure(topic, 100)
+            await inproc.broker.topics.wait_durable()      # sends answer at once only to a durable topic
         pullers = [inproc.connect()[0] for _ in range(connections)]
         sender, _ = inproc.connect()
         hold = inproc.broker.hold_service

@@ -42,8 +42,10 @@ from broker.schedule.schedule_service import DelayOffsets, ScheduleService
 from broker.store.lock import StoreLock
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageStatus
+from broker.topics.recovery import recover_topic_configs
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
+from broker.topics.system_topics import SystemTopics
 from broker.topics.topic_config_manager import TopicConfigManager
 from conf.broker import BrokerConfig
 from conf.namesrv import parse_namesrv_addr
@@ -138,6 +140,8 @@ class Broker:
             store = MessageStore(config.store, store_host=self._address, clock_ms=self.clock.now_ms)
             await store.start()
             self.store = store
+            await recover_topic_configs(self.topics, store.queue_keys(), store.get_max_offset,
+                                        config.default_queue_nums)
             filters = self.filters
 
             def has_match(topic: str, queue_id: int, queue_offset: int, message_filter: MessageFilter) -> bool:
@@ -285,6 +289,7 @@ class Broker:
 
     def _handlers(self, store: MessageStore, hold: HoldService) -> dict[int, Handler]:
         config = self.config
+        system_topics = SystemTopics(cluster_name=config.cluster_name, broker_name=config.broker_name)
         send = SendMessageProcessor(store, self.topics, self.address, config.store.max_message_bytes,
                                     self.metrics.on_stored, self.retry_topics, self.metrics.on_dlq)
         send_back = SendBackProcessor(store, self.retry_topics, self.address, self.metrics.on_dlq)
@@ -295,9 +300,10 @@ class Broker:
                                        self._notify_enabled, self.filters)
         consumer = ConsumerManageProcessor(self.consumers, self.offsets, self.topics, store)
         admin = AdminProcessor(store, self.topics, self.groups, config.broker_name, config.cluster_name,
-                               self.address)
+                               self.address, system_topics)
         locks = QueueLockProcessor(self.locks)
-        topic_group = TopicGroupAdminProcessor(store, self.topics, self.groups, self.offsets, config.broker_name)
+        topic_group = TopicGroupAdminProcessor(store, self.topics, self.groups, self.offsets, config.broker_name,
+                                               system_topics)
         consumer_admin = ConsumerAdminProcessor(store, self.topics, self.consumers, self.offsets, config.broker_name,
                                                 self.clock.now_ms, self.clock.monotonic_ms)
         runtime = RuntimeInfoProcessor(config, store, self.topics, self.groups, self.address, self.started_at_ms,

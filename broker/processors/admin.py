@@ -6,6 +6,7 @@ from broker.processors.validate import require_topic_name
 from broker.remoting.context import RequestContext
 from broker.store.message_store import MessageStore
 from broker.topics.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
+from broker.topics.system_topics import SystemTopics
 from broker.topics.topic_config_manager import TopicConfig, TopicConfigManager
 from protocol.bodies import BrokerData, ClusterInfo, QueueData, TopicRouteData, encode_body
 from protocol.command import RemotingCommand
@@ -25,8 +26,10 @@ from protocol.message import parse_msg_id
 
 class AdminProcessor:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
-                 broker_name: str, cluster_name: str, advertised_address: str) -> None:
+                 broker_name: str, cluster_name: str, advertised_address: str,
+                 system_topics: SystemTopics) -> None:
         self._store, self._topics, self._groups = store, topics, groups
+        self._system_topics = system_topics
         self._broker_name, self._cluster_name = broker_name, cluster_name
         self._address = advertised_address
 
@@ -67,13 +70,18 @@ class AdminProcessor:
             raise QueryNotFound(f"no message with id {header.msg_id}")
         return request.response(body=payload)
 
-    def update_and_create_topic(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    async def update_and_create_topic(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        """Create or change a topic; answered once `config/topics.json` holds the change (a write in a
+        worker thread, shared with concurrent changes). NO_PERMISSION for a system topic;
+        SERVICE_NOT_AVAILABLE when the file cannot be written (the change stays in memory)."""
         header = CreateTopicRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
+        self._system_topics.require_admin_may_change(header.topic, "create or update")
         if not 0 <= header.perm <= 15:
             raise SystemError_(f"perm {header.perm} is not a combination of PRIORITY 8, READ 4, WRITE 2, INHERIT 1")
         self._topics.update(TopicConfig(topic=header.topic, read_queue_nums=header.read_queue_nums,
                                         write_queue_nums=header.write_queue_nums, perm=header.perm))
+        await self._topics.wait_durable(header.topic)
         return request.response()
 
     def get_route_info(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
@@ -96,11 +104,13 @@ class AdminProcessor:
                            cluster_addr_table={self._cluster_name: [self._broker_name]})
         return request.response(body=encode_body(info))
 
-    def update_and_create_subscription_group(self, ctx: RequestContext,
+    async def update_and_create_subscription_group(self, ctx: RequestContext,
                                                    request: RemotingCommand) -> RemotingCommand:
+        """Create or change a group; answered once `config/subscription_groups.json` holds it."""
         header = CreateSubscriptionGroupRequestHeader.from_fields(request.fields)
         self._groups.update(SubscriptionGroupConfig(
             group_name=header.group_name, consume_enable=header.consume_enable,
             consume_broadcast_enable=header.consume_broadcast_enable,
             retry_queue_nums=header.retry_queue_nums, retry_max_times=header.retry_max_times))
+        await self._groups.wait_durable(header.group_name)
         return request.response()

@@ -1,21 +1,25 @@
 """SEND_MESSAGE and SEND_BATCH_MESSAGE → `MessageStore.put_message(s)`.
 
 In SYNC_FLUSH (the default) the response is written after an fsync that covers the record
-(group commit); a flush slower than `sync_flush_timeout_ms` is answered FLUSH_DISK_TIMEOUT."""
+(group commit); a flush slower than `sync_flush_timeout_ms` is answered FLUSH_DISK_TIMEOUT. A send
+to a topic whose config is not on disk yet (auto-created by this send, or just created or changed)
+is stored and answered once it is (`answer_put`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import msgpack
 
+from broker.persist import Durable
 from broker.processors.validate import require_group_name, require_topic_name
 from broker.remoting.context import RequestContext
 from broker.remoting.dispatcher import Deferred
 from broker.store.message_store import MessageStore
 from broker.store.results import PutMessageResult, PutMessageStatus
 from broker.topics.retry_topics import RetryTopics
+from broker.topics.system_topics import require_sendable
 from broker.topics.topic_config_manager import TopicConfigManager
 from protocol import native
 from protocol.codes import FLAG_RESPONSE, ResponseCode
@@ -27,7 +31,6 @@ from protocol.headers import (
     SendMessageResponseHeader,
 )
 from protocol.message import PROPERTY_DELAY_TIME_LEVEL, make_msg_id, msg_id_prefix, offset_msg_ids
-from protocol.topics import SCHEDULE_TOPIC
 
 MessagesIn = Callable[[str, int, int], None]   # (topic, message count, bytes)
 DlqCounter = Callable[[str], None]             # (consumer_group) per message sent to a DLQ
@@ -48,6 +51,57 @@ def check_put(result: PutMessageResult) -> None:
     if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
         raise ServiceNotAvailable(result.remark or "store refused the message: SERVICE_NOT_AVAILABLE")
     raise SystemError_(f"store refused the message: {result.status.name}")
+
+
+Put = Callable[[], tuple[RemotingCommand, int]]
+"""Stores a message (raising the put's error); returns its response and its record's commit-log end."""
+Answer = RemotingCommand | Deferred
+
+
+class TopicDurability(Protocol):
+    """Whether a topic's config is on disk (`TopicConfigManager`, a `DurableTable`)."""
+
+    def is_durable(self, key: str) -> bool: ...
+
+    def when_durable(self, key: str | None, done: Durable) -> None: ...
+
+
+def answer_put(store: MessageStore, topics: TopicDurability, topic: str, put: Put,
+               recheck: Callable[[], object] = lambda: None) -> Answer:
+    """`put` now, answered as `answer_when_durable` answers, when the config of `topic` (where the
+    message is stored) is on disk: the usual case. Otherwise (this send, or a request just before
+    it, created or changed the topic) a `Deferred`: once that config's write is done, `recheck`
+    (the topic's send checks again: it may have changed meanwhile) and `put` run and the answer
+    follows the fsync, so an acknowledged message is never in a topic a kill -9 makes the broker
+    forget. Sends waiting for one topic are stored in the order they came (the writes' callbacks
+    run in order, before any later request is read). Raises what `put` raises; the `Deferred`
+    gets `ServiceNotAvailable` when the config could not be written (nothing is stored then)."""
+    if topics.is_durable(topic):
+        response, end_offset = put()
+        return answer_when_durable(store, end_offset, response)
+    reply = Deferred()
+
+    def attempt(error: Exception | None) -> None:
+        if reply.done():                   # given up (the broker is stopping): store nothing
+            return
+        if error is not None:
+            reply.set_exception(error)
+            return
+        try:
+            recheck()
+            if not topics.is_durable(topic):          # changed again meanwhile
+                topics.when_durable(topic, attempt)
+                return
+            response, end_offset = put()
+        except Exception as exc:
+            reply.set_exception(exc)
+            return
+        if store.is_durable(end_offset):
+            reply.set_result(response)
+        else:
+            store.resolve_when_flushed(end_offset, reply, response)
+    topics.when_durable(topic, attempt)
+    return reply
 
 
 def answer_when_durable(store: MessageStore, end_offset: int,
@@ -76,9 +130,10 @@ class SendMessageProcessor:
         self._checked: set[tuple[str, int, str]] = set()
         self._checked_version = -1
 
-    def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand | Deferred:
+    def process(self, ctx: RequestContext, request: RemotingCommand) -> Answer:
         """The response at once when the put is already durable (ASYNC_FLUSH), else a `Deferred`
-        of it that the group commit covering the put resolves (SYNC_FLUSH).
+        of it that the group commit covering the put resolves (SYNC_FLUSH), also when
+        the topic's config must be written first (`answer_put`).
 
         The usual send (every field of its exact type, a topic and group already checked for this
         topic-config version, no retry topic, no DELAY) reads the `ext` map directly and writes
@@ -125,8 +180,7 @@ class SendMessageProcessor:
             self._checked_version = self._topics.version
         return self._checked
 
-    def _process_typed(self, ctx: RequestContext,
-                       request: RemotingCommand) -> RemotingCommand | Deferred:
+    def _process_typed(self, ctx: RequestContext, request: RemotingCommand) -> Answer:
         header = SendMessageRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
         require_group_name(header.producer_group)
@@ -135,35 +189,41 @@ class SendMessageProcessor:
             raise MessageIllegal(f"message body of {len(body)} bytes exceeds max_message_bytes "
                                  f"{self._max_message_bytes}")
         topic, queue_id, properties = header.topic, header.queue_id, header.properties
-        if topic == SCHEDULE_TOPIC:
-            raise NoPermission(f"{SCHEDULE_TOPIC} is a system topic: set a DELAY level on the message instead")
+        require_sendable(topic)
+        refusal = self._store.write_refusal         # create no topic for a send that is refused
+        if refusal is not None:
+            raise ServiceNotAvailable(refusal)
         dlq_group = None
         if topic[0] == "%":                 # %RETRY%<group>: the consumer's fallback path (§9)
             topic, queue_id, properties, dlq_group = self._retry_topics.route_send(
                 topic, queue_id, header.reconsume_times, header.max_reconsume_times, properties)
         if PROPERTY_DELAY_TIME_LEVEL in properties:
             _check_delay_level(properties[PROPERTY_DELAY_TIME_LEVEL])
-        self._topics.for_send(topic, queue_id)
-        if dlq_group is None and topic[0] != "%" and len(self._checked_sends()) < _MAX_CHECKED_SENDS:
+        topics = self._topics
+        topics.for_send(topic, queue_id)
+        if (dlq_group is None and topic[0] != "%" and topics.is_durable(topic)
+                and len(self._checked_sends()) < _MAX_CHECKED_SENDS):
             self._checked.add((topic, queue_id, header.producer_group))
-        result = self._store.put_message(
-            topic=topic, queue_id=queue_id, body=body, properties=properties,
-            flag=header.flag, born_timestamp=header.born_timestamp, born_host=ctx.client_addr,
-            reconsume_times=header.reconsume_times)
-        check_put(result)
-        response = request.response(header=SendMessageResponseHeader(
-            msg_id=make_msg_id(self._store_host, result.commit_log_offsets[0]),
-            queue_id=header.queue_id, queue_offset=result.queue_offset))
-        self._stored(topic, 1, len(body), dlq_group)
-        return answer_when_durable(self._store, result.end_offset, response)
+
+        def put() -> tuple[RemotingCommand, int]:
+            result = self._store.put_message(
+                topic=topic, queue_id=queue_id, body=body, properties=properties,
+                flag=header.flag, born_timestamp=header.born_timestamp, born_host=ctx.client_addr,
+                reconsume_times=header.reconsume_times)
+            check_put(result)
+            response = request.response(header=SendMessageResponseHeader(
+                msg_id=make_msg_id(self._store_host, result.commit_log_offsets[0]),
+                queue_id=header.queue_id, queue_offset=result.queue_offset))
+            self._stored(topic, 1, len(body), dlq_group)
+            return response, result.end_offset
+        return answer_put(self._store, topics, topic, put, lambda: topics.for_send(topic, queue_id))
 
     def _stored(self, topic: str, count: int, size_bytes: int, dlq_group: str | None) -> None:
         self._on_stored(topic, count, size_bytes)
         if dlq_group is not None:
             self._on_dlq(dlq_group)
 
-    def process_batch(self, ctx: RequestContext,
-                      request: RemotingCommand) -> RemotingCommand | Deferred:
+    def process_batch(self, ctx: RequestContext, request: RemotingCommand) -> Answer:
         """SEND_BATCH_MESSAGE: the batch's messages appended to one queue, answered as `process`
         answers. The usual batch (every header field of its exact type, a topic and group already
         checked for this topic-config version) reads the `ext` map directly and writes the response
@@ -180,26 +240,34 @@ class SendMessageProcessor:
                                                       header.born_timestamp)
             require_topic_name(topic)
             require_group_name(group)
-            if topic == SCHEDULE_TOPIC or topic[0] == "%":
+            require_sendable(topic)
+            if topic[0] == "%":
                 raise NoPermission(f"topic {topic!r} is a system topic: batches cannot be sent to it")
             checked = False
         else:
             checked = True
         messages, body_bytes = decode_batch(request.body_bytes(), self._max_message_bytes)
+        topics = self._topics
         if not checked:
-            self._topics.for_send(topic, queue_id)
-            if len(self._checked_sends()) < _MAX_CHECKED_SENDS:
+            refusal = self._store.write_refusal     # create no topic for a batch that is refused
+            if refusal is not None:
+                raise ServiceNotAvailable(refusal)
+            topics.for_send(topic, queue_id)
+            if topics.is_durable(topic) and len(self._checked_sends()) < _MAX_CHECKED_SENDS:
                 self._checked.add((topic, queue_id, group))
-        # checked: the topic name and queue (above, or for this topic-config version), and the
-        # items (`decode_batch`: non-empty, each body within max_message_bytes, no DELAY)
-        result = self._store.put_checked_messages(topic=topic, queue_id=queue_id, messages=messages,
-                                                  born_timestamp=born_timestamp, born_host=ctx.client_addr)
-        check_put(result)
-        response = RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
-            "msg_ids": offset_msg_ids(self._msg_id_prefix, result.commit_log_offsets),
-            "queue_id": queue_id, "queue_offset": result.queue_offset})
-        self._on_stored(topic, len(messages), body_bytes)
-        return answer_when_durable(self._store, result.end_offset, response)
+
+        def put() -> tuple[RemotingCommand, int]:
+            # checked: the topic name and queue (above, or for this topic-config version), and the
+            # items (`decode_batch`: non-empty, each body within max_message_bytes, no DELAY)
+            result = self._store.put_checked_messages(topic=topic, queue_id=queue_id, messages=messages,
+                                                      born_timestamp=born_timestamp, born_host=ctx.client_addr)
+            check_put(result)
+            response = RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
+                "msg_ids": offset_msg_ids(self._msg_id_prefix, result.commit_log_offsets),
+                "queue_id": queue_id, "queue_offset": result.queue_offset})
+            self._on_stored(topic, len(messages), body_bytes)
+            return response, result.end_offset
+        return answer_put(self._store, topics, topic, put, lambda: topics.for_send(topic, queue_id))
 
 
 BatchItems = list[tuple[dict[str, str], int, bytes]]

@@ -13,6 +13,7 @@ from broker.processors.validate import require_group_name, require_topic_name
 from broker.remoting.context import RequestContext
 from broker.store.message_store import MessageStore
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
+from broker.topics.system_topics import SystemTopics
 from broker.topics.topic_config_manager import TopicConfigManager
 from protocol.bodies import (
     SubscriptionGroupData,
@@ -30,8 +31,9 @@ from protocol.headers import DeleteSubscriptionGroupRequestHeader, TopicRequestH
 
 class TopicGroupAdminProcessor:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
-                 offsets: ConsumerOffsetManager, broker_name: str) -> None:
+                 offsets: ConsumerOffsetManager, broker_name: str, system_topics: SystemTopics) -> None:
         self._store, self._topics, self._groups, self._offsets = store, topics, groups, offsets
+        self._system_topics = system_topics
         self._broker_name = broker_name
 
     async def get_all_topic_config(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
@@ -41,12 +43,15 @@ class TopicGroupAdminProcessor:
         return request.response(body=encode_body(TopicConfigTable(topic_config_table=table)))
 
     async def delete_topic(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
-        """TOPIC_NOT_EXIST when there is no such topic."""
+        """TOPIC_NOT_EXIST when there is no such topic; NO_PERMISSION for a system topic. Answered
+        once `config/topics.json` no longer holds it."""
         header = TopicRequestHeader.from_fields(request.fields)
         require_topic_name(header.topic)
+        self._system_topics.require_admin_may_change(header.topic, "delete")
         if not self._topics.delete(header.topic):
             raise TopicNotExist(header.topic)
         self._offsets.remove_topic(header.topic)
+        await self._topics.wait_durable(header.topic)
         return request.response()
 
     async def get_topic_stats_info(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
@@ -80,4 +85,5 @@ class TopicGroupAdminProcessor:
             raise SubscriptionGroupNotExist(f"subscription group {header.group_name!r} does not exist")
         if header.clean_offset:
             self._offsets.remove_group(header.group_name)
+        await self._groups.wait_durable(header.group_name)
         return request.response()

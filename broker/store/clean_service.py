@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,12 +63,15 @@ class CleanService(Service):
 
     def __init__(self, config: StoreConfig, commit_log: CommitLog, consume_queues: ConsumeQueueTable,
                  guard: DiskGuard, *, safe_end: Callable[[], int], clock_ms: Callable[[], int],
-                 sample: Callable[[Path], DiskUsage] = disk_usage) -> None:
+                 sample: Callable[[Path], DiskUsage] = disk_usage,
+                 after_check: Callable[[], Awaitable[None]] | None = None) -> None:
         """`safe_end()`: the commit-log offset before which everything is flushed and dispatched.
-        `clock_ms()`: epoch ms, compared with file modification times and for the local hour."""
+        `clock_ms()`: epoch ms, compared with file modification times and for the local hour.
+        `after_check()`: awaited after each periodic disk check (work waiting for disk space)."""
         super().__init__()
         self._config, self._commit_log, self._consume_queues = config, commit_log, consume_queues
         self._guard, self._safe_end, self._clock_ms, self._sample = guard, safe_end, clock_ms, sample
+        self._after_check = after_check
 
     async def check_disk(self) -> DiskUsage:
         """Sample disk use into the guard (refuse or resume sends); returns the sample."""
@@ -82,6 +85,8 @@ class CleanService(Service):
         while await self.wait(config.disk_check_interval_ms):
             try:
                 usage = await self.check_disk()
+                if self._after_check is not None:
+                    await self._after_check()
                 if time.monotonic() >= next_clean_s:
                     next_clean_s = time.monotonic() + config.clean_resource_interval_ms / 1000
                     self.clean(usage)

@@ -1,6 +1,10 @@
 """The commit log: every message of every topic, appended as records (`record.py`) to fixed-size
 mapped segments in `<store>/commitlog/` (RocketMQ `CommitLog`). Synchronous.
 
+Every file is allocated whole before a byte is written through its map (created preallocated; a file
+loaded at start gets its blocks, a no-op for one made here, before its first write): a full disk
+is then an `OSError` from an append, never a SIGBUS.
+
 A record never spans segments: when it does not fit in the rest of the current segment, the rest
 stays zeros (RocketMQ writes a BLANK record there) and the record goes to the start of the next one.
 So a reader that meets `total_size == 0` jumps to the next segment's start when one exists; in the
@@ -128,11 +132,12 @@ class CommitLog:
         after another (rolling to a new segment as needed). Returns (commit_log_offsets, sizes) with
         sizes the record total sizes, or None (nothing written) when a record is larger than a whole
         segment. `encode` may be called twice for the record that rolls, with the new offset.
-        Raises `OSError` (nothing of the batch written) when a new segment cannot be created, e.g.
-        ENOSPC from its preallocation."""
+        Raises `OSError` (nothing of the batch written) when a new segment cannot be created, or
+        the current one given its blocks, e.g. ENOSPC from the preallocation."""
         segment_bytes = self._segment_bytes
         batch_start = position = self.max_offset
         segment = self._segments.get_or_create(position - position % segment_bytes)
+        segment.allocate_through(segment_bytes)        # raises before anything is written
         segment_end = segment.start_offset + segment_bytes
         chunk_start = position
         chunks: list[bytes] = []
@@ -175,6 +180,7 @@ class CommitLog:
         segment_bytes = self._segment_bytes
         batch_start = position = self.max_offset
         segment = self._segments.get_or_create(position - position % segment_bytes)
+        segment.allocate_through(segment_bytes)        # raises before anything is written
         offsets: list[int] = []
         sizes: list[int] = []
         while len(offsets) < count:
@@ -208,7 +214,7 @@ class CommitLog:
         segment_bytes = self._segment_bytes
         relative = position % segment_bytes
         segment = self._segments.find(position) if relative else None
-        if segment is not None:
+        if segment is not None and segment.allocated == segment_bytes:
             payload = encode(position)
             total = len(payload) + HEADER_BYTES
             if relative + total <= segment_bytes:

@@ -6,6 +6,11 @@ named by their start byte offset within the queue. A unit is `>QIq`: commit_log_
 size (u32, the record's total size), tags_code (i64). Unit `queue_offset` sits at byte
 `queue_offset * 20`. A unit with size 0 is unwritten (the end); a BLANK unit (0, 0x7FFFFFFF, 0)
 fills the positions before a queue's first unit when that unit's queue_offset is not 0.
+
+Units are written through the files' maps only where blocks were allocated first
+(`Segment.allocate_through`, 64 KiB at a time); the put path reserves a message's unit
+(`ConsumeQueue.reserve`) before its record is appended, so a consume queue with no room on a full
+disk refuses the send (nothing stored) instead of faulting (SIGBUS) when the unit is written.
 """
 
 from __future__ import annotations
@@ -71,8 +76,8 @@ class ConsumeQueue:
     Raises `ValueError` at creation for a topic name that fails `is_valid_topic_name` or a negative
     queue_id, so no path is built from an unchecked name."""
 
-    __slots__ = ("_flushed_bytes", "_segments", "max_commit_log_end", "max_offset", "min_offset",
-                 "queue_id", "topic", "units_per_segment")
+    __slots__ = ("_allocated_units", "_flushed_bytes", "_segments", "max_commit_log_end", "max_offset",
+                 "min_offset", "queue_id", "topic", "units_per_segment")
 
     def __init__(self, root: Path, topic: str, queue_id: int, units_per_segment: int) -> None:
         if not is_valid_topic_name(topic):
@@ -83,6 +88,24 @@ class ConsumeQueue:
         self._segments = MappedSegments(root / topic / str(queue_id), units_per_segment * UNIT_BYTES)
         self.min_offset = self.max_offset = self.max_commit_log_end = 0
         self._flushed_bytes = 0
+        self._allocated_units = 0          # units [.., this) of the queue's last file have blocks
+
+    def reserve(self, queue_offset: int, count: int = 1) -> None:
+        """Give units [queue_offset, queue_offset + count) disk blocks now (creating their files),
+        so writing them later cannot fault; raises `OSError` (ENOSPC, EIO), having written
+        nothing. O(1) while they are within what the last call reserved."""
+        end = queue_offset + count
+        if end <= self._allocated_units:
+            return
+        segments, per_file = self._segments, self.units_per_segment
+        start = max(queue_offset, self._allocated_units)
+        while start < end:
+            file_start = start - start % per_file
+            file_end = min(end, file_start + per_file)
+            segment = segments.get_or_create(file_start * UNIT_BYTES)
+            segment.allocate_through((file_end - file_start) * UNIT_BYTES)
+            self._allocated_units = file_start + segment.allocated // UNIT_BYTES
+            start = file_end
 
     def load(self) -> None:
         """Map existing files; find `max_offset` (after the last written unit of the last non-empty
@@ -133,7 +156,10 @@ class ConsumeQueue:
         segment = self._segments.find(position)
         if segment is None:
             segment = self._segments.get_or_create(position - position % self._segments.segment_bytes)
-        CQ_UNIT.pack_into(segment.mm, position - segment.start_offset, commit_log_offset, size, tags_code)
+        relative = position - segment.start_offset
+        if relative + UNIT_BYTES > segment.allocated:
+            segment.allocate_through(relative + UNIT_BYTES)
+        CQ_UNIT.pack_into(segment.mm, relative, commit_log_offset, size, tags_code)
         self.max_offset = queue_offset + 1
         self.max_commit_log_end = commit_log_offset + size
         return True
@@ -147,7 +173,10 @@ class ConsumeQueue:
         segment = self._segments.find(position) if queue_offset == self.max_offset and count else None
         if segment is None or position + count * UNIT_BYTES > segment.end_offset:
             return False
-        write_units(segment.mm, position - segment.start_offset, units)
+        relative = position - segment.start_offset
+        if relative + count * UNIT_BYTES > segment.allocated:
+            segment.allocate_through(relative + count * UNIT_BYTES)
+        write_units(segment.mm, relative, units)
         self.max_offset = queue_offset + count
         last_offset, last_size, _ = units[-1]
         self.max_commit_log_end = last_offset + last_size
@@ -157,6 +186,8 @@ class ConsumeQueue:
         position = queue_offset * UNIT_BYTES
         segment = self._segments.get_or_create(position - position % self._segments.segment_bytes)
         relative = position - segment.start_offset
+        if relative + UNIT_BYTES > segment.allocated:
+            segment.allocate_through(relative + UNIT_BYTES)
         segment.view[relative:relative + UNIT_BYTES] = unit
 
     def read_units(self, queue_offset: int, max_units: int) -> memoryview | None:
@@ -198,7 +229,8 @@ class ConsumeQueue:
             return
         log.info("consume queue %s:%d: truncated from queue offset %d to %d",
                  self.topic, self.queue_id, self.max_offset, new_max)
-        self._segments.truncate(new_max * UNIT_BYTES)
+        self._segments.truncate(new_max * UNIT_BYTES, written_end=self.max_offset * UNIT_BYTES)
+        self._allocated_units = 0              # later files are gone: reserve again
         self.max_offset = new_max
         self.min_offset = min(self.min_offset, new_max)
         self._flushed_bytes = min(self._flushed_bytes, new_max * UNIT_BYTES)
@@ -254,40 +286,40 @@ def _written_bytes(segment: Segment) -> int:
     """Bytes of `segment` up to the end of its last written unit. Units are written in order, so a
     binary search on "size != 0" finds the end; bytes after it are examined only where the file
     system reports data (SEEK_DATA), i.e. never for a cleanly written file, and fully otherwise
-    (a crash can leave later units without earlier ones)."""
-    low, high = 0, segment.size // UNIT_BYTES
-    while low < high:
-        middle = (low + high) // 2
-        if _UNIT_SIZE.unpack_from(segment.mm, middle * UNIT_BYTES + 8)[0]:
-            low = middle + 1
-        else:
-            high = middle
-    end = low * UNIT_BYTES
-    if end < segment.size and _may_have_data_after(segment, end):
-        # the last non-zero byte lies in the last written unit (its size field is non-zero)
-        written = end + len(segment.view[end:].tobytes().rstrip(b"\0"))
-        end = (written + UNIT_BYTES - 1) // UNIT_BYTES * UNIT_BYTES
-    return end
-
-
-def _may_have_data_after(segment: Segment, position: int) -> bool:
+    (a crash can leave later units without earlier ones). Read through the file, not the map: on
+    tmpfs a read fault into a hole allocates a page, a SIGBUS when it is full (every restart on a
+    full tmpfs died in this search)."""
+    fd = os.open(segment.path, os.O_RDONLY)
     try:
-        fd = os.open(segment.path, os.O_RDONLY)
-    except OSError:
-        return True
+        low, high = 0, segment.size // UNIT_BYTES
+        while low < high:
+            middle = (low + high) // 2
+            if any(os.pread(fd, 4, middle * UNIT_BYTES + 8)):
+                low = middle + 1
+            else:
+                high = middle
+        end = low * UNIT_BYTES
+        if end < segment.size and _may_have_data_after(fd, segment.size, end):
+            # the last non-zero byte lies in the last written unit (its size field is non-zero)
+            written = end + len(os.pread(fd, segment.size - end, end).rstrip(b"\0"))
+            end = (written + UNIT_BYTES - 1) // UNIT_BYTES * UNIT_BYTES
+        return end
+    finally:
+        os.close(fd)
+
+
+def _may_have_data_after(fd: int, size: int, position: int) -> bool:
     try:
         block = os.fstat(fd).st_blksize or 4096
         next_block = -(-position // block) * block
-        if any(segment.view[position:min(next_block, segment.size)].tobytes()):
+        if any(os.pread(fd, min(next_block, size) - position, position)):
             return True
-        if next_block >= segment.size:
+        if next_block >= size:
             return False
         os.lseek(fd, next_block, os.SEEK_DATA)
         return True
     except OSError as exc:
         return exc.errno != errno.ENXIO           # ENXIO: no data after next_block
-    finally:
-        os.close(fd)
 
 
 class ConsumeQueueTable:

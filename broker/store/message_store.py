@@ -98,7 +98,10 @@ class MessageStore:
                                     min_free_bytes=config.commit_log_segment_bytes)
         self._commit_log_flush.on_error = self.disk_guard.write_failed
         self._clean = CleanService(config, self._commit_log, self._consume_queues, self.disk_guard,
-                                   safe_end=self._retention_safe_end, clock_ms=clock_ms)
+                                   safe_end=self._retention_safe_end, clock_ms=clock_ms,
+                                   after_check=self._retry_rebuild)
+        self._rebuilding: str | None = None     # why sends are refused until the start-up rebuild ends
+        self._checkpoint_failed = False
         self._topic_queue_table: dict[tuple[str, int], int] = {}
         self._tags_cache: dict[str, int] = {}
         self.key_index = KeyIndex(config.key_index_max_entries)
@@ -127,23 +130,50 @@ class MessageStore:
         await asyncio.to_thread(self.key_index.rebuild, indexed_records(
             self._commit_log, self._commit_log.min_offset, recovered.reput_from_offset))
         self._reput.begin(recovered.reput_from_offset, end)
-        await asyncio.to_thread(self._reput.dispatch_available, notify=False)
-        self._topic_queue_table = {key: queue.max_offset
-                                   for key, queue in self._consume_queues.queues.items()}
+        rebuilt = await self._rebuild_consume_queues()
         if crashed:     # make the truncation of a torn tail durable before anything is appended
             await asyncio.to_thread(fdatasync_paths, self._commit_log.flush_paths(end - 1, end + 1))
         self._commit_log_flush.begin(end)
         self._abort_path.touch()
-        await self._reput.start()
+        if rebuilt:
+            await self._reput.start()
         await self._commit_log_flush.start()
         await self._consume_queue_flush.start()
         await self._clean.check_disk()
         await self._clean.start()
         self._running = True
 
+    async def _rebuild_consume_queues(self) -> bool:
+        """Dispatch the backlog recovery found (in a thread; RocketMQ's start blocks on it too),
+        then take each queue's next offset. A file system error (a full disk: a consume-queue file
+        cannot be created or extended) does not stop the start: the store serves pulls of what is
+        dispatched and refuses sends (SERVICE_NOT_AVAILABLE, saying why) until a later disk check
+        finds the rebuild can go on (`_retry_rebuild`). False while it could not finish."""
+        try:
+            await asyncio.to_thread(self._reput.dispatch_available, notify=False)
+        except OSError as exc:
+            if self._rebuilding is None:
+                log.error("store read-only for sends: consume queues rebuilt up to commit-log offset %d of %d "
+                          "(%s); the rest follows once the disk has room", self._reput.reput_from_offset,
+                          self._commit_log.max_offset, exc)
+            self._rebuilding = self.disk_guard.write_failed(exc, "rebuilding the consume queues at start")
+            return False
+        self._rebuilding = None
+        self._topic_queue_table = {key: queue.max_offset for key, queue in self._consume_queues.queues.items()}
+        return True
+
+    async def _retry_rebuild(self) -> None:
+        """After each disk check: go on with a start-up rebuild a full disk stopped, and once it is
+        done start reput and take sends again."""
+        if self._rebuilding is not None and self._running and await self._rebuild_consume_queues():
+            log.warning("consume queues rebuilt to commit-log offset %d: accepting sends again",
+                        self._reput.reput_from_offset)
+            await self._reput.start()
+
     async def stop(self) -> None:
         """Stop accepting puts, drain reput to the log end, flush everything, write the checkpoint,
-        remove the `abort` marker and unmap the files."""
+        remove the `abort` marker and unmap the files. A checkpoint that cannot be written (a full
+        disk) is logged and the `abort` marker kept: the next start recovers as after a crash."""
         await self._shutdown(clean=True)
 
     async def _shutdown(self, *, clean: bool) -> None:
@@ -161,15 +191,28 @@ class MessageStore:
         if clean:
             await self._commit_log_flush.flush()
             await self._flush_consume_queues()
-            self._abort_path.unlink(missing_ok=True)
+            if not self._checkpoint_failed:
+                self._abort_path.unlink(missing_ok=True)
         self._consume_queues.close()
         self._commit_log.close()
 
     async def _flush_consume_queues(self) -> None:
-        await flush_consume_queues(
-            self._consume_queues, reput_offset=self._reput.reput_from_offset,
-            commit_log_flushed_offset=self._commit_log_flush.flushed_offset,
-            written_at_ms=self._clock_ms(), checkpoint_path=self._checkpoint_path)
+        """fsync the consume queues and write the checkpoint; a failure (ENOSPC, EIO) is logged once
+        until a later round succeeds, never raised: recovery does without a fresh checkpoint."""
+        try:
+            await flush_consume_queues(
+                self._consume_queues, reput_offset=self._reput.reput_from_offset,
+                commit_log_flushed_offset=self._commit_log_flush.flushed_offset,
+                written_at_ms=self._clock_ms(), checkpoint_path=self._checkpoint_path)
+        except OSError as exc:
+            if not self._checkpoint_failed:
+                log.error("consume-queue flush or checkpoint failed (%s); retrying every %d ms", exc,
+                          self._config.flush_consume_queue_interval_ms)
+            self._checkpoint_failed = True
+            return
+        if self._checkpoint_failed:
+            log.warning("consume queues flushed and checkpoint written again")
+        self._checkpoint_failed = False
 
     def _retention_safe_end(self) -> int:
         """Commit-log bytes before this are flushed and dispatched: retention may delete them."""
@@ -278,6 +321,9 @@ class MessageStore:
         key = (topic, queue_id)
         first_queue_offset = self._topic_queue_table.get(key, 0)
         store_timestamp = self._clock_ms()
+        refused = self._reserve_unit(topic, queue_id, first_queue_offset, len(messages))
+        if refused is not None:
+            return refused
         try:
             if origins is None:      # the usual batch: records encoded in runs, in C when built
                 head = (topic, queue_id, sys_flag, born_timestamp, born_host, store_timestamp, self._store_host,
@@ -329,13 +375,18 @@ class MessageStore:
             return payload
         return encode
 
+    @property
+    def write_refusal(self) -> str | None:
+        """Why puts are refused now (SERVICE_NOT_AVAILABLE's remark), None while the store takes
+        them: callers check it before creating anything for a put (an auto-created topic)."""
+        if not self._running:
+            return "the store is not running (starting or stopping)"
+        return self._rebuilding or self.disk_guard.refusal
+
     def _not_writable(self) -> PutMessageResult | None:
         """SERVICE_NOT_AVAILABLE (nothing written) while the store is not running or the disk guard
-        refuses sends; None when a put may go ahead."""
-        if not self._running:
-            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                 "the store is not running (starting or stopping)")
-        refusal = self.disk_guard.refusal
+        refuses sends (or the start-up rebuild waits for space); None when a put may go ahead."""
+        refusal = self.write_refusal
         if refusal is not None:
             return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, refusal)
         return None
@@ -347,6 +398,18 @@ class MessageStore:
     def _segment_failed(self, exc: OSError) -> str:
         """Tell the disk guard a new commit-log file could not be made; the refusal's remark."""
         return self.disk_guard.write_failed(exc, "creating a commit-log file")
+
+    def _reserve_unit(self, topic: str, queue_id: int, queue_offset: int, count: int) -> PutMessageResult | None:
+        """Disk blocks for the consume-queue units of a put, before its records are appended (a
+        unit written later into a page the disk cannot back would be a SIGBUS): None when they are
+        there (an integer comparison, but for one file system call per 3,276 units), else the
+        SERVICE_NOT_AVAILABLE result, nothing written, and the disk guard refuses sends."""
+        try:
+            self._consume_queues.get_or_create(topic, queue_id).reserve(queue_offset, count)
+        except OSError as exc:
+            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                 self.disk_guard.write_failed(exc, f"extending consume queue {topic}:{queue_id}"))
+        return None
 
     def _put_one(self, topic: str, queue_id: int, message: tuple[dict[str, str], int, bytes], born_timestamp: int,
                  born_host: str, reconsume_times: int, sys_flag: int) -> PutMessageResult:
@@ -364,6 +427,9 @@ class MessageStore:
                                    born_host, store_timestamp, store_host, reconsume_times, properties, body])
             return payload
 
+        refused = self._reserve_unit(topic, queue_id, queue_offset, 1)
+        if refused is not None:
+            return refused
         try:
             written = commit_log.append_one(encode)
         except OSError as exc:                   # ENOSPC/EIO creating a segment: nothing written

@@ -216,10 +216,11 @@ class ReputService(Service):
                 queue = self._consume_queues.get_or_create(topic, queue_id)
             except (RecordError, ValueError, TypeError, AttributeError) as exc:
                 log.error("reput: skipping undecodable record at %d: %s", commit_log_offset, exc)
-            else:
+            else:       # an OSError of the append (a full disk) leaves this record for the next call
+                appended = queue.append(commit_log_offset, size, tags_code, queue_offset)
                 if self.key_index is not None:
                     self.key_index.add(topic, properties, commit_log_offset, fields[F_STORE_TIMESTAMP])
-                if queue.append(commit_log_offset, size, tags_code, queue_offset) and listener is not None:
+                if appended and listener is not None:
                     _notify(listener, topic, queue_id, queue_offset + 1, tags_code, properties)
             self.reput_from_offset = commit_log_offset + size
             count += 1

@@ -5,6 +5,11 @@ A file `00000000000000065536` of a 65,536-byte log holds bytes [65536, 131072). 
 full size with `ftruncate` (sparse, reads as zeros); writes are slice assignments into the mmap and
 reads are memoryview slices of it, so both are zero-copy. Durability is `os.fdatasync` on the file,
 which callers run in a thread (`flush_paths` says which files a byte range touches).
+
+A write into a mapped page the file system cannot back (a full disk) is a SIGBUS that kills the
+process, so no byte is written through a map before its blocks are allocated: commit-log files
+whole when created (`preallocate`), other files `ALLOCATE_CHUNK_BYTES` at a time ahead of their
+writes (`Segment.allocate_through`), where a full disk is an `OSError` the caller refuses with.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ log = logging.getLogger(__name__)
 
 NAME_DIGITS = 20
 _ZERO_CHUNK_BYTES = 1 << 20
+ALLOCATE_CHUNK_BYTES = 64 << 10      # blocks given to a consume-queue file ahead of its writes (3,276 units)
 
 
 def segment_files(directory: Path) -> list[Path]:
@@ -38,13 +44,15 @@ def segment_name(start_offset: int) -> str:
 class Segment:
     """One mapped file: bytes [start_offset, start_offset + size) of its log. `view` is a writable
     memoryview of the whole map; slices of it stay valid until `close()` (and keep the map alive
-    after it, see `close`)."""
+    after it, see `close`). `allocated`: bytes [0, allocated) are known to have disk blocks (a
+    loaded file starts at 0: unknown, `allocate_through` is then a cheap no-op for what it has)."""
 
-    __slots__ = ("mm", "path", "size", "start_offset", "view")
+    __slots__ = ("allocated", "mm", "path", "size", "start_offset", "view")
 
     def __init__(self, path: Path, start_offset: int, size: int, *, preallocate: bool = False) -> None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         created = False
+        self.allocated = 0
         try:
             actual = os.fstat(fd).st_size
             if actual not in (0, size):      # 0: created but not yet sized when the process died
@@ -53,11 +61,12 @@ class Segment:
                 created = True
                 os.ftruncate(fd, size)
                 if preallocate:
-                    _preallocate(fd, size)
+                    _preallocate(fd, 0, size)
                 # The first write fault into a new file's mapping allocates its first block and was
                 # measured at 5-15 ms on ext4 here (every new consume queue stalled the loop);
                 # writing the first page through the file instead costs microseconds.
                 os.pwrite(fd, bytes(min(size, _FIRST_PAGE_BYTES)), 0)
+                self.allocated = size if preallocate else min(size, _FIRST_PAGE_BYTES)
             self.mm = mmap.mmap(fd, size)      # dups the fd; ours is closed below
         except OSError:
             if created:                       # e.g. ENOSPC: leave no half-made file behind
@@ -73,12 +82,30 @@ class Segment:
     def end_offset(self) -> int:
         return self.start_offset + self.size
 
-    def zero_from(self, position: int) -> None:
+    def allocate_through(self, end: int) -> None:
+        """Give bytes [0, end) of this file disk blocks (up to the next `ALLOCATE_CHUNK_BYTES`
+        boundary, within the file) before they are written through the map. Raises `OSError`
+        (ENOSPC, EIO; nothing allocated then) where a write through the map would have been a
+        SIGBUS. A file system without fallocate is tolerated (`_preallocate`)."""
+        if end <= self.allocated:
+            return
+        new_end = min(self.size, -(-end // ALLOCATE_CHUNK_BYTES) * ALLOCATE_CHUNK_BYTES)
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            _preallocate(fd, self.allocated, new_end - self.allocated)
+        finally:
+            os.close(fd)
+        self.allocated = new_end
+
+    def zero_from(self, position: int, written_end: int | None = None) -> None:
         """Zero bytes [position, size) of this file (positions relative to the file), writing only
-        chunks that are not already zero so a sparse tail stays sparse."""
+        chunks that are not already zero so a sparse tail stays sparse; bytes from `written_end`
+        on are known zero and not even read (a hole read through the map on a full tmpfs is a
+        SIGBUS)."""
         view = self.view
-        while position < self.size:
-            end = min(position + _ZERO_CHUNK_BYTES, self.size)
+        limit = self.size if written_end is None else min(self.size, max(written_end, position))
+        while position < limit:
+            end = min(position + _ZERO_CHUNK_BYTES, limit)
             if view[position:end].tobytes().count(0) != end - position:
                 view[position:end] = bytes(end - position)
             position = end
@@ -107,13 +134,13 @@ class Segment:
 _FIRST_PAGE_BYTES = 4096
 
 
-def _preallocate(fd: int, size: int) -> None:
-    """Reserve the file's blocks up front: a write fault into a sparse shared mapping allocates a
-    block each time (measured ~6x slower appends on ext4), and on a full disk that fault is a
-    SIGBUS, whereas this fails cleanly. Raises `OSError` for ENOSPC, EIO and the like; a file
-    system without fallocate is tolerated."""
+def _preallocate(fd: int, offset: int, length: int) -> None:
+    """Reserve the blocks of bytes [offset, offset + length) up front: a write fault into a sparse
+    shared mapping allocates a block each time (measured ~6x slower appends on ext4), and on a full
+    disk that fault is a SIGBUS, whereas this fails cleanly. Raises `OSError` for ENOSPC, EIO and
+    the like; a file system without fallocate is tolerated."""
     try:
-        os.posix_fallocate(fd, 0, size)
+        os.posix_fallocate(fd, offset, length)
     except OSError as exc:
         if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             raise
@@ -204,13 +231,15 @@ class MappedSegments:
             self._add(segment)
         return segment
 
-    def truncate(self, offset: int, *, zero: bool = True) -> None:
+    def truncate(self, offset: int, *, zero: bool = True, written_end: int | None = None) -> None:
         """Drop every byte at or after `offset`: zero the rest of the segment holding it (unless
-        `zero` is False: the caller knows it is zero) and delete the segments after it (RocketMQ
+        `zero` is False: the caller knows it is zero; up to `written_end` when the caller knows
+        nothing was written after it) and delete the segments after it (RocketMQ
         `truncateDirtyFiles`)."""
         holder = self.find(offset)
         if holder is not None and zero:
-            holder.zero_from(offset - holder.start_offset)
+            holder.zero_from(offset - holder.start_offset,
+                             None if written_end is None else written_end - holder.start_offset)
         for segment in [s for s in self.segments if s.start_offset > offset]:
             log.warning("deleting segment %s after offset %d", segment.path, offset)
             self.segments.remove(segment)

@@ -32,6 +32,11 @@ class RetryTopics:
     def __init__(self, topics: TopicConfigManager, groups: SubscriptionGroupManager) -> None:
         self._topics, self._groups = topics, groups
 
+    @property
+    def topics(self) -> TopicConfigManager:
+        """The topic configs the retry and DLQ topics are kept in (whether one is durable yet)."""
+        return self._topics
+
     def retry_queue(self, group: str) -> tuple[str, int] | None:
         """`%RETRY%<group>` created on demand with the group's `retry_queue_nums`, and a random
         queue of it; None when the group has `retry_queue_nums` <= 0 (retries are off)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from broker.persist import DirtyState
+from broker.persist import DurableTable
 from protocol.errors import SubscriptionGroupNotExist, SystemError_
 from protocol.topics import check_group
 
@@ -20,10 +20,14 @@ class SubscriptionGroupConfig:
     notify_consumer_ids_changed_enable: bool = True
 
 
-class SubscriptionGroupManager(DirtyState):
-    """group → `SubscriptionGroupConfig`, persisted as `config/subscription_groups.json`."""
+class SubscriptionGroupManager(DurableTable):
+    """group → `SubscriptionGroupConfig`, persisted as `config/subscription_groups.json`: each change
+    written at once (`DurableTable`); the admin requests await `wait_durable` before answering. A
+    group auto-created by a pull or heartbeat is written at once too, but not waited for: it has
+    the defaults, and would be made again the same way."""
 
     file_name = "subscription_groups.json"
+    table_key = "subscription_group_table"
 
     def __init__(self, *, auto_create: bool) -> None:
         self._groups: dict[str, SubscriptionGroupConfig] = {}
@@ -40,7 +44,7 @@ class SubscriptionGroupManager(DirtyState):
         """Remove a group's config; False when there was none."""
         if self._groups.pop(group, None) is None:
             return False
-        self.touch()
+        self.drop_line(group)
         return True
 
     def find_or_create(self, group: str) -> SubscriptionGroupConfig:
@@ -60,12 +64,10 @@ class SubscriptionGroupManager(DirtyState):
         if not 0 <= config.retry_queue_nums <= 1024 or config.retry_max_times < 0:
             raise SystemError_("retry_queue_nums must be within 0..1024 and retry_max_times ≥ 0")
         self._groups[config.group_name] = config
-        self.touch()
+        self.set_line(config.group_name, asdict(config))
         return config
 
-    def to_json(self) -> Any:
-        return {"subscription_group_table": {g: asdict(c) for g, c in sorted(self._groups.items())}}
-
     def load_json(self, value: Any) -> None:
-        for group, raw in value.get("subscription_group_table", {}).items():
-            self._groups[group] = SubscriptionGroupConfig(**raw)
+        for group, raw in value.get(self.table_key, {}).items():
+            config = self._groups[group] = SubscriptionGroupConfig(**raw)
+            self.lines[group] = self.line_of(group, asdict(config))

@@ -1,4 +1,10 @@
-"""Topic configs: queue counts and permissions, auto-created on first send (REFERENCE.md §0, §15)."""
+"""Topic configs: queue counts and permissions, auto-created on first send (REFERENCE.md §0, §15).
+
+Every change is written to `config/topics.json` at once (`DurableTable`); whoever answers a client
+about a change awaits `wait_durable(topic)` first, and a send is acknowledged only once the config
+of the topic it was stored in is durable (`is_durable`), so a kill -9 right after a create keeps
+the topic. Deleted topics are remembered (`deleted_topics`) so that start-up recovery of configs
+from the store (`broker.topics.recovery`) does not bring them back."""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from broker.persist import DirtyState
+from broker.persist import DurableTable
 from protocol.codes import Perm
 from protocol.errors import NoPermission, SystemError_, TopicNotExist
 from protocol.topics import check_topic
@@ -34,10 +40,11 @@ class TopicConfig:
         return bool(self.perm & _WRITE)
 
 
-class TopicConfigManager(DirtyState):
+class TopicConfigManager(DurableTable):
     """topic → `TopicConfig`, persisted as `config/topics.json`."""
 
     file_name = "topics.json"
+    table_key = "topic_config_table"
 
     def __init__(self, *, auto_create_topic: bool, default_queue_nums: int) -> None:
         self._topics: dict[str, TopicConfig] = {}
@@ -46,6 +53,7 @@ class TopicConfigManager(DirtyState):
         self.on_change: Callable[[], None] | None = None    # e.g. register with the name servers now
         self.on_created: Callable[[str], None] | None = None    # a new topic (after on_change): its name
         self.version = 0            # bumped by every change: callers may cache answers per version
+        self.deleted: set[str] = set()      # deleted topics whose queues may still be in the store
         super().__init__()
 
     def touch(self) -> None:
@@ -65,8 +73,16 @@ class TopicConfigManager(DirtyState):
         """Remove a topic's config; False when there was none."""
         if self._topics.pop(topic, None) is None:
             return False
-        self.touch()
+        self.deleted.add(topic)
+        self.drop_line(topic)
         return True
+
+    def forget_deleted(self, topics: set[str]) -> None:
+        """Stop remembering these deleted topics (their queues are gone from the store)."""
+        if topics & self.deleted:
+            self.deleted -= topics
+            for topic in topics:
+                self.changed(topic)
 
     def require(self, topic: str) -> TopicConfig:
         """The config of an existing topic; raises `TopicNotExist`."""
@@ -121,15 +137,18 @@ class TopicConfigManager(DirtyState):
             raise SystemError_("read_queue_nums and write_queue_nums must be within 1..1024")
         created = config.topic not in self._topics
         self._topics[config.topic] = config
-        self.touch()
+        self.deleted.discard(config.topic)
+        self.set_line(config.topic, asdict(config))
         if created and self.on_created is not None:
             self.on_created(config.topic)
         return config
 
-    def to_json(self) -> Any:
-        return {"topic_config_table": {t: asdict(c) for t, c in sorted(self._topics.items())}}
+    def extra_json(self) -> dict[str, Any]:
+        return {"deleted_topics": sorted(self.deleted)}
 
     def load_json(self, value: Any) -> None:
-        for topic, raw in value.get("topic_config_table", {}).items():
-            self._topics[topic] = TopicConfig(**raw)
+        for topic, raw in value.get(self.table_key, {}).items():
+            config = self._topics[topic] = TopicConfig(**raw)
+            self.lines[topic] = self.line_of(topic, asdict(config))
+        self.deleted.update(value.get("deleted_topics", []))
         self.version += 1

@@ -1,13 +1,17 @@
 """A full disk (issue 12) on a real small file system: a tmpfs mounted for the test (needs root;
 skipped otherwise). Sends are refused with SERVICE_NOT_AVAILABLE and a remark saying why, nothing
 refused is stored, every acknowledged message can still be pulled, and sends resume by themselves
-once space is freed."""
+once space is freed; a broker starts on a full disk, and a topic config that cannot be written is
+refused. The same with a broker process and another process filling the disk, never a SIGBUS:
+tests/chaos/test_disk_fill.py."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,3 +140,47 @@ async def test_past_disk_max_used_space_ratio_the_oldest_files_go_whatever_their
             assert disk_usage(disk).used_ratio < 0.4                # only as much as needed went
             assert sorted((disk / "store" / "commitlog").iterdir()) == files_before[result.commit_log_files:]
             assert store.get_min_offset("t", 0) > 0
+
+
+async def test_a_restart_on_a_full_disk_comes_up_read_only_and_rebuilds_once_space_is_freed(
+        tmp_path: Path, client_api: ClientAPI) -> None:
+    """Recovery must rebuild lost consume queues but the disk has no room for their files: the
+    broker starts anyway, refuses sends saying why, and finishes the rebuild by itself once space
+    is freed (before: the start failed with ENOSPC, or died of SIGBUS, at every attempt)."""
+    with small_disk(tmp_path / "disk", DISK_BYTES) as disk:
+        acknowledged = [b"%d" % index for index in range(300)]
+        async with disk_broker(tmp_path, disk, disk_space_warning_level_ratio=100) as broker:
+            for body in acknowledged:
+                await send(client_api, broker.address, "t", body)
+        shutil.rmtree(disk / "store" / "consumequeue")          # rebuilt from the commit log at start
+        filler = fill(disk, leave_free_bytes=0)
+        async with disk_broker(tmp_path, disk, disk_space_warning_level_ratio=100) as broker:
+            store = broker.store
+            assert store is not None
+            with pytest.raises(ServiceNotAvailable, match="rebuilding the consume queues at start failed with ENOSPC"):
+                await send(client_api, broker.address, "t", b"refused")
+            filler.unlink()
+            await wait_until(lambda: store.write_refusal is None, timeout_s=5)
+            await send(client_api, broker.address, "t", b"after")
+            assert await pull_all(client_api, broker.address) == [*acknowledged, b"after"]
+
+
+async def test_a_topic_config_the_disk_has_no_room_for_is_refused_and_nothing_is_stored(
+        tmp_path: Path, client_api: ClientAPI) -> None:
+    with small_disk(tmp_path / "disk", DISK_BYTES) as disk:
+        async with disk_broker(tmp_path, disk, disk_space_warning_level_ratio=100) as broker:
+            await send(client_api, broker.address, "t", b"first")
+            filler = fill(disk, leave_free_bytes=1024)             # less than a page
+            with pytest.raises(ServiceNotAvailable, match=r"topics\.json failed with ENOSPC"):
+                await client_api.create_topic(broker.address, "made", queue_nums=2)
+            with pytest.raises(ServiceNotAvailable, match=r"topics\.json failed with ENOSPC"):
+                await send(client_api, broker.address, "auto", b"refused")
+            await send(client_api, broker.address, "t", b"second")  # its files have room: still taken
+            store = broker.store
+            assert store is not None and store.get_max_offset("auto", 0) == 0
+            filler.unlink()
+            await client_api.create_topic(broker.address, "made", queue_nums=2)
+            await send(client_api, broker.address, "auto", b"after")
+            assert await pull_all(client_api, broker.address) == [b"first", b"second"]
+        saved = json.loads((disk / "store" / "config" / "topics.json").read_text())["topic_config_table"]
+        assert {"t", "made", "auto"} <= saved.keys()

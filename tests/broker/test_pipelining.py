@@ -64,6 +64,9 @@ async def test_another_connection_is_served_between_the_chunks_of_a_burst(tmp_pa
     ASYNC_FLUSH: the first answers come after the first chunk, not after a first fsync (which a
     slow disk could make last longer than the whole burst)."""
     async with Broker(config_with(tmp_path, "ASYNC_FLUSH")) as broker:
+        # The topic exists first: sends to a topic being created all wait for its config's write.
+        broker.topics.ensure("burst", 4)
+        await broker.topics.wait_durable()
         host, port = broker.address.rsplit(":", 1)
         burst_reader, burst_writer = await asyncio.open_connection(host, int(port))
         other_reader, other_writer = await asyncio.open_connection(host, int(port))

@@ -213,3 +213,23 @@ def _sample(broker: Broker, name: str, label: str, value: str) -> float:
     exposition = generate_latest(broker.metrics.registry).decode()
     return sum(sample.value for family in text_string_to_metric_families(exposition)
                for sample in family.samples if sample.name == name and sample.labels.get(label) == value)
+
+
+@pytest.mark.parametrize("stored", [2**31 - 1, 2**64 - 1])
+@pytest.mark.parametrize("max_reconsume_times", [2**63 - 1, -1])
+async def test_a_send_back_at_the_reconsume_times_bound_goes_to_the_dlq_and_never_fails(
+        broker: Broker, client_api: ClientAPI, stored: int, max_reconsume_times: int) -> None:
+    """A stored reconsume_times whose + 1 leaves int32 (or msgpack's range) is answered SUCCESS and
+    dead-lettered with the bound, never an OverflowError (which pinned the group's offset)."""
+    store = broker.store
+    assert store is not None
+    put = store.put_message(topic="orders", queue_id=0, body=b"worn", properties={}, flag=0,
+                            born_timestamp=0, born_host="127.0.0.1:1", reconsume_times=stored)
+    cmd = request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "commit_log_offset": put.commit_log_offsets[0], "group": "g", "delay_level": 0,
+        "origin_msg_id": "", "origin_topic": "orders", "max_reconsume_times": max_reconsume_times})
+    response = await client_api.remoting.invoke(broker.address, cmd, 3_000)
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    dead = await pull_one(client_api, broker, "%DLQ%g", timeout_ms=1_000)
+    assert dead.body == b"worn" and dead.reconsume_times == 2**31 - 1
+    assert dead.properties["DLQ_REASON"].startswith("failed 2147483648 times")

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from broker.broker import Broker
+from broker.topics.topic_config_manager import TopicConfig
 from client import (
     ConsumeConcurrentlyContext,
     ConsumeConcurrentlyStatus,
@@ -174,8 +175,9 @@ async def test_failed_messages_are_retried_locally_when_the_broker_refuses_them(
         return ConsumeConcurrentlyStatus.RECONSUME_LATER if msgs[0].body == b"3" and attempts[key] == 1 else OK
 
     await client_api.create_topic(broker.address, "local", queue_nums=1)
-    # A read-only retry topic: the send-back and the resend are both refused (NO_PERMISSION).
-    await client_api.create_topic(broker.address, "%RETRY%localg", queue_nums=1, perm=Perm.READ)
+    # A read-only retry topic: the send-back and the resend are both refused (NO_PERMISSION). Set
+    # in the broker itself: clients may not create or change a %RETRY% topic.
+    broker.topics.update(TopicConfig(topic="%RETRY%localg", read_queue_nums=1, write_queue_nums=1, perm=Perm.READ))
     c = consumer(broker.address, "localg", "local", flaky, reconsume_later_delay_ms=200)
     async with c:
         sent = await produce(broker.address, "local", 10)

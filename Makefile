@@ -41,6 +41,11 @@ docs: $(STAMP)
 	@$(BIN)/python -c "import mkdocs, material" 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[dev,bench,docs]'
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 
+# docs/configuration.md from the config classes of conf/ (tests/conf/test_configuration_doc.py fails
+# when the committed page is stale)
+config-doc: $(STAMP)
+	$(BIN)/python -m conf.docgen docs/configuration.md
+
 bench: $(STAMP)
 	$(BIN)/python -m bench
 

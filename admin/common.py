@@ -5,7 +5,7 @@ the endpoints are malformed, 1 when a broker refuses the request), and table or 
     @admin_group.command("example")
     @endpoints_option
     @json_option
-    def example(endpoints: str, as_json: bool) -> None:
+    def example_epilog(endpoints: str, as_json: bool) -> None:
         rows = run_admin(endpoints, lambda api, address: fetch(api, address))
         emit(rows, as_json, title="Example", columns=["a", "b"])
 """

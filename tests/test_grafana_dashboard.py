@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import subprocess
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.broker import Broker
 from client.api import ClientAPI
 from tests.conftest import broker_config
-from tests.helpers import pull_header, send
+from tests.helpers import free_port, pull_header, scrape_metrics, send
 from tests.system_tools import require_program
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "operations" / "grafana-dashboard.json"
@@ -44,17 +42,6 @@ def expressions() -> list[str]:
             assert selector is not None, variable["query"]
             found.append(selector.group(1))
     return found
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        return str(response.read().decode())
 
 
 def served_names(text: str) -> set[str]:
@@ -85,12 +72,12 @@ def test_the_dashboard_is_a_grafana_dashboard() -> None:
 
 async def test_every_metric_the_dashboard_queries_is_served_by_a_broker(tmp_path: Path,
                                                                         client_api: ClientAPI) -> None:
-    async with Broker(broker_config(tmp_path, metrics_port=_free_port())) as broker:
+    async with Broker(broker_config(tmp_path, metrics_port=free_port())) as broker:
         await send(client_api, broker.address, "dash", b"x")
         await client_api.pull_message(broker.address, pull_header(topic="dash", group="dash-g"), 3_000)
         await client_api.update_consumer_offset(broker.address, "dash-g", "dash", 0, 1)
         assert broker.metrics_port is not None
-        text = await asyncio.to_thread(_scrape, broker.metrics_port)
+        text = await asyncio.to_thread(scrape_metrics, broker.metrics_port)
     served = served_names(text)
     used = {name for expr in expressions() for name in _METRIC.findall(expr)}
     assert used <= served, f"queried but not served: {sorted(used - served)}"

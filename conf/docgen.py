@@ -20,7 +20,7 @@ import tokenize
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import NoneType, UnionType
+from types import MappingProxyType, NoneType, UnionType
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from conf.broker import BrokerConfig
@@ -29,12 +29,12 @@ from conf.namesrv import NamesrvConfig
 from conf.ranges import Range
 
 # Units of the fields whose name does not end in one (the suffix rules are in `unit_of`).
-UNIT_OVERRIDES: Mapping[str, str] = {
+UNIT_OVERRIDES: Mapping[str, str] = MappingProxyType({
     "pull_threshold_size_for_queue": "MiB",
     "pull_threshold_size_for_topic": "MiB",
     "consume_queue_segment_units": "entries",
     "max_transfer_bytes_on_message_in_memory": "bytes",
-}
+})
 _SUFFIX_UNITS = (("_ms", "ms"), ("_bytes", "bytes"), ("_hours", "hours"), ("_minutes", "minutes"))
 
 

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-pure check lint typecheck bench bench-peers replay demo clean chaos fuzz fuzz-twins sanitize sanitize-thread cluster pipeline
+.PHONY: install run test test-pure check lint typecheck docs config-doc bench bench-peers replay demo clean chaos fuzz fuzz-twins sanitize sanitize-thread cluster pipeline
 
 # setup.py builds the optional C modules (in place, with the editable install);
 # without a C compiler the install goes on and the pure-Python twins run.
@@ -34,6 +34,17 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 check: lint typecheck test
+
+# The documentation site (mkdocs.yml, docs/) into ./site, strict: a warning (a broken link or anchor)
+# fails it. Installs the docs extra on first use. NO_MKDOCS_2_WARNING silences the theme's banner.
+docs: $(STAMP)
+	@$(BIN)/python -c "import mkdocs, material" 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[dev,bench,docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
+
+# docs/configuration.md from the config classes of conf/ (tests/conf/test_configuration_doc.py fails
+# when the committed page is stale)
+config-doc: $(STAMP)
+	$(BIN)/python -m conf.docgen docs/configuration.md
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
@@ -90,4 +101,4 @@ pipeline: $(STAMP)
 	$(BIN)/python -m demo.pipeline
 
 clean:
-	rm -rf $(VENV) store store-cluster bench/results pipeline-out .pytest_cache .mypy_cache
+	rm -rf $(VENV) store store-cluster bench/results pipeline-out site .pytest_cache .mypy_cache

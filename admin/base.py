@@ -8,13 +8,34 @@ kebab-case; RocketMQ's camelCase mqadmin names are accepted as aliases through
 
 from __future__ import annotations
 
-from typing import Any
+import importlib.metadata
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
 from admin.common import endpoints_option
 
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"{ctx.find_root().info_name} {importlib.metadata.version('rocketq')}")
+        ctx.exit()
+
+
+def version_option(command: _F) -> _F:
+    """`--version`: prints the program's name and the installed rocketq package's version
+    (`rocketq 0.1.0`, `mqadmin 0.1.0`), then exits."""
+    return click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+                        help="Print the rocketq version and exit.")(command)
+
+
+def example_epilog(command_line: str) -> str:
+    """A command's help epilog: `Example:` and one command line, printed as written (click's `\\b`)."""
+    return f"\b\nExample:\n  {command_line}"
 
 
 class AliasedGroup(click.Group):
@@ -31,6 +52,7 @@ class AliasedGroup(click.Group):
 
 
 @click.group("admin", cls=AliasedGroup, context_settings=CONTEXT_SETTINGS)
+@version_option
 @endpoints_option
 def admin_group(endpoints: str) -> None:
     """Administer brokers over the wire protocol: topics, groups, offsets, messages, dead letters.

@@ -7,7 +7,7 @@ import dataclasses
 
 from rich.table import Table
 
-from admin.base import admin_group
+from admin.base import admin_group, example_epilog
 from admin.cluster import on_each_broker
 from admin.common import (
     endpoints_option,
@@ -51,7 +51,7 @@ def status_tables(info: BrokerRuntimeInfo) -> list[Table]:
             table("config changed from the defaults", ["key", "default", "value"], diff)]
 
 
-@broker_group.command("status")
+@broker_group.command("status", epilog=example_epilog("rocketq admin broker status -n 127.0.0.1:9876"))
 @endpoints_option
 @json_option
 def status(endpoints: str, as_json: bool) -> None:

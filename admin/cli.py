@@ -4,9 +4,10 @@ module, which nothing below it imports, puts the two together."""
 
 from __future__ import annotations
 
-from admin.base import CONTEXT_SETTINGS, AliasedGroup, admin_group
+from admin.base import CONTEXT_SETTINGS, AliasedGroup, admin_group, example_epilog, version_option
 
-__all__ = ["CONTEXT_SETTINGS", "AliasedGroup", "admin_group", "main", "register_commands"]
+__all__ = ["CONTEXT_SETTINGS", "AliasedGroup", "admin_group", "example_epilog", "main", "register_commands",
+           "version_option"]
 
 
 def register_commands() -> None:

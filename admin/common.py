@@ -2,7 +2,7 @@
 one client API per command run, clear one-line errors (exit code 2 when no broker can be reached or
 the endpoints are malformed, 1 when a broker refuses the request), and table or JSON output.
 
-    @admin_group.command("example")
+    @admin_group.command("example", epilog=example_epilog("rocketq admin example --json"))
     @endpoints_option
     @json_option
     def example(endpoints: str, as_json: bool) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import click
 
-from admin.base import admin_group
+from admin.base import admin_group, example_epilog
 from admin.cluster import BrokerAnswers, on_each_broker
 from admin.common import (
     CommandError,
@@ -94,7 +94,7 @@ async def _online(api: AdminAPI, address: str, group: str) -> tuple[ConsumerConn
     return connection, infos
 
 
-@consumer_group.command("progress")
+@consumer_group.command("progress", epilog=example_epilog("rocketq admin consumer progress --group billing"))
 @click.option("--group", "-g", required=True, help="Consumer group name.")
 @click.option("--topic", "-t", default=None, help="Only this topic.")
 @endpoints_option
@@ -120,7 +120,7 @@ def progress(group: str, topic: str | None, endpoints: str, as_json: bool) -> No
                         "last consumed", "owner"], lines))
 
 
-@consumer_group.command("connection")
+@consumer_group.command("connection", epilog=example_epilog("rocketq admin consumer connection --group billing"))
 @click.option("--group", "-g", required=True, help="Consumer group name.")
 @endpoints_option
 @json_option
@@ -139,7 +139,7 @@ def connection(group: str, endpoints: str, as_json: bool) -> None:
               [[s.topic, s.sub_string, s.expression_type, s.sub_version] for s in data.subscription_table]))
 
 
-@consumer_group.command("status")
+@consumer_group.command("status", epilog=example_epilog("rocketq admin consumer status --group billing --json"))
 @click.option("--group", "-g", required=True, help="Consumer group name.")
 @endpoints_option
 @json_option

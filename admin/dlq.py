@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from admin.base import admin_group
+from admin.base import admin_group, example_epilog
 from admin.common import CommandError, emit, endpoints_option, json_option, run_admin
 from client.admin_api import AdminAPI
 from protocol.codes import PullSysFlag
@@ -183,7 +183,7 @@ def dlq_group() -> None:
     """Dead-letter queues (%DLQ%<group>): list their messages and resend them."""
 
 
-@dlq_group.command("list")
+@dlq_group.command("list", epilog=example_epilog("rocketq admin dlq list --group order-audit --limit 20"))
 @click.option("--group", "-g", required=True, help="Consumer group whose dead-letter queue to read.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000),
               help="Show at most this many messages, oldest first.")
@@ -199,7 +199,7 @@ def list_command(group: str, limit: int, endpoints: str, as_json: bool) -> None:
          empty=f"no dead letters for group {group!r}")
 
 
-@dlq_group.command("resend")
+@dlq_group.command("resend", epilog=example_epilog("rocketq admin dlq resend --group order-audit --all"))
 @click.option("--group", "-g", required=True, help="Consumer group whose dead-letter queue to resend from.")
 @click.option("--msg-id", help="Resend this message (its DLQ msg id or its ORIGIN_MESSAGE_ID).")
 @click.option("--all", "resend_all", is_flag=True,

@@ -22,7 +22,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from admin.base import admin_group
+from admin.base import admin_group, example_epilog
 from admin.common import endpoints_option, first_endpoint
 from broker.filter.sql92 import FilterSyntaxError, compile_expression
 from client.api import ClientAPI
@@ -78,7 +78,8 @@ def filter_group() -> None:
     """Subscription filters (TAG and SQL92 expressions)."""
 
 
-@filter_group.command("test")
+@filter_group.command("test", epilog=example_epilog(
+    """rocketq admin filter test --topic orders --expression "amount > 100 AND region = 'eu'" --last 500"""))
 @click.option("--topic", "-t", required=True, help="Topic whose recent messages are tried.")
 @click.option("--expression", "-e", required=True, help="The subscription expression.")
 @click.option("--type", "expression_type", type=click.Choice(["SQL92", "TAG"], case_sensitive=False),

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from admin.base import admin_group
+from admin.base import admin_group, example_epilog
 from admin.common import endpoints_option, json_option, print_json, print_tables, run_admin, table
 from client.admin_api import AdminAPI
 from protocol.errors import SystemError_
@@ -64,7 +64,7 @@ def _print_written(header: CreateSubscriptionGroupRequestHeader, as_json: bool, 
                    f"{header.retry_queue_nums} retry queue(s), retry max {header.retry_max_times}")
 
 
-@group_group.command("create")
+@group_group.command("create", epilog=example_epilog("rocketq admin group create --group billing --retry-max-times 5"))
 @_group_options
 @endpoints_option
 @json_option
@@ -76,7 +76,7 @@ def create(group: str, consume_enable: bool | None, broadcast_enable: bool | Non
     _print_written(header, as_json, "created")
 
 
-@group_group.command("update")
+@group_group.command("update", epilog=example_epilog("rocketq admin group update --group billing --consume-disable"))
 @_group_options
 @endpoints_option
 @json_option
@@ -88,7 +88,7 @@ def update(group: str, consume_enable: bool | None, broadcast_enable: bool | Non
     _print_written(header, as_json, "updated")
 
 
-@group_group.command("delete")
+@group_group.command("delete", epilog=example_epilog("rocketq admin group delete --group billing"))
 @click.option("--group", "-g", required=True, help="Consumer group name.")
 @click.option("--keep-offsets", is_flag=True, help="Keep the group's committed offsets.")
 @endpoints_option
@@ -103,7 +103,7 @@ def delete(group: str, keep_offsets: bool, endpoints: str, as_json: bool) -> Non
         click.echo(f"deleted group {group}" + (" (offsets kept)" if keep_offsets else ""))
 
 
-@group_group.command("list")
+@group_group.command("list", epilog=example_epilog("rocketq admin group list --json"))
 @endpoints_option
 @json_option
 def list_groups(endpoints: str, as_json: bool) -> None:

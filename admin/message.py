@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from admin.base import admin_group
+from admin.base import admin_group, example_epilog
 from admin.common import (
     CommandError,
     endpoints_option,
@@ -86,7 +86,8 @@ async def _by_id(api: AdminAPI, address: str, msg_id: str, topic: str | None) ->
     return found
 
 
-@message_group.command("query")
+@message_group.command("query", epilog=example_epilog(
+    "rocketq admin message query --key cust-7 --topic orders --max 2"))
 @click.option("--id", "-i", "msg_id", default=None,
               help="Message id: the offset msg id, or with --topic the UNIQ_KEY a producer's SendResult gives "
                    "(e.g. --id 7F0000010B2C1507C950176F58D50000 --topic orders).")
@@ -125,7 +126,8 @@ async def _read(api: AdminAPI, address: str, topic: str, queue_id: int, queue_of
     return result.messages[:count]
 
 
-@message_group.command("print")
+@message_group.command("print", epilog=example_epilog(
+    "rocketq admin message print --topic orders --queue 0 --offset 0 --count 10"))
 @click.option("--topic", "-t", required=True, help="Topic.")
 @click.option("--queue", "-q", "queue_id", type=click.IntRange(0), required=True, help="Queue id.")
 @click.option("--offset", "-o", "queue_offset", type=click.IntRange(0), required=True, help="Queue offset.")

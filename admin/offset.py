@@ -10,7 +10,7 @@ from datetime import datetime
 
 import click
 
-from admin.base import admin_group
+from admin.base import admin_group, example_epilog
 from admin.common import endpoints_option, json_option, print_json, print_tables, run_admin, table
 from protocol.headers import ResetOffsetRequestHeader
 
@@ -34,7 +34,8 @@ def parse_timestamp_ms(value: str) -> int:
                              param_hint="--timestamp")
 
 
-@offset_group.command("reset")
+@offset_group.command("reset", epilog=example_epilog(
+    "rocketq admin offset reset --group billing --topic orders --to-earliest"))
 @click.option("--group", "-g", required=True, help="Consumer group name.")
 @click.option("--topic", "-t", required=True, help="Topic name.")
 @click.option("--timestamp", "-s", default=None, metavar="TIME",

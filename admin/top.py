@@ -19,6 +19,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
+from admin.base import example_epilog
 from admin.common import endpoints_option, run_admin
 from admin.consumer import owners, running_infos
 from admin.top_view import SORTS, Snapshot, next_sort, render
@@ -101,7 +102,7 @@ async def watch(api: AdminAPI, address: str, group: str | None, iterations: int 
                 loop.remove_reader(sys.stdin.fileno())
 
 
-@click.command("top")
+@click.command("top", epilog=example_epilog("rocketq top --group billing --sort tps"))
 @click.option("--group", "-g", default=None, help="Only this consumer group.")
 @click.option("--iterations", "-i", type=click.IntRange(1), default=None,
               help="Stop after this many refreshes (scripts); default: until q or Ctrl-C.")

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from admin.base import admin_group
+from admin.base import admin_group, example_epilog
 from admin.cluster import on_each_broker
 from admin.common import (
     CommandError,
@@ -119,7 +119,7 @@ _CLUSTER_OPTION = click.option(
          "server, e.g. 127.0.0.1:9876); without it, on the one broker of --endpoints.")
 
 
-@topic_group.command("create")
+@topic_group.command("create", epilog=example_epilog("rocketq admin topic create --topic orders --queues 8"))
 @_queue_options
 @_CLUSTER_OPTION
 @endpoints_option
@@ -130,7 +130,7 @@ def create(topic: str, queues: int | None, read_queues: int | None, write_queues
     _write(endpoints, cluster, topic, queues, read_queues, write_queues, perm, as_json, refuse_existing=True)
 
 
-@topic_group.command("update")
+@topic_group.command("update", epilog=example_epilog("rocketq admin topic update --topic orders --perm 4"))
 @_queue_options
 @_CLUSTER_OPTION
 @endpoints_option
@@ -142,7 +142,7 @@ def update(topic: str, queues: int | None, read_queues: int | None, write_queues
     _write(endpoints, cluster, topic, queues, read_queues, write_queues, perm, as_json, refuse_existing=False)
 
 
-@topic_group.command("delete")
+@topic_group.command("delete", epilog=example_epilog("rocketq admin topic delete --topic orders"))
 @click.option("--topic", "-t", required=True, help="Topic name.")
 @endpoints_option
 @json_option
@@ -155,7 +155,7 @@ def delete(topic: str, endpoints: str, as_json: bool) -> None:
         click.echo(f"deleted topic {topic}")
 
 
-@topic_group.command("list")
+@topic_group.command("list", epilog=example_epilog("rocketq admin topic list -n 127.0.0.1:9876"))
 @endpoints_option
 @json_option
 def list_topics(endpoints: str, as_json: bool) -> None:
@@ -181,7 +181,7 @@ def list_topics(endpoints: str, as_json: bool) -> None:
                         for t, name in pairs]))
 
 
-@topic_group.command("status")
+@topic_group.command("status", epilog=example_epilog("rocketq admin topic status --topic orders"))
 @click.option("--topic", "-t", required=True, help="Topic name.")
 @endpoints_option
 @json_option
@@ -201,7 +201,7 @@ def status(topic: str, endpoints: str, as_json: bool) -> None:
                                                             "messages", "last stored"], rows))
 
 
-@topic_group.command("route")
+@topic_group.command("route", epilog=example_epilog("rocketq admin topic route --topic orders"))
 @click.option("--topic", "-t", required=True, help="Topic name.")
 @endpoints_option
 @json_option

@@ -232,6 +232,10 @@ _PRECEDENCE = (
     "--listen-host, --listen-port and --store-dir. Unknown keys are an error. Stop with SIGTERM or "
     "Ctrl-C (graceful); Ctrl-C twice forces an immediate exit with code 1."
 )
+# Every command's help ends with one example (tests/test_cli_help.py): click prints a `\b` paragraph as written.
+_START_EXAMPLE = "\b\nExample:\n  rocketq broker start --config conf/broker.toml --store-dir ./store"
+_MQBROKER_EXAMPLE = "\b\nExample:\n  mqbroker --namesrv-addr 127.0.0.1:9876 --set broker_name=broker-b"
+_STORE_CHECK_EXAMPLE = "\b\nExample:\n  rocketq store check --store-dir ./store"
 
 
 def _start_options(command: _F) -> _F:
@@ -293,7 +297,7 @@ def broker_group() -> None:
     """Run a broker."""
 
 
-@broker_group.command("start", epilog=_PRECEDENCE)
+@broker_group.command("start", epilog=f"{_PRECEDENCE}\n\n{_START_EXAMPLE}")
 @_start_options
 def start(config_path: Path | None, listen_host: str | None, listen_port: int | None,
           store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...]) -> None:
@@ -301,7 +305,7 @@ def start(config_path: Path | None, listen_host: str | None, listen_port: int | 
     _start(config_path, listen_host, listen_port, store_dir, namesrv_addr, sets)
 
 
-@click.command("mqbroker", context_settings=_CONTEXT_SETTINGS, epilog=_PRECEDENCE)
+@click.command("mqbroker", context_settings=_CONTEXT_SETTINGS, epilog=f"{_PRECEDENCE}\n\n{_MQBROKER_EXAMPLE}")
 @_start_options
 def mqbroker(config_path: Path | None, listen_host: str | None, listen_port: int | None,
              store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...]) -> None:
@@ -314,7 +318,7 @@ def store_group() -> None:
     """Inspect a broker's store on disk."""
 
 
-@store_group.command("check")
+@store_group.command("check", epilog=_STORE_CHECK_EXAMPLE)
 @click.option("--store-dir", type=click.Path(path_type=Path, file_okay=False, exists=True), required=True,
               help="The store directory (the broker's store.path); the broker should be stopped.")
 def store_check(store_dir: Path) -> None:

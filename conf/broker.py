@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from types import MappingProxyType
+from typing import ClassVar, Literal
 
+from conf.ranges import Range, check_ranges
 from conf.store import StoreConfig
 
 EventLoop = Literal["auto", "asyncio", "uvloop"]
@@ -12,42 +15,42 @@ EventLoop = Literal["auto", "asyncio", "uvloop"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LongPollingConfig:
-    enable: bool = True
+    enable: bool = True                  # hold a pull with no new messages until one arrives (or it times out)
     short_polling_time_ms: int = 1_000   # how long a pull is held when long polling is off
     check_interval_ms: int = 5_000       # safety sweep of held pulls; wake-ups do not depend on it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfig:
-    listen_host: str = "127.0.0.1"
-    listen_port: int = 10911
-    broker_name: str = "broker-a"
-    cluster_name: str = "DefaultCluster"
+    RANGES: ClassVar[Mapping[str, Range]] = MappingProxyType({"max_requests_per_step": Range(low=0)})
+
+    listen_host: str = "127.0.0.1"                # address clients connect to; "0.0.0.0" for all interfaces
+    listen_port: int = 10911                      # TCP port (RocketMQ's default); 0 picks a free port
+    broker_name: str = "broker-a"                 # brokerName; part of every MessageQueue clients see
+    cluster_name: str = "DefaultCluster"          # brokerClusterName
     namesrv_addr: str = ""                        # "host:port;host:port": name servers to register with
     register_name_server_period_ms: int = 30_000  # registerNameServerPeriod (RocketMQ clamps to 10-60 s)
-    graceful_shutdown_timeout_ms: int = 5_000
-    max_frame_bytes: int = 16 * 1024 * 1024
+    graceful_shutdown_timeout_ms: int = 5_000     # on SIGTERM/SIGINT: wait this long for in-flight work, then cancel
+    max_frame_bytes: int = 16 * 1024 * 1024       # largest frame accepted; a larger one closes the connection
     max_in_flight_per_connection: int = 4096      # past it the broker stops reading that connection
     max_requests_per_step: int = 8                # one connection's requests handled per loop step; 0: all read
     frame_read_timeout_ms: int = 30_000           # a started frame must complete within this, else closed
     max_connections: int = 10_000                 # more connections are refused (SYSTEM_BUSY frame, closed)
     max_buffered_bytes: int = 256 * 1024 * 1024   # all partial frames + unsent responses; past it reads pause
-    event_loop: EventLoop = "auto"
+    event_loop: EventLoop = "auto"                # "auto": uvloop if installed, else asyncio
     metrics_port: int = 5557                      # Prometheus /metrics on listen_host (RocketMQ 5's); 0: off
-    auto_create_topic: bool = True
-    auto_create_subscription_group: bool = True
-    default_queue_nums: int = 4
+    auto_create_topic: bool = True                # create a topic on its first send (autoCreateTopicEnable)
+    auto_create_subscription_group: bool = True   # create a group on first use (autoCreateSubscriptionGroup)
+    default_queue_nums: int = 4                   # queues of an auto-created topic (defaultTopicQueueNums)
     channel_expired_timeout_ms: int = 120_000     # CHANNEL_EXPIRED_TIMEOUT; also any connection silent this long
-    housekeeping_interval_ms: int = 10_000
-    lock_max_live_ms: int = 60_000
+    housekeeping_interval_ms: int = 10_000        # how often idle client connections are looked for
+    lock_max_live_ms: int = 60_000                # orderly consumption: a queue lock not renewed this long expires
     persist_interval_ms: int = 5_000              # topics, groups, offsets → <store>/config/
-    notify_consumer_ids_changed_enable: bool = True
+    notify_consumer_ids_changed_enable: bool = True   # tell a group to rebalance when a member joins or leaves
     filter_support_sql92: bool = True             # SQL92 subscriptions (RocketMQ enablePropertyFilter, off there)
     filter_support_retry: bool = False            # filter retried messages by the group's SQL92 expression
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:
-        if self.max_requests_per_step < 0:
-            raise ValueError(f"max_requests_per_step must be 0 (no bound) or positive, "
-                             f"got {self.max_requests_per_step}")
+        check_ranges(self, self.RANGES)

@@ -13,14 +13,14 @@ EventLoop = Literal["auto", "asyncio", "uvloop"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NamesrvConfig:
-    listen_host: str = "127.0.0.1"
-    listen_port: int = 9876
+    listen_host: str = "127.0.0.1"                     # address for brokers and clients; "0.0.0.0" for all
+    listen_port: int = 9876                            # TCP port (RocketMQ's default name server port)
     scan_not_active_broker_interval_ms: int = 10_000   # how often silent brokers are looked for
     broker_channel_expired_time_ms: int = 120_000      # BROKER_CHANNEL_EXPIRED_TIME: silent longer -> removed
-    max_frame_bytes: int = 16 * 1024 * 1024
-    graceful_shutdown_timeout_ms: int = 5_000
+    max_frame_bytes: int = 16 * 1024 * 1024            # largest frame accepted
+    graceful_shutdown_timeout_ms: int = 5_000          # on SIGTERM, requests in flight get this long
     metrics_port: int = 0                              # 0: no metrics endpoint (5557 is the broker's)
-    event_loop: EventLoop = "auto"
+    event_loop: EventLoop = "auto"                     # "auto" (uvloop when installed), "asyncio" or "uvloop"
 
 
 def parse_namesrv_addr(text: str) -> list[str]:

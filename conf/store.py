@@ -18,21 +18,22 @@ class StoreConfig:
     acknowledged sends if the machine (not just the process) dies.
     """
 
-    path: Path = Path("store")
+    path: Path = Path("store")                         # commit log, consume queues and broker state
     # 32 MiB, not RocketMQ's 1 GiB (mappedFileSizeCommitLog): on ext4, an fdatasync of a file
     # written by small appends costs ~150 µs through its first ~32 MiB and ~500 µs past them
     # (measured here, preallocated or sparse), and SYNC_FLUSH pays one per group commit.
     # An existing store keeps the size its files were created with (CommitLog.load).
     commit_log_segment_bytes: int = 32 << 20
     consume_queue_segment_units: int = 300_000         # 20-byte units per consume-queue file
-    flush_disk_type: FlushDiskType = "SYNC_FLUSH"
+    flush_disk_type: FlushDiskType = "SYNC_FLUSH"      # when a send is acknowledged: after its fsync, or before
     flush_interval_ms: int = 500                       # ASYNC_FLUSH commit-log flush period
     flush_consume_queue_interval_ms: int = 1_000       # flushIntervalConsumeQueue
     sync_flush_timeout_ms: int = 5_000                 # syncFlushTimeout → FLUSH_DISK_TIMEOUT
     max_message_bytes: int = 4 * 1024 * 1024           # maxMessageSize, 4 MiB
     access_message_in_memory_max_ratio: int = 40       # % of RAM behind the log end counted "in memory"
-    max_transfer_count_on_message_in_memory: int = 32
-    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_count_on_message_in_memory: int = 32  # most messages returned by one pull
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024   # most bytes returned by one pull
+    # delay levels 1..18 of delayed messages and consumer retries (level 3 = 10s is the first retry)
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     file_reserved_time_hours: int = 72                 # fileReservedTime: commit-log files kept this long
     delete_when: str = "04"                            # deleteWhen: local hours ("04;05") or "*" for retention

@@ -35,6 +35,8 @@ _PRECEDENCE = (
     "--listen-port. Unknown keys are an error. Brokers find it with --namesrv-addr HOST:PORT and clients "
     "with endpoints=HOST:PORT. Stop with SIGTERM or Ctrl-C (graceful)."
 )
+_START_EXAMPLE = "\b\nExample:\n  rocketq namesrv start --config conf/namesrv.toml --listen-port 9876"
+_MQNAMESRV_EXAMPLE = "\b\nExample:\n  mqnamesrv --listen-port 9877 --set broker_channel_expired_time_ms=30000"
 
 
 def resolve_namesrv_config(config_path: Path | None, listen_host: str | None, listen_port: int | None,
@@ -97,7 +99,7 @@ def namesrv_group() -> None:
     """Run a name server (brokers register with it; clients ask it for routes)."""
 
 
-@namesrv_group.command("start", epilog=_PRECEDENCE)
+@namesrv_group.command("start", epilog=f"{_PRECEDENCE}\n\n{_START_EXAMPLE}")
 @_start_options
 def start(config_path: Path | None, listen_host: str | None, listen_port: int | None,
           sets: tuple[str, ...]) -> None:
@@ -105,7 +107,7 @@ def start(config_path: Path | None, listen_host: str | None, listen_port: int | 
     _start(config_path, listen_host, listen_port, sets)
 
 
-@click.command("mqnamesrv", context_settings=_CONTEXT_SETTINGS, epilog=_PRECEDENCE)
+@click.command("mqnamesrv", context_settings=_CONTEXT_SETTINGS, epilog=f"{_PRECEDENCE}\n\n{_MQNAMESRV_EXAMPLE}")
 @_start_options
 def mqnamesrv(config_path: Path | None, listen_host: str | None, listen_port: int | None,
               sets: tuple[str, ...]) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import urllib.request
 from collections.abc import Callable
 
 from broker.broker import Broker
@@ -34,6 +36,19 @@ async def send(api: ClientAPI, address: str, topic: str = "t", body: bytes = b"x
     header = SendMessageRequestHeader(producer_group="pg", topic=topic, queue_id=queue_id, flag=0,
                                       born_timestamp=0, properties=props)
     return await api.send_message(address, header, body)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for an endpoint whose port 0 means "off" (`metrics_port`)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape_metrics(port: int) -> str:
+    """The text of http://127.0.0.1:PORT/metrics; blocking, so call it with `asyncio.to_thread`."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return str(response.read().decode())
 
 
 async def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0, what: str = "condition") -> None:

@@ -1,4 +1,4 @@
-"""The user documentation's code: every ```python block of README.md and docs/*.md is valid Python,
+"""The user documentation's code: every ```python block of README.md and docs/**/*.md is valid Python,
 and every `from client... import ...` statement in them runs."""
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+# The user guide, whose prose names the errors a user catches; docs/protocol.md is the wire contract
+# and also names the protocol package's own errors (`ProtocolError`).
+GUIDE = [document for document in DOCUMENTS if document.name != "protocol.md"]
 _FENCE = re.compile(r"^```(?P<lang>[\w+-]*)[ \t]*\n(?P<code>.*?)^```", re.DOTALL | re.MULTILINE)
 
 
@@ -58,13 +61,14 @@ def test_every_client_import_of_the_documents_runs(where: str, statement: str) -
     exec(compile(statement, where, "exec"), {})   # raises ImportError naming the missing name
 
 
-def test_every_error_the_readme_names_is_exported_by_client() -> None:
-    """An error class named in the README's prose (`SubscriptionParseFailed`) is importable
-    `from client import ...` like the rest of the public API."""
+def test_every_error_the_guide_names_is_exported_by_client() -> None:
+    """An error class named in the prose of the README or a page of the user guide
+    (`SubscriptionParseFailed`) is importable `from client import ...` like the rest of the public API."""
     import client
     from protocol import errors
 
-    named = set(re.findall(r"`([A-Z][A-Za-z_]+)`", (REPO / "README.md").read_text(encoding="utf-8")))
+    named = {name for document in GUIDE
+             for name in re.findall(r"`([A-Z][A-Za-z_]+)`", document.read_text(encoding="utf-8"))}
     error_names = {name for name in named if isinstance(getattr(errors, name, None), type)}
     assert "SubscriptionParseFailed" in error_names
     assert error_names <= set(client.__all__), sorted(error_names - set(client.__all__))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -15,27 +14,16 @@ from client.api import ClientAPI
 from conf.broker import BrokerConfig
 from protocol.clock import ManualClock
 from tests.conftest import broker_config
-from tests.helpers import pull_header, send
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        return str(response.read().decode())
+from tests.helpers import free_port, pull_header, scrape_metrics, send
 
 
 async def test_metrics_count_messages_in_and_out(tmp_path: Path, client_api: ClientAPI) -> None:
-    async with Broker(broker_config(tmp_path, metrics_port=_free_port())) as broker:
+    async with Broker(broker_config(tmp_path, metrics_port=free_port())) as broker:
         for body in (b"ab", b"cde"):
             await send(client_api, broker.address, "m", body)
         await client_api.pull_message(broker.address, pull_header(topic="m", group="mg"), 3_000)
         assert broker.metrics_port is not None
-        text = await asyncio.to_thread(_scrape, broker.metrics_port)
+        text = await asyncio.to_thread(scrape_metrics, broker.metrics_port)
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in text_string_to_metric_families(text) for s in family.samples}
     node = (("cluster", "DefaultCluster"), ("node_id", "broker-a"))

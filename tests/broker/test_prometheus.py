@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import urllib.parse
 import urllib.request
@@ -18,19 +17,13 @@ import pytest
 from broker.broker import Broker
 from client.api import ClientAPI
 from tests.conftest import broker_config
-from tests.helpers import send
+from tests.helpers import free_port, send
 from tests.system_tools import require_program
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
 async def scraped_broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    async with Broker(broker_config(tmp_path, metrics_port=_free_port())) as broker:
+    async with Broker(broker_config(tmp_path, metrics_port=free_port())) as broker:
         yield broker
 
 
@@ -82,7 +75,7 @@ async def test_a_real_prometheus_scrapes_messages_in_and_consumer_lag(
     for body in (b"1", b"2", b"3", b"4"):
         await send(client_api, scraped_broker.address, "prom", body)
     await client_api.update_consumer_offset(scraped_broker.address, "promg", "prom", 0, 1)
-    web_port = _free_port()
+    web_port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"

@@ -89,7 +89,8 @@ class _Probe:
 
 async def fill(filler: Path) -> None:
     """Write zeros to `filler` in another process until its file system is full (ENOSPC)."""
-    process = await asyncio.create_subprocess_exec(sys.executable, "-c", _FILL, str(filler))
+    process = await asyncio.create_subprocess_exec(sys.executable, "-c", _FILL, str(filler),
+                                                   stderr=asyncio.subprocess.DEVNULL)   # ENOSPC at close
     await process.wait()
 
 

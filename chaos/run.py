@@ -17,14 +17,16 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.broker_proc import free_port
 from broker.process import BrokerSubprocess
 from chaos.checker import GroupResult, check_group
+from chaos.hostile import DISK_SETTINGS, HOSTILE_FAULTS, apply_hostile, small_store_disk
 from chaos.measure import FaultWindow, Recorder
-from chaos.schedule import FaultStep, fault_schedule
+from chaos.schedule import FAULTS, FaultStep, fault_schedule
 from client import Message, Producer, SelectMessageQueueByHash
 from conf.client import ClientConfig
 from protocol.errors import MQError
@@ -44,6 +46,8 @@ class ChaosReport:
     orderly: GroupResult
     elapsed_s: float
     windows: list[FaultWindow] = field(default_factory=list)     # per step: the fault and what followed
+    hostile: dict[int, str] = field(default_factory=dict)         # cycle -> what its hostile fault reported
+    hostile_lost: int = 0                                         # what the hostile faults made unreachable
     faults: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -51,12 +55,14 @@ class ChaosReport:
 
     @property
     def passed(self) -> bool:
-        return self.concurrent.lost == 0 and self.orderly.lost == 0 and self.orderly.reorderings == 0
+        return (self.concurrent.lost == 0 and self.orderly.lost == 0 and self.orderly.reorderings == 0
+                and self.hostile_lost == 0)
 
     def lines(self) -> list[str]:
         out = [f"chaos seed {self.seed}: {len(self.steps)} cycles, {self.faults} faults, {self.elapsed_s:.0f} s"]
         for step, window in zip(self.steps, self.windows, strict=False):
-            out.append(f"  {step.describe()}: {window.describe()}")
+            out.append(f"  {step.describe()}: {window.describe()}"
+                       + (f"; {self.hostile[step.cycle]}" if step.cycle in self.hostile else ""))
         for name, group in (("concurrent", self.concurrent), ("orderly", self.orderly)):
             out.append(f"  {name:10s} acknowledged {group.acknowledged}, deliveries {group.delivered}, "
                        f"lost {group.lost}, duplicates {group.duplicates}, reorderings {group.reorderings}"
@@ -161,15 +167,32 @@ def read_keys(files: list[Path]) -> list[str]:
 
 async def run_chaos(workdir: Path, *, cycles: int, seed: int, consumers_per_group: int = 2, producers: int = 2,
                     run_s: tuple[float, float] = (2.0, 5.0), drain_timeout_s: float = 60.0,
-                    echo: bool = True) -> ChaosReport:
-    started = time.monotonic()
-    steps = fault_schedule(seed, cycles, 2 * consumers_per_group, run_s=run_s)
+                    echo: bool = True, kinds: Sequence[str] = FAULTS) -> ChaosReport:
+    """A chaos run of `cycles` faults drawn from `kinds` (the module docstring). With `disk-fill`
+    among them, the store goes on a tmpfs of its own (root only; otherwise the kind is left out,
+    saying so)."""
     say = print if echo else log.info
-    say(f"chaos seed {seed} (replay with --seed {seed}):")
+    kinds = list(kinds)
+    with small_store_disk(workdir / "disk") if "disk-fill" in kinds else contextlib.nullcontext() as disk:
+        if "disk-fill" in kinds and disk is None:
+            say("chaos: disk-fill left out: mounting a tmpfs for the store needs root")
+            kinds.remove("disk-fill")
+        return await _run_chaos(workdir, disk, cycles=cycles, seed=seed, consumers_per_group=consumers_per_group,
+                                producers=producers, run_s=run_s, drain_timeout_s=drain_timeout_s, say=say,
+                                kinds=kinds)
+
+
+async def _run_chaos(workdir: Path, disk: Path | None, *, cycles: int, seed: int, consumers_per_group: int,
+                     producers: int, run_s: tuple[float, float], drain_timeout_s: float, say: Callable[[str], None],
+                     kinds: Sequence[str]) -> ChaosReport:
+    started = time.monotonic()
+    steps = fault_schedule(seed, cycles, 2 * consumers_per_group, run_s=run_s, kinds=kinds)
+    say(f"chaos seed {seed} (replay with --seed {seed}{'' if list(kinds) == list(FAULTS) else ' and the same kinds'}):")
     for step in steps:
         say("  " + step.describe())
     port = free_port()
-    broker = BrokerSubprocess(workdir / "store", listen_port=port, settings=BROKER_SETTINGS)
+    settings = BROKER_SETTINGS if disk is None else {**BROKER_SETTINGS, **DISK_SETTINGS}
+    broker = BrokerSubprocess((disk or workdir) / "store", listen_port=port, settings=settings)
     await broker.start()
     address = broker.address
     outputs = {"concurrent": workdir / "concurrent", "orderly": workdir / "orderly"}
@@ -183,6 +206,8 @@ async def run_chaos(workdir: Path, *, cycles: int, seed: int, consumers_per_grou
     sampler = asyncio.create_task(recorder.run(lambda: broker.pid if broker.alive() else None))
     traffic = Traffic(address, producers, recorder)
     fault_times: list[float] = []
+    hostile: dict[int, str] = {}
+    hostile_lost = 0
     try:
         await asyncio.gather(*(c.start() for c in consumers))
         await traffic.start()
@@ -191,7 +216,11 @@ async def run_chaos(workdir: Path, *, cycles: int, seed: int, consumers_per_grou
             say(f"  applying {step.describe()} (acknowledged so far: "
                 f"{sum(len(v) for v in traffic.acked.values())})")
             fault_times.append(time.monotonic())
-            await _apply(step, broker, consumers)
+            if step.fault in HOSTILE_FAULTS:
+                outcome = await apply_hostile(step, broker, disk)
+                hostile[step.cycle], hostile_lost = outcome.detail, hostile_lost + outcome.lost
+            else:
+                await _apply(step, broker, consumers)
         await asyncio.sleep(1.0)
         fault_times.append(time.monotonic())
         await traffic.stop()
@@ -213,7 +242,7 @@ async def run_chaos(workdir: Path, *, cycles: int, seed: int, consumers_per_grou
         check_group(traffic.acked[CONCURRENT_TOPIC], read_keys(sorted(outputs["concurrent"].iterdir()))),
         check_group(traffic.acked[ORDERLY_TOPIC], read_keys(sorted(outputs["orderly"].iterdir())), orderly=True),
         time.monotonic() - started,
-        [recorder.window(start, end) for start, end in itertools.pairwise(fault_times)])
+        [recorder.window(start, end) for start, end in itertools.pairwise(fault_times)], hostile, hostile_lost)
     for line in report.lines():
         say(line)
     return report

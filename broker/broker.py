@@ -86,12 +86,17 @@ class Broker:
         self.producers = ProducerManager()
         self.filters = FilterManager(sql92_enabled=config.filter_support_sql92)
         self.locks = LockManager(self.clock, config.lock_max_live_ms)
-        self.metrics = BrokerMetrics(config.cluster_name, config.broker_name, config.store.path)
+        label_sets = config.metrics_max_label_sets
+        self.metrics = BrokerMetrics(config.cluster_name, config.broker_name, config.store.path,
+                                     max_label_sets=label_sets)
         self.metrics.add_collector(LagCollector(self.metrics.labels, lambda: self.store, self.offsets,
-                                                self.clock.now_ms))
+                                                self.clock.now_ms, label_sets))
         self.metrics.add_collector(BrokerStateCollector(
             self.metrics.labels, topics=self.topics, groups=self.groups, consumers=self.consumers,
-            producers=self.producers, connections=self._connection_count, store=lambda: self.store))
+            producers=self.producers, connections=self._connection_count, store=lambda: self.store,
+            max_label_sets=label_sets))
+        self.metrics.track_names(lambda topic: self.topics.get(topic) is not None,
+                                 lambda group: self.groups.get(group) is not None)
         self.retry_topics = RetryTopics(self.topics, self.groups)
         self.delay_offsets = DelayOffsets()
         self.store: MessageStore | None = None
@@ -187,8 +192,9 @@ class Broker:
             self.metrics.track_schedule(len(store.delay_levels), schedule.backlog)
             if config.metrics_port > 0:
                 self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port)
-            self._dispatcher = Dispatcher(self._handlers(store, hold), self.metrics.observe_request,
-                                          config.max_in_flight_per_connection)
+            handlers = self._handlers(store, hold)
+            self.metrics.set_request_codes(handlers)
+            self._dispatcher = Dispatcher(handlers, self.metrics.observe_request, config.max_in_flight_per_connection)
             await self.connection_guard.start()
             await server.begin_serving()
             if config.namesrv_addr:

@@ -34,6 +34,7 @@ class BrokerConfig:
     max_buffered_bytes: int = 256 * 1024 * 1024   # all partial frames + unsent responses; past it reads pause
     event_loop: EventLoop = "auto"
     metrics_port: int = 5557                      # Prometheus /metrics on listen_host (RocketMQ 5's); 0: off
+    metrics_max_label_sets: int = 10_000          # label sets per metric (topic, group, ...); more count as "other"
     auto_create_topic: bool = True
     auto_create_subscription_group: bool = True
     default_queue_nums: int = 4

@@ -13,6 +13,7 @@ from types import TracebackType
 
 from broker.filter.filter_manager import FilterManager
 from broker.filter.message_filter import MessageFilter
+from broker.filter.sql92.bounds import Sql92Limits
 from broker.lag_collector import BrokerStateCollector, LagCollector
 from broker.locks.lock_manager import LockManager
 from broker.longpoll.hold_service import HoldService
@@ -84,7 +85,9 @@ class Broker:
         self.consumers = ConsumerManager(notify_consumer_ids_changed)
         self.topics.on_created = self._on_topic_created
         self.producers = ProducerManager()
-        self.filters = FilterManager(sql92_enabled=config.filter_support_sql92)
+        self.filters = FilterManager(sql92_enabled=config.filter_support_sql92, limits=Sql92Limits(
+            max_expression_bytes=config.sql92_max_expression_bytes, max_depth=config.sql92_max_depth,
+            max_terms=config.sql92_max_terms), cache_bytes=config.sql92_compile_cache_bytes)
         self.locks = LockManager(self.clock, config.lock_max_live_ms)
         label_sets = config.metrics_max_label_sets
         self.metrics = BrokerMetrics(config.cluster_name, config.broker_name, config.store.path,
@@ -219,6 +222,7 @@ class Broker:
             self.hold_service.release_all()
         if self._dispatcher is not None:
             await self._dispatcher.drain(self.config.graceful_shutdown_timeout_ms)
+        await self.filters.close()
         if self._server is not None:
             await self._server.close()
             self._server = None

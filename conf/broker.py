@@ -45,6 +45,10 @@ class BrokerConfig:
     notify_consumer_ids_changed_enable: bool = True
     filter_support_sql92: bool = True             # SQL92 subscriptions (RocketMQ enablePropertyFilter, off there)
     filter_support_retry: bool = False            # filter retried messages by the group's SQL92 expression
+    sql92_max_expression_bytes: int = 65_536      # longer SQL92 expressions are refused (RocketMQ: no bound)
+    sql92_max_depth: int = 64                     # parentheses / NOT / sign nesting of an SQL92 expression
+    sql92_max_terms: int = 1_024                  # conditions joined by AND / OR in one SQL92 expression
+    sql92_compile_cache_bytes: int = 32 * 1024 * 1024  # compiled SQL92 expressions kept, by estimated size
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
 

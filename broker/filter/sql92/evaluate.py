@@ -78,6 +78,43 @@ def or_(left: Predicate, right: Predicate) -> Predicate:
     return evaluate
 
 
+def any_of(operands: list[Predicate]) -> Predicate:
+    """Kleene OR of `operands` left to right (the same as nesting `or_`, in one call, so a chain of
+    thousands cannot overflow the stack): True at the first True, else None if any is None."""
+    if len(operands) == 2:
+        return or_(*operands)
+    predicates = tuple(operands)
+
+    def evaluate(properties: Properties) -> bool | None:
+        unknown = False
+        for predicate in predicates:
+            value = predicate(properties)
+            if value is True:
+                return True
+            if value is None:
+                unknown = True
+        return None if unknown else False
+    return evaluate
+
+
+def all_of(operands: list[Predicate]) -> Predicate:
+    """Kleene AND of `operands` left to right: False at the first False, else None if any is None."""
+    if len(operands) == 2:
+        return and_(*operands)
+    predicates = tuple(operands)
+
+    def evaluate(properties: Properties) -> bool | None:
+        unknown = False
+        for predicate in predicates:
+            value = predicate(properties)
+            if value is False:
+                return False
+            if value is None:
+                unknown = True
+        return None if unknown else True
+    return evaluate
+
+
 def not_(operand: Predicate) -> Predicate:
     """NOT: unknown stays unknown."""
     def evaluate(properties: Properties) -> bool | None:

@@ -34,7 +34,8 @@ from broker.processors.send_message import SendMessageProcessor
 from broker.processors.topic_group_admin import TopicGroupAdminProcessor
 from broker.registry.consumer_manager import ConsumerManager
 from broker.registry.housekeeping import HousekeepingService
-from broker.registry.ids_changed import notify_consumer_ids_changed
+from broker.registry.ids_changed import IdsChangedNotifier
+from broker.registry.limits import ClientIdTable
 from broker.registry.producer_manager import ProducerManager
 from broker.remoting.dispatcher import Dispatcher, Handler
 from broker.remoting.guard import ConnectionGuard, ConnectionLimits, GuardedProtocol
@@ -82,7 +83,11 @@ class Broker:
                                          default_queue_nums=config.default_queue_nums)
         self.groups = SubscriptionGroupManager(auto_create=config.auto_create_subscription_group)
         self.offsets = ConsumerOffsetManager()
-        self.consumers = ConsumerManager(notify_consumer_ids_changed)
+        self.ids_changed = IdsChangedNotifier(lambda group: self.consumers.channels_of(group),
+                                              config.notify_consumer_ids_changed_interval_ms)
+        self.consumers = ConsumerManager(self.ids_changed.changed,
+                                         max_consumers_per_group=config.max_consumers_per_group)
+        self.client_ids = ClientIdTable(config.max_client_ids_per_address)
         self.topics.on_created = self._on_topic_created
         self.producers = ProducerManager()
         self.filters = FilterManager(sql92_enabled=config.filter_support_sql92, limits=Sql92Limits(
@@ -226,6 +231,7 @@ class Broker:
         if self._server is not None:
             await self._server.close()
             self._server = None
+        self.ids_changed.close()
         await self.connection_guard.stop()
         if self.hold_service is not None:
             await self.hold_service.stop()
@@ -302,7 +308,7 @@ class Broker:
                                     config.long_polling, self.metrics.on_pulled, filters=self.filters,
                                     filter_support_retry=config.filter_support_retry)
         client = ClientManageProcessor(self.consumers, self.producers, self.groups, self.topics, self.clock,
-                                       self._notify_enabled, self.filters)
+                                       self._notify_enabled, self.filters, self.client_ids)
         consumer = ConsumerManageProcessor(self.consumers, self.offsets, self.topics, store)
         admin = AdminProcessor(store, self.topics, self.groups, config.broker_name, config.cluster_name,
                                self.address)
@@ -373,6 +379,7 @@ class Broker:
     def _on_channel_closed(self, channel: Channel) -> None:
         self.consumers.remove_channel(channel, self._notify_enabled)
         self.producers.remove_channel(channel)
+        self.client_ids.remove_channel(channel)
 
     def _on_channel_expired(self, channel: Channel) -> None:
         self._on_channel_closed(channel)

@@ -11,8 +11,10 @@ from typing import TypeVar
 from broker.filter.filter_manager import FilterManager, NotCompiled
 from broker.processors.validate import require_group_name, require_topic_name
 from broker.registry.consumer_manager import ClientChannelInfo, ConsumerManager, Subscription
+from broker.registry.limits import ClientIdTable, ConsumerGroupFull, TooManyClientIds
 from broker.registry.producer_manager import ProducerManager
 from broker.remoting.context import RequestContext
+from broker.remoting.ratelimit import RateLimitedLog
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfigManager
 from protocol.bodies import CheckClientRequestBody, HeartbeatData, SubscriptionData, decode_body
@@ -57,27 +59,45 @@ def to_subscription(data: SubscriptionData) -> Subscription:
 class ClientManageProcessor:
     def __init__(self, consumers: ConsumerManager, producers: ProducerManager,
                  groups: SubscriptionGroupManager, topics: TopicConfigManager, clock: Clock,
-                 notify_enabled: Callable[[str], bool], filters: FilterManager | None = None) -> None:
+                 notify_enabled: Callable[[str], bool], filters: FilterManager | None = None,
+                 client_ids: ClientIdTable | None = None) -> None:
         self._consumers, self._producers, self._groups, self._topics = consumers, producers, groups, topics
         self._clock = clock
         self._notify_enabled = notify_enabled
         self._filters = filters if filters is not None else FilterManager(sql92_enabled=True)
+        self._client_ids = client_ids if client_ids is not None else ClientIdTable(0)
+        self._refusals = RateLimitedLog(log, clock.monotonic_ms)
 
     def heart_beat(self, ctx: RequestContext, request: RemotingCommand) -> Reply:
         """Register the heartbeat's consumers and producers now; answered at once, or, when an
-        SQL92 subscription is not compiled yet, once it was compiled off the loop."""
+        SQL92 subscription is not compiled yet, once it was compiled off the loop. SYSTEM_BUSY
+        (`TooManyClientIds`, nothing registered) past `max_client_ids_per_address`, or
+        (`ConsumerGroupFull`, its other groups and producers registered) when a group it would
+        join is full; refusals are logged at most 10 lines per 10 s."""
         data = decode_body(HeartbeatData, request.body_bytes())
         if not data.client_id:
             raise SystemError_("heartbeat client_id must be a non-empty string")
+        try:
+            self._client_ids.admit(ctx.channel, data.client_id)
+        except TooManyClientIds as exc:
+            self._refusals.warning("heartbeat of client %s from %s refused: %s", data.client_id,
+                                   ctx.channel.remote_address, exc.remark)
+            raise
         now_ms = self._clock.monotonic_ms()
         ctx.channel.attributes["client_id"] = data.client_id
         uncompiled: list[tuple[str, Subscription]] = []
+        full: list[ConsumerGroupFull] = []
         for consumer in data.consumer_data_set:
             require_group_name(consumer.group_name)
             consume_type = _enum(ConsumeType, consumer.consume_type, "consume_type")
             message_model = _enum(MessageModel, consumer.message_model, "message_model")
             consume_from_where = _enum(ConsumeFromWhere, consumer.consume_from_where, "consume_from_where")
             subscriptions = [to_subscription(s) for s in consumer.subscription_data_set]
+            try:
+                self._consumers.require_room(consumer.group_name, ctx.channel)
+            except ConsumerGroupFull as exc:
+                full.append(exc)
+                continue
             uncompiled += self._register_sql(consumer.group_name, subscriptions)
             group_config = self._groups.find_or_create(consumer.group_name)
             if group_config.retry_queue_nums > 0:
@@ -91,6 +111,10 @@ class ClientManageProcessor:
             if remark is not None:
                 raise SystemError_(remark)
             self._producers.register(producer.group_name, ctx.channel, data.client_id, now_ms)
+        if full:
+            self._refusals.warning("heartbeat of client %s from %s refused by group %s: %s", data.client_id,
+                                   ctx.channel.remote_address, full[0].group, full[0].remark)
+            raise full[0]
         if uncompiled:
             return self._compile_then_answer(request, uncompiled)
         return request.response()

@@ -81,37 +81,25 @@ def or_(left: Predicate, right: Predicate) -> Predicate:
 def any_of(operands: list[Predicate]) -> Predicate:
     """Kleene OR of `operands` left to right (the same as nesting `or_`, in one call, so a chain of
     thousands cannot overflow the stack): True at the first True, else None if any is None."""
-    if len(operands) == 2:
-        return or_(*operands)
-    predicates = tuple(operands)
-
-    def evaluate(properties: Properties) -> bool | None:
-        unknown = False
-        for predicate in predicates:
-            value = predicate(properties)
-            if value is True:
-                return True
-            if value is None:
-                unknown = True
-        return None if unknown else False
-    return evaluate
+    return or_(*operands) if len(operands) == 2 else _decided_by(tuple(operands), True)
 
 
 def all_of(operands: list[Predicate]) -> Predicate:
     """Kleene AND of `operands` left to right: False at the first False, else None if any is None."""
-    if len(operands) == 2:
-        return and_(*operands)
-    predicates = tuple(operands)
+    return and_(*operands) if len(operands) == 2 else _decided_by(tuple(operands), False)
 
+
+def _decided_by(predicates: tuple[Predicate, ...], decisive: bool) -> Predicate:
+    """`decisive` at the first operand that is `decisive`, else None if any is None, else not `decisive`."""
     def evaluate(properties: Properties) -> bool | None:
         unknown = False
         for predicate in predicates:
             value = predicate(properties)
-            if value is False:
-                return False
+            if value is decisive:
+                return decisive
             if value is None:
                 unknown = True
-        return None if unknown else True
+        return None if unknown else not decisive
     return evaluate
 
 

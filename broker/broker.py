@@ -84,7 +84,8 @@ class Broker:
         self.groups = SubscriptionGroupManager(auto_create=config.auto_create_subscription_group)
         self.offsets = ConsumerOffsetManager()
         self.ids_changed = IdsChangedNotifier(lambda group: self.consumers.channels_of(group),
-                                              config.notify_consumer_ids_changed_interval_ms)
+                                              config.notify_consumer_ids_changed_interval_ms,
+                                              config.notify_consumer_ids_changed_max_rounds)
         self.consumers = ConsumerManager(self.ids_changed.changed,
                                          max_consumers_per_group=config.max_consumers_per_group)
         self.client_ids = ClientIdTable(config.max_client_ids_per_address)

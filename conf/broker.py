@@ -43,7 +43,8 @@ class BrokerConfig:
     lock_max_live_ms: int = 60_000
     persist_interval_ms: int = 5_000              # topics, groups, offsets → <store>/config/
     notify_consumer_ids_changed_enable: bool = True
-    notify_consumer_ids_changed_interval_ms: int = 500   # a group's members are told of changes at most once per window
+    notify_consumer_ids_changed_interval_ms: int = 500   # notice rounds of a group are counted per window
+    notify_consumer_ids_changed_max_rounds: int = 4      # rounds sent at once per window; later changes: one at its end
     max_consumers_per_group: int = 1_000          # a heartbeat joining a full group: SYSTEM_BUSY; 0: no bound
     max_client_ids_per_address: int = 100         # distinct client ids connected from one host; 0: no bound
     filter_support_sql92: bool = True             # SQL92 subscriptions (RocketMQ enablePropertyFilter, off there)

@@ -27,7 +27,7 @@ from protocol.subscription import is_subscribe_all, parse_tags, tags_code
 from protocol.topics import check_group, retry_topic
 
 E = TypeVar("E", bound=StrEnum)
-Reply = RemotingCommand | Awaitable[RemotingCommand]   # the response now, or once an SQL92 compile is done
+Answer = RemotingCommand | Awaitable[RemotingCommand]   # the response now, or once an SQL92 compile is done
 log = logging.getLogger(__name__)
 
 
@@ -68,12 +68,13 @@ class ClientManageProcessor:
         self._client_ids = client_ids if client_ids is not None else ClientIdTable(0)
         self._refusals = RateLimitedLog(log, clock.monotonic_ms)
 
-    def heart_beat(self, ctx: RequestContext, request: RemotingCommand) -> Reply:
+    def heart_beat(self, ctx: RequestContext, request: RemotingCommand) -> Answer:
         """Register the heartbeat's consumers and producers now; answered at once, or, when an
         SQL92 subscription is not compiled yet, once it was compiled off the loop. SYSTEM_BUSY
         (`TooManyClientIds`, nothing registered) past `max_client_ids_per_address`, or
         (`ConsumerGroupFull`, its other groups and producers registered) when a group it would
-        join is full; refusals are logged at most 10 lines per 10 s."""
+        join is full; refusals (and SQL92 subscriptions that do not compile) are logged at most 10
+        lines per 10 s."""
         data = decode_body(HeartbeatData, request.body_bytes())
         if not data.client_id:
             raise SystemError_("heartbeat client_id must be a non-empty string")
@@ -119,7 +120,7 @@ class ClientManageProcessor:
             return self._compile_then_answer(request, uncompiled)
         return request.response()
 
-    def check_client_config(self, ctx: RequestContext, request: RemotingCommand) -> Reply:
+    def check_client_config(self, ctx: RequestContext, request: RemotingCommand) -> Answer:
         """CHECK_CLIENT_CONFIG (RocketMQ `ClientManageProcessor#checkClientConfig`): SUCCESS when the
         subscription can be served; SUBSCRIPTION_PARSE_FAILED (a `FilterSyntaxError` remark with line,
         column and a caret, or the bound an expression is over) when its expression does not
@@ -151,7 +152,7 @@ class ClientManageProcessor:
             except NotCompiled:
                 uncompiled.append((group, sub))
             except ResponseError as exc:
-                log.warning("group %s: SQL92 subscription to %s refused: %s", group, sub.topic, exc)
+                self._refusals.warning("group %s: SQL92 subscription to %s refused: %s", group, sub.topic, exc)
         return uncompiled
 
     async def _compile_then_answer(self, request: RemotingCommand,
@@ -160,7 +161,7 @@ class ClientManageProcessor:
             try:
                 await self._filters.compile_async(sub.sub_string)
             except ResponseError as exc:
-                log.warning("group %s: SQL92 subscription to %s refused: %s", group, sub.topic, exc)
+                self._refusals.warning("group %s: SQL92 subscription to %s refused: %s", group, sub.topic, exc)
                 continue
             self._register_sql(group, [sub])
         return request.response()

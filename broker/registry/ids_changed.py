@@ -1,15 +1,18 @@
-"""NOTIFY_CONSUMER_IDS_CHANGED: tell every member of a group that its membership changed, at most
-once per window.
+"""NOTIFY_CONSUMER_IDS_CHANGED: tell every member of a group that its membership changed, a few
+rounds per window at most.
 
 RocketMQ 4.9 (`Broker2Client.notifyConsumerIdsChanged`) sends one frame to every member on every
 change, so n members joining cost n²/2 frames: 5,000 fake client ids heartbeating into one group
 made the broker send 21.2 million of them. We coalesce deliberately: `IdsChangedNotifier` sends a
-round at once for the first change of a group (a lone join is announced without delay), then opens
-a window of `interval_ms` (`notify_consumer_ids_changed_interval_ms`, 500); changes during the
-window are announced by one more round when it ends, to the members of that moment. So a group
-gets at most one round per window, a burst of joins costs a few rounds, and the last change is
-always announced. A member whose connection is not reading (its writes paused) is skipped: it
-rebalances on its own schedule (every 20 s) as well."""
+round at once for the first change of a group and opens a window of `interval_ms`
+(`notify_consumer_ids_changed_interval_ms`, 500); the changes that follow within it are announced
+at once too up to `max_rounds` rounds in the window (`notify_consumer_ids_changed_max_rounds`, 4:
+a group starting up - two consumers joining, its retry topic created - rebalances without delay,
+as with RocketMQ), and any later ones by one more round when the window ends, to the members of
+that moment (which opens the next window). So a group gets at most `max_rounds` rounds per window,
+a burst of n joins costs a few rounds instead of n, and the last change is always announced. A
+member whose connection is not reading (its writes paused) is skipped: it rebalances on its own
+schedule (every 20 s) as well."""
 
 from __future__ import annotations
 
@@ -43,10 +46,11 @@ def notify_consumer_ids_changed(group: str, channels: Sequence[Channel]) -> int:
 
 
 class _Window:
-    __slots__ = ("changed", "timer")
+    __slots__ = ("changed", "rounds", "timer")
 
     def __init__(self, timer: asyncio.TimerHandle) -> None:
         self.changed = False
+        self.rounds = 1         # sent in this window
         self.timer = timer
 
 
@@ -55,8 +59,8 @@ class IdsChangedNotifier:
     when it is sent. `interval_ms` <= 0 sends a round for every change (RocketMQ's behaviour).
     Event-loop thread only; `close()` drops the windows (at a broker stop)."""
 
-    def __init__(self, channels_of: Callable[[str], Sequence[Channel]], interval_ms: int) -> None:
-        self._channels_of, self._interval_ms = channels_of, interval_ms
+    def __init__(self, channels_of: Callable[[str], Sequence[Channel]], interval_ms: int, max_rounds: int = 4) -> None:
+        self._channels_of, self._interval_ms, self._max_rounds = channels_of, interval_ms, max(max_rounds, 1)
         self._windows: dict[str, _Window] = {}
         self.rounds = 0          # rounds sent since start
         self.frames = 0          # frames sent since start
@@ -64,14 +68,20 @@ class IdsChangedNotifier:
     def changed(self, group: str) -> None:
         """The members or subscriptions of `group` changed: announce it now or when its window ends."""
         window = self._windows.get(group)
-        if window is not None:
+        if window is None:
+            self._send(group)
+            self._open_window(group)
+        elif window.rounds < self._max_rounds:
+            window.rounds += 1
+            self._send(group)
+        else:
             window.changed = True
-            return
-        self._send(group)
 
     def _send(self, group: str) -> None:
         self.rounds += 1
         self.frames += notify_consumer_ids_changed(group, self._channels_of(group))
+
+    def _open_window(self, group: str) -> None:
         if self._interval_ms <= 0:
             return
         try:
@@ -84,6 +94,7 @@ class IdsChangedNotifier:
         window = self._windows.pop(group, None)
         if window is not None and window.changed:
             self._send(group)
+            self._open_window(group)
 
     def close(self) -> None:
         """Cancel the open windows; changes still waiting for theirs are not announced."""

@@ -13,6 +13,7 @@ from types import TracebackType
 
 from broker.filter.filter_manager import FilterManager
 from broker.filter.message_filter import MessageFilter
+from broker.filter.sql92.bounds import Sql92Limits
 from broker.lag_collector import BrokerStateCollector, LagCollector
 from broker.locks.lock_manager import LockManager
 from broker.longpoll.hold_service import HoldService
@@ -33,7 +34,8 @@ from broker.processors.send_message import SendMessageProcessor
 from broker.processors.topic_group_admin import TopicGroupAdminProcessor
 from broker.registry.consumer_manager import ConsumerManager
 from broker.registry.housekeeping import HousekeepingService
-from broker.registry.ids_changed import notify_consumer_ids_changed
+from broker.registry.ids_changed import IdsChangedNotifier
+from broker.registry.limits import ClientIdTable
 from broker.registry.producer_manager import ProducerManager
 from broker.remoting.dispatcher import Dispatcher, Handler
 from broker.remoting.guard import ConnectionGuard, ConnectionLimits, GuardedProtocol
@@ -83,17 +85,29 @@ class Broker:
                                          default_queue_nums=config.default_queue_nums)
         self.groups = SubscriptionGroupManager(auto_create=config.auto_create_subscription_group)
         self.offsets = ConsumerOffsetManager()
-        self.consumers = ConsumerManager(notify_consumer_ids_changed)
+        self.ids_changed = IdsChangedNotifier(lambda group: self.consumers.channels_of(group),
+                                              config.notify_consumer_ids_changed_interval_ms,
+                                              config.notify_consumer_ids_changed_max_rounds)
+        self.consumers = ConsumerManager(self.ids_changed.changed,
+                                         max_consumers_per_group=config.max_consumers_per_group)
+        self.client_ids = ClientIdTable(config.max_client_ids_per_address)
         self.topics.on_created = self._on_topic_created
         self.producers = ProducerManager()
-        self.filters = FilterManager(sql92_enabled=config.filter_support_sql92)
+        self.filters = FilterManager(sql92_enabled=config.filter_support_sql92, limits=Sql92Limits(
+            max_expression_bytes=config.sql92_max_expression_bytes, max_depth=config.sql92_max_depth,
+            max_terms=config.sql92_max_terms), cache_bytes=config.sql92_compile_cache_bytes)
         self.locks = LockManager(self.clock, config.lock_max_live_ms)
-        self.metrics = BrokerMetrics(config.cluster_name, config.broker_name, config.store.path)
+        label_sets = config.metrics_max_label_sets
+        self.metrics = BrokerMetrics(config.cluster_name, config.broker_name, config.store.path,
+                                     max_label_sets=label_sets)
         self.metrics.add_collector(LagCollector(self.metrics.labels, lambda: self.store, self.offsets,
-                                                self.clock.now_ms))
+                                                self.clock.now_ms, label_sets))
         self.metrics.add_collector(BrokerStateCollector(
             self.metrics.labels, topics=self.topics, groups=self.groups, consumers=self.consumers,
-            producers=self.producers, connections=self._connection_count, store=lambda: self.store))
+            producers=self.producers, connections=self._connection_count, store=lambda: self.store,
+            max_label_sets=label_sets))
+        self.metrics.track_names(lambda topic: self.topics.get(topic) is not None,
+                                 lambda group: self.groups.get(group) is not None)
         self.retry_topics = RetryTopics(self.topics, self.groups)
         self.delay_offsets = DelayOffsets()
         self.store: MessageStore | None = None
@@ -191,8 +205,9 @@ class Broker:
             self.metrics.track_schedule(len(store.delay_levels), schedule.backlog)
             if config.metrics_port > 0:
                 self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port)
-            self._dispatcher = Dispatcher(self._handlers(store, hold), self.metrics.observe_request,
-                                          config.max_in_flight_per_connection)
+            handlers = self._handlers(store, hold)
+            self.metrics.set_request_codes(handlers)
+            self._dispatcher = Dispatcher(handlers, self.metrics.observe_request, config.max_in_flight_per_connection)
             await self.connection_guard.start()
             await server.begin_serving()
             if config.namesrv_addr:
@@ -217,9 +232,11 @@ class Broker:
             self.hold_service.release_all()
         if self._dispatcher is not None:
             await self._dispatcher.drain(self.config.graceful_shutdown_timeout_ms)
+        await self.filters.close()
         if self._server is not None:
             await self._server.close()
             self._server = None
+        self.ids_changed.close()
         await self.connection_guard.stop()
         if self.hold_service is not None:
             await self.hold_service.stop()
@@ -297,7 +314,7 @@ class Broker:
                                     config.long_polling, self.metrics.on_pulled, filters=self.filters,
                                     filter_support_retry=config.filter_support_retry)
         client = ClientManageProcessor(self.consumers, self.producers, self.groups, self.topics, self.clock,
-                                       self._notify_enabled, self.filters)
+                                       self._notify_enabled, self.filters, self.client_ids)
         consumer = ConsumerManageProcessor(self.consumers, self.offsets, self.topics, store)
         admin = AdminProcessor(store, self.topics, self.groups, config.broker_name, config.cluster_name,
                                self.address, system_topics)
@@ -369,6 +386,7 @@ class Broker:
     def _on_channel_closed(self, channel: Channel) -> None:
         self.consumers.remove_channel(channel, self._notify_enabled)
         self.producers.remove_channel(channel)
+        self.client_ids.remove_channel(channel)
 
     def _on_channel_expired(self, channel: Channel) -> None:
         self._on_channel_closed(channel)

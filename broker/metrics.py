@@ -1,81 +1,137 @@
 """`BrokerMetrics`: Prometheus metrics with RocketMQ 5's names (PROTOCOL.md "Metrics"), in a
 registry owned by the broker (never the global one), served on `metrics_port` (default 5557, bound
-to `listen_host`; 0: no endpoint) by `MetricsHttpServer` on the event loop.
+to `listen_host`; 0: no endpoint) by `MetricsHttpServer`.
 
 Counters and the latency histograms are updated as requests run; everything that is a state (lag,
 in flight, ready, counts, sizes, disk use) is computed at scrape time by the collectors of
-`lag_collector.py`, registered with `add_collector`."""
+`lag_collector.py`, registered with `add_collector`.
+
+Bounded: every label a client can choose has at most `max_label_sets` values per metric
+(`metrics_max_label_sets`, 10,000), then one "other" (`metric_tables`); a request code the broker
+does not serve is labelled "unknown" and a response code outside `ResponseCode` "other", so random
+codes add nothing; rows of topics and groups that no longer exist are dropped at the next scrape.
+A scrape copies what it reads on the event loop (`SnapshotCollector.snapshot`, in chunks) and
+renders the text in a thread, one scrape at a time, so a large exposition does not stall requests."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from broker.lag_collector import BrokerStateCollector, sample_disk
-from broker.metric_tables import CounterTable, HistogramTable
+from broker.metric_tables import (
+    DEFAULT_MAX_LABEL_SETS,
+    Collected,
+    CounterTable,
+    HistogramTable,
+    LabelValues,
+    SnapshotCollector,
+)
 from broker.metrics_http import MetricsHttpServer
+from protocol.codes import RequestCode, ResponseCode
+
+UNKNOWN_REQUEST_CODE = "unknown"
+OTHER_RESPONSE_CODE = "other"
+C = TypeVar("C", bound=Collector)
+_RESPONSE_CODES = frozenset(int(code) for code in ResponseCode)
+
+
+class _Exposition(CollectorRegistry):
+    """The snapshots of one scrape, collected in registration order (from any thread)."""
+
+    def __init__(self, parts: list[Collector]) -> None:
+        super().__init__(auto_describe=False)
+        self._parts = parts
+
+    def collect(self) -> Iterator[Metric]:
+        for part in self._parts:
+            yield from part.collect()
 
 
 class BrokerMetrics:
-    def __init__(self, cluster: str, node_id: str, store_path: Path | None = None) -> None:
+    def __init__(self, cluster: str, node_id: str, store_path: Path | None = None, *,
+                 max_label_sets: int = DEFAULT_MAX_LABEL_SETS) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._collectors: list[Collector] = []      # registration order, as a scrape renders them
         self._labels = {"cluster": cluster, "node_id": node_id}
+        self._max_label_sets = max_label_sets
         common = ["cluster", "node_id"]
         # Updated on every request: plain tables exported at scrape time (see `metric_tables`).
         self.messages_in = CounterTable((("rocketmq_messages_in", "Messages stored by sends."),
                                          ("rocketmq_throughput_in", "Message body bytes stored by sends.")),
-                                        ["topic"], self._labels)
+                                        ["topic"], self._labels, max_label_sets)
         self.messages_out = CounterTable((("rocketmq_messages_out", "Messages returned by pulls."),
                                           ("rocketmq_throughput_out", "Stored bytes returned by pulls.")),
-                                         ["topic", "consumer_group"], self._labels)
+                                         ["topic", "consumer_group"], self._labels, max_label_sets)
         self.rpc_latency = HistogramTable("rocketmq_rpc_latency", "Request handling time in seconds.",
                                           ["request_code", "response_code"], self._labels,
-                                          (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 1, 5, 30))
-        for table in (self.messages_in, self.messages_out, self.rpc_latency):
-            self.registry.register(table)
-        self._latency_keys: dict[tuple[int, int], tuple[str, str]] = {}
-        self.held_pulls = Gauge("rocketq_held_pulls", "Pulls held by long polling.", common,
-                                registry=self.registry)
-        self.reput_lag_bytes = Gauge("rocketq_reput_lag_bytes", "Commit-log bytes not yet dispatched.",
-                                     common, registry=self.registry)
-        self.fsync_latency = Histogram("rocketq_fsync_latency_seconds", "Commit-log fsync round time.",
-                                       common, registry=self.registry,
-                                       buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5))
+                                          (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 1, 5, 30), max_label_sets)
+        self.send_to_dlq = CounterTable((("rocketmq_send_to_dlq_messages", "Messages moved to a dead-letter queue."),),
+                                        ["consumer_group"], self._labels, max_label_sets)
+        for table in (self.messages_in, self.messages_out, self.rpc_latency, self.send_to_dlq):
+            self._register(table)
+        self._request_codes = frozenset(int(code) for code in RequestCode)
+        self._latency_keys: dict[tuple[int, int], LabelValues] = {}
+        self._topic_exists: Callable[[str], bool] | None = None
+        self._group_exists: Callable[[str], bool] | None = None
+        self.held_pulls = self._register(Gauge("rocketq_held_pulls", "Pulls held by long polling.", common,
+                                               registry=None))
+        self.reput_lag_bytes = self._register(Gauge("rocketq_reput_lag_bytes", "Commit-log bytes not yet dispatched.",
+                                                    common, registry=None))
+        self.fsync_latency = self._register(Histogram(
+            "rocketq_fsync_latency_seconds", "Commit-log fsync round time.", common, registry=None,
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5)))
         self._fsync_child = self.fsync_latency.labels(**self._labels)
-        self.send_to_dlq = Counter("rocketmq_send_to_dlq_messages", "Messages moved to a dead-letter queue.",
-                                   [*common, "consumer_group"], registry=self.registry)
-        self.schedule_backlog = Gauge("rocketq_schedule_backlog_messages",
-                                      "Delayed messages stored but not yet delivered, per delay level.",
-                                      [*common, "delay_level"], registry=self.registry)
-        self.store_writable = Gauge("rocketq_store_writable",
-                                    "1 while the store takes sends; 0 when refused (disk full or a write error).",
-                                    common, registry=self.registry)
-        self.connections_closed = Gauge("rocketq_connections_closed",
-                                        "Connections the broker refused or closed, by reason "
-                                        "(refused, frame_timeout, expired).", [*common, "reason"],
-                                        registry=self.registry)
-        self.buffered_bytes = Gauge("rocketq_connection_buffered_bytes",
-                                    "Bytes held in partial frames and unsent responses, all connections.",
-                                    common, registry=self.registry)
+        self.schedule_backlog = self._register(Gauge(
+            "rocketq_schedule_backlog_messages", "Delayed messages stored but not yet delivered, per delay level.",
+            [*common, "delay_level"], registry=None))
+        self.store_writable = self._register(Gauge(
+            "rocketq_store_writable", "1 while the store takes sends; 0 when refused (disk full or a write error).",
+            common, registry=None))
+        self.connections_closed = self._register(Gauge(
+            "rocketq_connections_closed", "Connections the broker refused or closed, by reason "
+            "(refused, frame_timeout, expired).", [*common, "reason"], registry=None))
+        self.buffered_bytes = self._register(Gauge(
+            "rocketq_connection_buffered_bytes", "Bytes held in partial frames and unsent responses, all connections.",
+            common, registry=None))
         self._state: BrokerStateCollector | None = None
         self._store_path = store_path
         self._http: MetricsHttpServer | None = None
+        self._render_lock = asyncio.Lock()
 
     @property
     def labels(self) -> dict[str, str]:
         """The node labels every broker metric carries (`cluster`, `node_id`)."""
         return dict(self._labels)
 
-    def add_collector(self, collector: Collector) -> None:
-        """Register a scrape-time collector; a `BrokerStateCollector` also gets the disk sample
-        (taken in a thread before each scrape) of `store_path`."""
+    def _register(self, collector: C) -> C:
         self.registry.register(collector)
+        self._collectors.append(collector)
+        return collector
+
+    def add_collector(self, collector: Collector) -> None:
+        """Register a scrape-time collector (a `SnapshotCollector` when it reads broker state; any
+        other is collected on the loop at each scrape, so it must be small); a
+        `BrokerStateCollector` also gets the disk sample (taken in a thread before each scrape) of
+        `store_path`."""
+        self._register(collector)
         if isinstance(collector, BrokerStateCollector):
             self._state = collector
+
+    def set_request_codes(self, codes: Iterable[int]) -> None:
+        """The request codes the broker serves; any other is observed as request_code="unknown"."""
+        self._request_codes = frozenset(codes)
+        self._latency_keys.clear()
+
+    def track_names(self, topic_exists: Callable[[str], bool], group_exists: Callable[[str], bool]) -> None:
+        """At each scrape, drop the rows of topics and groups that no longer exist (deleted)."""
+        self._topic_exists, self._group_exists = topic_exists, group_exists
 
     def observe_fsync(self, seconds: float) -> None:
         self._fsync_child.observe(seconds)
@@ -91,9 +147,14 @@ class BrokerMetrics:
         row[1] += size_bytes
 
     def observe_request(self, request_code: int, response_code: int, seconds: float) -> None:
+        """One handled request: a cached label pair for served codes; an unserved request code is
+        "unknown" and a response code outside `ResponseCode` "other", neither cached."""
         key = self._latency_keys.get((request_code, response_code))
         if key is None:
-            key = self._latency_keys[(request_code, response_code)] = (str(request_code), str(response_code))
+            key = (str(request_code) if request_code in self._request_codes else UNKNOWN_REQUEST_CODE,
+                   str(response_code) if response_code in _RESPONSE_CODES else OTHER_RESPONSE_CODE)
+            if request_code in self._request_codes and response_code in _RESPONSE_CODES:
+                self._latency_keys[(request_code, response_code)] = key
         self.rpc_latency.observe(key, seconds)
 
     def track(self, held_pulls: Callable[[], int], reput_lag_bytes: Callable[[], int]) -> None:
@@ -111,13 +172,31 @@ class BrokerMetrics:
         self.buffered_bytes.labels(**self._labels).set_function(buffered_bytes)
 
     async def render(self) -> bytes:
-        """The text exposition: disk numbers sampled in a thread, then every collector on the loop."""
-        if self._state is not None and self._store_path is not None:
-            self._state.disk = await asyncio.to_thread(sample_disk, self._store_path)
-        return generate_latest(self.registry)
+        """The text exposition, one scrape at a time: disk numbers sampled in a thread; rows of
+        deleted topics and groups dropped; each collector's snapshot taken on the loop (a plain
+        collector is collected there); the text rendered from the snapshots in a thread."""
+        async with self._render_lock:
+            if self._state is not None and self._store_path is not None:
+                self._state.disk = await asyncio.to_thread(sample_disk, self._store_path)
+            self._prune()
+            parts: list[Collector] = []
+            for collector in self._collectors:
+                if isinstance(collector, SnapshotCollector):
+                    parts.append(await collector.snapshot())
+                else:
+                    parts.append(Collected(collector.collect()))
+            return await asyncio.to_thread(generate_latest, _Exposition(parts))
+
+    def _prune(self) -> None:
+        topic_exists, group_exists = self._topic_exists, self._group_exists
+        if topic_exists is None or group_exists is None:
+            return
+        self.messages_in.prune(lambda key: topic_exists(key[0]))
+        self.messages_out.prune(lambda key: topic_exists(key[0]) and group_exists(key[1]))
+        self.send_to_dlq.prune(lambda key: group_exists(key[0]))
 
     def on_dlq(self, group: str) -> None:
-        self.send_to_dlq.labels(consumer_group=group, **self._labels).inc()
+        self.send_to_dlq.row((group,))[0] += 1
 
     def track_schedule(self, levels: int, backlog: Callable[[int], int]) -> None:
         """`backlog(level)` for levels 1..`levels`, read at scrape time."""

@@ -1,10 +1,11 @@
-"""`MetricsHttpServer`: the Prometheus endpoint (`GET /metrics`) served on the broker's event loop.
+"""`MetricsHttpServer`: the Prometheus endpoint (`GET /metrics`), an asyncio server on the broker's loop.
 
 prometheus_client's own server runs collectors in a thread; ours read the store, the offset table
 and the registries, which only the loop may touch (the store is synchronous and unlocked). So the
-endpoint is a small asyncio HTTP/1.1 server: one request per connection (`Connection: close`),
-request head bounded to 16 KiB and 10 s, any path answered with the exposition (Prometheus asks
-`/metrics`), any method other than GET/HEAD answered 405."""
+endpoint is a small asyncio HTTP/1.1 server whose `render` copies that state on the loop and
+formats the text in a thread (`BrokerMetrics.render`): one request per connection
+(`Connection: close`), request head bounded to 16 KiB and 10 s, any path answered with the
+exposition (Prometheus asks `/metrics`), any method other than GET/HEAD answered 405."""
 
 from __future__ import annotations
 

@@ -39,6 +39,7 @@ class BrokerConfig:
     max_buffered_bytes: int = 256 * 1024 * 1024   # all partial frames + unsent responses; past it reads pause
     event_loop: EventLoop = "auto"                # "auto": uvloop if installed, else asyncio
     metrics_port: int = 5557                      # Prometheus /metrics on listen_host (RocketMQ 5's); 0: off
+    metrics_max_label_sets: int = 10_000          # label sets per metric (topic, group, ...); more count as "other"
     auto_create_topic: bool = True                # create a topic on its first send (autoCreateTopicEnable)
     auto_create_subscription_group: bool = True   # create a group on first use (autoCreateSubscriptionGroup)
     default_queue_nums: int = 4                   # queues of an auto-created topic (defaultTopicQueueNums)
@@ -47,8 +48,16 @@ class BrokerConfig:
     lock_max_live_ms: int = 60_000                # orderly consumption: a queue lock not renewed this long expires
     persist_interval_ms: int = 5_000              # topics, groups, offsets → <store>/config/
     notify_consumer_ids_changed_enable: bool = True   # tell a group to rebalance when a member joins or leaves
+    notify_consumer_ids_changed_interval_ms: int = 500   # notice rounds of a group are counted per window
+    notify_consumer_ids_changed_max_rounds: int = 4      # rounds sent at once per window; later changes: one at its end
+    max_consumers_per_group: int = 1_000          # a heartbeat joining a full group: SYSTEM_BUSY; 0: no bound
+    max_client_ids_per_address: int = 100         # distinct client ids connected from one host; 0: no bound
     filter_support_sql92: bool = True             # SQL92 subscriptions (RocketMQ enablePropertyFilter, off there)
     filter_support_retry: bool = False            # filter retried messages by the group's SQL92 expression
+    sql92_max_expression_bytes: int = 65_536      # longer SQL92 expressions are refused (RocketMQ: no bound)
+    sql92_max_depth: int = 64                     # parentheses / NOT / sign nesting of an SQL92 expression
+    sql92_max_terms: int = 1_024                  # conditions joined by AND / OR in one SQL92 expression
+    sql92_compile_cache_bytes: int = 32 * 1024 * 1024  # compiled SQL92 expressions kept, by estimated size
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
 

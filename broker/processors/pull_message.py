@@ -13,10 +13,11 @@ does. The response body is the stored messages side by side, never decoded."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple, cast
 
-from broker.filter.filter_manager import FilterManager, build_tag_filter
+from broker.filter.filter_manager import FilterManager, NotCompiled, build_tag_filter
 from broker.filter.message_filter import MessageFilter, RetryMessageFilter, SqlMessageFilter, TagMessageFilter
 from broker.longpoll.hold_service import HeldPull, HoldService
 from broker.offset.consumer_offset_manager import ConsumerOffsetManager
@@ -38,6 +39,7 @@ from protocol.errors import (
     SubscriptionNotExist,
     SubscriptionNotLatest,
     SubscriptionParseFailed,
+    SystemBusy,
     SystemError_,
 )
 from protocol.headers import PullMessageRequestHeader
@@ -46,6 +48,7 @@ from protocol.subscription import is_subscribe_all
 from protocol.topics import is_retry_topic
 
 MAX_MSG_NUMS = 1024
+_COMPILE_ROUNDS = 8     # a pull compiling its expressions gives up (SYSTEM_BUSY) if they keep being evicted
 # Plain ints: IntFlag arithmetic costs microseconds and every pull tests these bits.
 _COMMIT_OFFSET, _SUSPEND, _SUBSCRIPTION = int(PullSysFlag.COMMIT_OFFSET), int(PullSysFlag.SUSPEND), \
     int(PullSysFlag.SUBSCRIPTION)
@@ -87,6 +90,35 @@ class _HeldRequest(HeldPull):
         self.channel, self.request, self.answered = channel, request, answered
 
 
+class _AwaitedAnswer(Deferred):
+    """The answer of a held pull that a coroutine awaits (one that compiled its SQL92 filter first)
+    instead of the dispatcher: resolved as any `Deferred` by the hold service, and `wait()` returns
+    the response (None: written to the connection already) or raises its error."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._future: asyncio.Future[RemotingCommand | None] = asyncio.get_running_loop().create_future()
+
+    def set_result(self, response: RemotingCommand | None) -> None:
+        super().set_result(response)
+        if not self._future.done():
+            self._future.set_result(response)
+
+    def set_exception(self, exc: BaseException) -> None:
+        super().set_exception(exc)
+        if not self._future.done():
+            self._future.set_exception(exc)
+
+    def cancel(self) -> None:
+        super().cancel()
+        self._future.cancel()
+
+    async def wait(self) -> RemotingCommand | None:
+        return await self._future
+
+
 class PullMessageProcessor:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
                  consumers: ConsumerManager, offsets: ConsumerOffsetManager, hold_service: HoldService,
@@ -99,8 +131,10 @@ class PullMessageProcessor:
         self._filters = filters if filters is not None else FilterManager(sql92_enabled=True)
         self._filter_support_retry = filter_support_retry
 
-    def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand | Answer:
-        """The response now, or, for a held pull, the `Deferred` of its answer."""
+    def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand | Answer | \
+            Coroutine[Any, Any, RemotingCommand | None]:
+        """The response now, or, for a held pull, the `Deferred` of its answer; when its SQL92
+        expression is not compiled yet, a coroutine answering once it was (off the loop)."""
         header = PullMessageRequestHeader.from_fields(request.fields)
         require_group_name(header.consumer_group)
         require_topic_name(header.topic)
@@ -110,8 +144,37 @@ class PullMessageProcessor:
         if not group_config.consume_enable:
             raise NoPermission(f"consumer group {header.consumer_group!r} is not allowed to consume")
         self._topics.require_readable_queue(header.topic, header.queue_id)
-        message_filter = self._message_filter(header, group_config.consume_broadcast_enable)
+        broadcast_enable = group_config.consume_broadcast_enable
+        try:
+            message_filter = self._message_filter(header, broadcast_enable, compile_now=False)
+        except NotCompiled as pending:
+            return self._pull_compiled(ctx, request, header, max_messages, broadcast_enable, pending.text)
+        return self._pull(ctx, request, header, max_messages, message_filter)
 
+    async def _pull_compiled(self, ctx: RequestContext, request: RemotingCommand, header: PullMessageRequestHeader,
+                             max_messages: int, broadcast_enable: bool, text: str) -> RemotingCommand | None:
+        """The pull once its expression(s) were compiled in a thread, held as any other; None when
+        the hold service wrote the response itself."""
+        for _ in range(_COMPILE_ROUNDS):
+            await self._filters.compile_async(text)
+            try:
+                message_filter = self._message_filter(header, broadcast_enable, compile_now=False)
+            except NotCompiled as pending:
+                text = pending.text
+                continue
+            answered = self._pull(ctx, request, header, max_messages, message_filter, awaited=True)
+            if isinstance(answered, _AwaitedAnswer):
+                return await answered.wait()
+            assert isinstance(answered, RemotingCommand)
+            return answered
+        raise SystemBusy(f"the SQL92 expressions of group {header.consumer_group!r} do not stay compiled: "
+                         "raise sql92_compile_cache_bytes")
+
+    def _pull(self, ctx: RequestContext, request: RemotingCommand, header: PullMessageRequestHeader,
+              max_messages: int, message_filter: MessageFilter | None, *,
+              awaited: bool = False) -> RemotingCommand | Answer:
+        """Read, commit the offset (COMMIT_OFFSET flag), then answer or hold; `awaited`: a held pull's
+        answer is an `_AwaitedAnswer` for a coroutine to await, not one for the dispatcher."""
         result = self._read(header.topic, header.queue_id, header.queue_offset, max_messages, message_filter)
         code = to_response_code(result.status, header.queue_offset)
         if header.sys_flag & _COMMIT_OFFSET:
@@ -119,13 +182,14 @@ class PullMessageProcessor:
             self._offsets.commit(ctx.client_addr, header.consumer_group, header.topic, header.queue_id,
                                  header.commit_offset)
         if code == _PULL_NOT_FOUND and header.sys_flag & _SUSPEND and header.suspend_timeout_ms > 0:
-            answered = self._hold_pull(ctx.channel, request, header, max_messages, message_filter)
+            answered = self._hold_pull(ctx.channel, request, header, max_messages, message_filter,
+                                       _AwaitedAnswer() if awaited else Deferred())
             if answered is not None:
                 return answered
         return self._respond(request, header.consumer_group, header.topic, header.queue_id, result, code)
 
     def _hold_pull(self, channel: Channel, request: RemotingCommand, header: PullMessageRequestHeader,
-                   max_messages: int, message_filter: MessageFilter | None) -> Answer | None:
+                   max_messages: int, message_filter: MessageFilter | None, answered: Answer) -> Answer | None:
         """Hold the pull (long polling, else short polling); None when it is not held (the broker is
         stopping, or, long polling, the queue already holds messages past the offset, e.g. a read
         that found a hole: the answer is the read just made)."""
@@ -136,7 +200,6 @@ class PullMessageProcessor:
         else:
             timeout_ms = min(self._long_polling.short_polling_time_ms, header.suspend_timeout_ms)
             wake_on_arrival = False
-        answered = Deferred()
         pull = _HeldRequest(header, max_messages, message_filter, self, channel, request, answered)
         if not self._hold.hold(pull, timeout_ms, wake_on_arrival=wake_on_arrival):
             return None
@@ -209,15 +272,17 @@ class PullMessageProcessor:
         matched = self._filters.matches(message_filter, topic, queue_id)
         return self._store.get_message(topic, queue_id, queue_offset, max_messages, message_filter, matched)
 
-    def _message_filter(self, header: PullMessageRequestHeader, broadcast_enable: bool) -> MessageFilter | None:
+    def _message_filter(self, header: PullMessageRequestHeader, broadcast_enable: bool, *,
+                        compile_now: bool) -> MessageFilter | None:
         """The subscription of this pull: from the request with the SUBSCRIPTION flag, else the one
         the group registered by heartbeat (REFERENCE.md §1 step 6); a retry topic's pull is wrapped
-        in a `RetryMessageFilter` when `filter_support_retry` is on (step 8)."""
+        in a `RetryMessageFilter` when `filter_support_retry` is on (step 8). Raises `NotCompiled`
+        when `compile_now` is False and an SQL92 expression it needs is not compiled yet."""
         group, topic = header.consumer_group, header.topic
         message_filter: MessageFilter | None
         if header.sys_flag & _SUBSCRIPTION:
             message_filter = self._filters.build(group, topic, header.expression_type, header.subscription,
-                                                 header.sub_version)
+                                                 header.sub_version, compile_now=compile_now)
         else:
             group_info = self._consumers.get(group)
             if group_info is None:
@@ -234,10 +299,15 @@ class PullMessageProcessor:
             if sub.expression_type == ExpressionType.TAG:
                 message_filter = None if is_subscribe_all(sub.sub_string) else TagMessageFilter(sub.code_set)
             elif sub.expression_type == ExpressionType.SQL92:
-                message_filter = self._filters.sql_filter(group, topic, sub.sub_version, sub.sub_string)
+                message_filter = self._filters.sql_filter(group, topic, sub.sub_version, sub.sub_string,
+                                                          compile_now=compile_now)
             else:
                 raise SubscriptionParseFailed(f"unknown expression_type {sub.expression_type!r} (TAG or SQL92)")
         if message_filter is None and self._filter_support_retry and is_retry_topic(topic):
+            group_info = self._consumers.get(group)
+            for sub in group_info.subscriptions.values() if group_info is not None and not compile_now else ():
+                if self._filters.pending(sub.expression_type, sub.sub_string):
+                    raise NotCompiled(sub.sub_string)       # read below through `_registered_sql_filter`
             return RetryMessageFilter(lambda original_topic: self._registered_sql_filter(group, original_topic))
         return message_filter
 

@@ -2,7 +2,9 @@
 
 One `ConsumerGroupInfo` per group: its channels (with client id and last heartbeat) and one
 group-wide topic → subscription map. A change of members or subscriptions calls
-`on_ids_changed(group, channels)`, which sends NOTIFY_CONSUMER_IDS_CHANGED to every member."""
+`on_ids_changed(group)`, which announces it to the members with NOTIFY_CONSUMER_IDS_CHANGED
+(coalesced per group: `ids_changed.IdsChangedNotifier`). A heartbeat is O(1) in the group's size;
+past `max_consumers_per_group` members a new one is refused (`ConsumerGroupFull`, see `limits`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from broker.registry.limits import ConsumerGroupFull
 from protocol.channel import Channel
 from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel
 
@@ -79,16 +82,30 @@ class ConsumerGroupInfo:
         return changed
 
 
-IdsChanged = Callable[[str, list[Channel]], None]
+IdsChanged = Callable[[str], None]     # (group): its members or subscriptions changed
 
 
 class ConsumerManager:
-    def __init__(self, on_ids_changed: IdsChanged) -> None:
+    def __init__(self, on_ids_changed: IdsChanged, *, max_consumers_per_group: int = 0) -> None:
         self._groups: dict[str, ConsumerGroupInfo] = {}
         self._on_ids_changed = on_ids_changed
+        self._max_consumers_per_group = max_consumers_per_group      # 0: no bound
 
     def get(self, group: str) -> ConsumerGroupInfo | None:
         return self._groups.get(group)
+
+    def channels_of(self, group: str) -> list[Channel]:
+        """The members' channels of `group` now ([] when it has none)."""
+        group_info = self._groups.get(group)
+        return list(group_info.channels) if group_info is not None else []
+
+    def require_room(self, group: str, channel: Channel) -> None:
+        """Raise `ConsumerGroupFull` when `channel` is not a member of `group` and the group has
+        `max_consumers_per_group` members already."""
+        group_info = self._groups.get(group)
+        limit = self._max_consumers_per_group
+        if group_info is not None and 0 < limit <= len(group_info.channels) and channel not in group_info.channels:
+            raise ConsumerGroupFull(group, len(group_info.channels), limit)
 
     def groups(self) -> list[ConsumerGroupInfo]:
         return list(self._groups.values())
@@ -97,7 +114,9 @@ class ConsumerManager:
                           message_model: MessageModel, consume_from_where: ConsumeFromWhere,
                           subscriptions: Sequence[Subscription], *, notify: bool) -> bool:
         """Apply one heartbeat's consumer data; True when members or subscriptions changed (then
-        every member is notified when `notify`)."""
+        the members are notified when `notify`). Raises `ConsumerGroupFull` (changing nothing)
+        for a new member of a full group."""
+        self.require_room(group, info.channel)
         group_info = self._groups.get(group)
         if group_info is None:
             group_info = ConsumerGroupInfo(group, consume_type, message_model, consume_from_where)
@@ -110,7 +129,7 @@ class ConsumerManager:
         if new_channel:
             log.info("group %s: consumer %s joined from %s", group, info.client_id, info.channel.remote_address)
         if (new_channel or changed_subs) and notify:
-            self._on_ids_changed(group, list(group_info.channels))
+            self._on_ids_changed(group)
         return new_channel or changed_subs
 
     def unregister_consumer(self, group: str, channel: Channel, *, notify: bool) -> None:
@@ -124,18 +143,19 @@ class ConsumerManager:
         if not group_info.channels:
             del self._groups[group]
         elif notify:
-            self._on_ids_changed(group, list(group_info.channels))
+            self._on_ids_changed(group)
 
     def notify_topic_created(self, topic: str, notify: Callable[[str], bool]) -> list[str]:
-        """A topic was created: send NOTIFY_CONSUMER_IDS_CHANGED to every member of each group that
-        subscribes to it and for which `notify(group)`, so they rebalance now and find its route
-        instead of at their next periodic rebalance (20 s). Returns those groups. RocketMQ 4.9 has
-        no such notice: its consumers wait for the next route poll (30 s)."""
+        """A topic was created: announce NOTIFY_CONSUMER_IDS_CHANGED to the members of each group
+        that subscribes to it and for which `notify(group)` (coalesced as any change), so they
+        rebalance now and find its route instead of at their next periodic rebalance (20 s).
+        Returns those groups. RocketMQ 4.9 has no such notice: its consumers wait for the next
+        route poll (30 s)."""
         groups = [g for g in self._groups.values() if topic in g.subscriptions and g.channels and notify(g.group_name)]
         for group in groups:
             log.info("topic %s created: telling the %d consumer(s) of group %s to rebalance", topic,
                      len(group.channels), group.group_name)
-            self._on_ids_changed(group.group_name, list(group.channels))
+            self._on_ids_changed(group.group_name)
         return [g.group_name for g in groups]
 
     def remove_channel(self, channel: Channel, notify: Callable[[str], bool]) -> list[str]:

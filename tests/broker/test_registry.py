@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from broker.broker import Broker
+from broker.registry.ids_changed import IdsChangedNotifier
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
 from conf.namesrv import NamesrvConfig
@@ -154,3 +155,21 @@ async def test_through_name_servers_a_new_topic_is_announced_once_they_route_it(
         await send(waiting.api, broker.address, "not-yet", b"auto-creates it")
         await wait_until(lambda: len(routed_when_told) == 2, 2.0, "told of the topic")
         assert routed_when_told == [False, True]
+
+
+async def test_a_burst_of_changes_is_announced_in_a_few_rounds_per_window() -> None:
+    """RocketMQ sends a round per change; here `max_rounds` go at once, then the rest of the window's
+    changes in one round at its end, which opens the next window."""
+    notifier = IdsChangedNotifier(lambda group: [], interval_ms=200, max_rounds=2)
+    try:
+        for _ in range(50):
+            notifier.changed("g")
+        notifier.changed("other")
+        assert notifier.rounds == 3                     # g twice at once, other once
+        await wait_until(lambda: notifier.rounds == 4, 1.0, "g's window ended with one round")
+        notifier.changed("g")                           # the second round of g's new window: at once
+        notifier.changed("g")
+        assert notifier.rounds == 5
+        await wait_until(lambda: notifier.rounds == 6, 1.0, "and the change after it at that window's end")
+    finally:
+        notifier.close()

@@ -14,30 +14,22 @@ Integer literals must fit a signed 64-bit long; float literals must be finite (`
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from lark import Lark, Token, Tree
-from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark import Token, Tree
 
 from broker.filter.sql92 import evaluate as ev
-from broker.filter.sql92.errors import FilterSyntaxError
+from broker.filter.sql92.bounds import DEFAULT_LIMITS, Sql92Limits, check_depth, prescan
+from broker.filter.sql92.errors import FilterSyntaxError, FilterTooComplex
 from broker.filter.sql92.evaluate import Number, NumberOf, Predicate, Properties
+from broker.filter.sql92.parse import parse
 
 _LONG_MAX = (1 << 63) - 1
-_TERMINAL_NAMES = {
-    "$END": "end of expression", "IDENT": "a property name", "STRING": "a string literal",
-    "INTEGER": "an integer", "FLOAT": "a decimal number", "LPAR": "'('", "RPAR": "')'", "COMMA": "','",
-    "EQ": "'='", "NE": "'<>'", "GT": "'>'", "GE": "'>='", "LT": "'<'", "LE": "'<='", "PLUS": "'+'",
-    "MINUS": "'-'",
-}
-_OPERATORS = frozenset({"EQ", "NE", "GT", "GE", "LT", "LE", "IS", "BETWEEN", "IN", "CONTAINS", "STARTSWITH",
-                        "ENDSWITH", "NOT"})
 _COMPARE: dict[str, tuple[str, Callable[[Any, Any], bool], Callable[[Any, Any], bool]]] = {
     # rule: (symbol, operator, operator with the operands swapped)
     "gt": (">", operator.gt, operator.lt), "ge": (">=", operator.ge, operator.le),
@@ -48,6 +40,9 @@ _STRING_TESTS: dict[str, tuple[str, Callable[[str, str], bool], bool]] = {
     "startswith": ("STARTSWITH", str.startswith, False), "not_startswith": ("STARTSWITH", str.startswith, True),
     "endswith": ("ENDSWITH", str.endswith, False), "not_endswith": ("ENDSWITH", str.endswith, True),
 }
+
+_NODE_BYTES = 260            # a compiled node: its closure, cells and canonical text piece (measured 130-320)
+_MEMBER_BYTES = 100          # an IN-list member: the str and its set slot, beyond its characters (measured)
 
 # Term kinds
 COND, PROP, NUM, NUMX, STR, BOOL, NULL = "condition", "property", "number", "numeric", "string", "boolean", "NULL"
@@ -68,13 +63,17 @@ class _Term:
 class Expression:
     """A compiled SQL92 selector. `evaluate(properties) -> bool | None` (None: unknown, which does
     not match); `text` is the source, `canonical` the parsed form fully parenthesised, `properties`
-    the property names it reads. Immutable and shareable between pulls."""
+    the property names it reads; `size_bytes` estimates the memory it holds (text, canonical form,
+    closures, IN-list members), what the filter manager's cache is bounded by. Immutable and
+    shareable between pulls."""
 
-    __slots__ = ("canonical", "evaluate", "properties", "text")
+    __slots__ = ("canonical", "evaluate", "properties", "size_bytes", "text")
 
-    def __init__(self, text: str, canonical: str, predicate: Predicate, properties: frozenset[str]) -> None:
+    def __init__(self, text: str, canonical: str, predicate: Predicate, properties: frozenset[str],
+                 size_bytes: int = 0) -> None:
         self.text, self.canonical, self.properties = text, canonical, properties
         self.evaluate: Callable[[Properties], bool | None] = predicate
+        self.size_bytes = size_bytes or sys.getsizeof(text) + sys.getsizeof(canonical)
 
     def matches(self, properties: Properties) -> bool:
         """True only when the expression is True for `properties`."""
@@ -84,59 +83,25 @@ class Expression:
         return f"Expression({self.canonical})"
 
 
-@functools.cache
-def _parser() -> Lark:
-    grammar = (Path(__file__).parent / "grammar.lark").read_text(encoding="utf-8")
-    return Lark(grammar, parser="lalr", lexer="basic", propagate_positions=True)
-
-
-def compile_expression(text: str) -> Expression:
-    """Parse and type-check `text`; raises `FilterSyntaxError` (a `SubscriptionParseFailed`) with
-    the 1-based line and column of the first problem and what was expected there."""
+def compile_expression(text: str, limits: Sql92Limits = DEFAULT_LIMITS) -> Expression:
+    """Check `text` against `limits` (before parsing: length, parenthesis depth, AND / OR count;
+    after: nesting), parse and type-check it; raises `FilterSyntaxError` (a
+    `SubscriptionParseFailed`) with the 1-based line and column of the first problem and what was
+    expected there, `FilterTooComplex` (one too) for a bound. CPU-bound: up to ~0.5 s at 64 KiB,
+    so the broker runs it in a thread (`FilterManager.compile_async`)."""
+    prescan(text, limits)
+    tree = parse(text)
+    check_depth(text, tree, limits)
+    compiler = _Compiler(text)
     try:
-        tree = _parser().parse(text)
-    except UnexpectedInput as exc:
-        raise _syntax_error(text, exc) from None
-    term = _Compiler(text).term(tree)
-    predicate = _as_condition(text, term)
-    return Expression(text, term.text, predicate, term.reads)
-
-
-def _syntax_error(text: str, exc: UnexpectedInput) -> FilterSyntaxError:
-    line, column = exc.line, exc.column
-    if isinstance(exc, UnexpectedToken):
-        expected = _names(exc.expected)
-        token = exc.token
-        if token.type == "$END":
-            lines = text.split("\n")
-            line, column = len(lines), len(lines[-1]) + 1
-            return FilterSyntaxError(text, "the expression ends too early", line, column, expected)
-        return FilterSyntaxError(text, f"unexpected {token.value!r}", line, column, expected)
-    if isinstance(exc, UnexpectedCharacters):
-        position = exc.pos_in_stream or 0
-        char = text[position] if 0 <= position < len(text) else ""
-        reason = "unterminated string literal" if char == "'" else f"unexpected character {char!r}"
-        return FilterSyntaxError(text, reason, line, column, _names(_accepted_after(text[:position], exc)))
-    return FilterSyntaxError(text, str(exc), max(line, 1), max(column, 1))
-
-
-def _accepted_after(prefix: str, exc: UnexpectedCharacters) -> set[str]:
-    """What the parser would accept after `prefix` (the lexer alone cannot tell)."""
-    try:
-        interactive = _parser().parse_interactive(prefix)
-        interactive.exhaust_lexer()
-        accepted: set[str] = interactive.accepts()  # type: ignore[no-untyped-call]
-        return accepted
-    except UnexpectedInput:
-        return set(exc.allowed or ())
-
-
-def _names(terminals: set[str] | frozenset[str]) -> tuple[str, ...]:
-    operators = terminals & _OPERATORS
-    if len(operators) > 1:          # after a complete operand: say "an operator", not 14 of them
-        terminals = (terminals - _OPERATORS) | {"an operator"}
-    named = {_TERMINAL_NAMES.get(t, t) for t in terminals if not t.startswith("__")}
-    return tuple(sorted(named, key=lambda n: (n.startswith("'"), n.startswith("a"), n)))
+        term = compiler.term(tree)
+        predicate = _as_condition(text, term)
+    except RecursionError:         # not reached within the depth bound; a last guard
+        raise FilterTooComplex(text, "the expression nests too deeply to compile", "sql92_max_depth",
+                               limits.max_depth, 0) from None
+    size_bytes = (sys.getsizeof(text) + sys.getsizeof(term.text) + compiler.nodes * _NODE_BYTES
+                  + compiler.member_bytes)
+    return Expression(text, term.text, predicate, term.reads, size_bytes)
 
 
 def _error(text: str, term: _Term, reason: str, *expected: str) -> FilterSyntaxError:
@@ -183,8 +148,12 @@ def _value_of(term: _Term) -> Callable[[Properties], object]:
 
 
 class _Compiler:
+    """Walks a parse tree once into a `_Term`; counts `nodes` and the bytes of IN-list members."""
+
     def __init__(self, text: str) -> None:
         self._text = text
+        self.nodes = 0
+        self.member_bytes = 0
 
     def term(self, node: Tree[Token] | Token) -> _Term:
         if isinstance(node, Token):         # a parenthesised expression keeps its tokens
@@ -193,6 +162,7 @@ class _Compiler:
         if rule in ("or_expr", "and_expr", "not_expr", "equality", "comparison", "unary", "primary"):
             inner = [c for c in node.children if isinstance(c, Tree)]
             return self.term(inner[0])     # "( expr )"
+        self.nodes += 1
         method = getattr(self, f"_{rule}", None)
         if method is not None:
             result: _Term = method(node)
@@ -285,18 +255,28 @@ class _Compiler:
 
     # logic -----------------------------------------------------------------------------------
 
-    def _logic(self, node: Tree[Token], word: str, combine: Callable[[Predicate, Predicate], Predicate]) -> _Term:
-        left, right = self._operands(node)
-        predicate = combine(_as_condition(self._text, left), _as_condition(self._text, right))
+    def _chain(self, node: Tree[Token], word: str, combine: Callable[[list[Predicate]], Predicate]) -> _Term:
+        """A left-deep chain of one operator (`a OR b OR c` parses as `(a OR b) OR c`), compiled as
+        one n-ary node: no recursion per operand, so a long chain cannot overflow the stack. The
+        canonical text stays fully parenthesised: `((a OR b) OR c)`."""
+        rule, right_nodes, current = node.data, [], node
+        while isinstance(current, Tree) and current.data == rule:
+            left, right = [c for c in current.children if isinstance(c, Tree)]
+            right_nodes.append(right)
+            current = left
+        operands = [self.term(current), *(self.term(n) for n in reversed(right_nodes))]
+        self.nodes += len(right_nodes) - 1
+        predicates = [_as_condition(self._text, operand) for operand in operands]
+        text = "(" * (len(operands) - 1) + operands[0].text + "".join(f" {word} {o.text})" for o in operands[1:])
         line, column = self._where(node)
-        return _Term(COND, f"({left.text} {word} {right.text})", line, column, predicate=predicate,
-                     reads=left.reads | right.reads)
+        return _Term(COND, text, line, column, predicate=combine(predicates),
+                     reads=frozenset().union(*(o.reads for o in operands)))
 
     def _or_(self, node: Tree[Token]) -> _Term:
-        return self._logic(node, "OR", ev.or_)
+        return self._chain(node, "OR", ev.any_of)
 
     def _and_(self, node: Tree[Token]) -> _Term:
-        return self._logic(node, "AND", ev.and_)
+        return self._chain(node, "AND", ev.all_of)
 
     def _not_(self, node: Tree[Token]) -> _Term:
         (operand,) = self._operands(node)
@@ -412,6 +392,7 @@ class _Compiler:
         left = self._property_operand(node, word)
         (strings,) = [c for c in node.children if isinstance(c, Tree) and c.data == "string_list"]
         members = [_unquote(t.value) for t in strings.children if isinstance(t, Token) and t.type == "STRING"]
+        self.member_bytes += sum(sys.getsizeof(m) + _MEMBER_BYTES for m in members)
         listed = ", ".join(_quote(m) for m in members)
         return self._cond(node, f"({left.text} {word} ({listed}))",
                           ev.member_of(left.value, frozenset(members), negated), left)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from protocol.errors import SubscriptionParseFailed
 
+CARET_WINDOW = 120      # characters of a long source line shown around the error
+
 
 class FilterSyntaxError(SubscriptionParseFailed):
     """The expression cannot be compiled (SUBSCRIPTION_PARSE_FAILED on the wire).
@@ -23,10 +25,28 @@ class FilterSyntaxError(SubscriptionParseFailed):
                          f"{self.caret()}")
 
     def caret(self) -> str:
-        """The source line of the error and a caret under its column, two lines of text."""
+        """The source line of the error and a caret under its column, two lines of text; a line
+        longer than `CARET_WINDOW` characters is cut to that many around the column ("...")."""
         lines = self.expression.split("\n")
         source = lines[self.line - 1] if 0 < self.line <= len(lines) else ""
-        return f"  {source}\n  {' ' * max(self.column - 1, 0)}^"
+        column = max(self.column - 1, 0)
+        if len(source) > CARET_WINDOW:
+            start = max(0, min(column - CARET_WINDOW // 2, len(source) - CARET_WINDOW))
+            head, tail = ("..." if start else ""), ("..." if start + CARET_WINDOW < len(source) else "")
+            source, column = head + source[start:start + CARET_WINDOW] + tail, column - start + len(head)
+        return f"  {source}\n  {' ' * column}^"
+
+
+class FilterTooComplex(FilterSyntaxError):
+    """The expression is over one of the broker's bounds (see `bounds.py`); `bound` is the config
+    key (`sql92_max_expression_bytes`, `sql92_max_depth`, `sql92_max_terms`), `limit` its value,
+    and line / column point where the bound was crossed."""
+
+    def __init__(self, expression: str, reason: str, bound: str, limit: int, index: int) -> None:
+        self.bound, self.limit = bound, limit
+        line = expression.count("\n", 0, index) + 1
+        column = index - (expression.rfind("\n", 0, index) + 1) + 1
+        super().__init__(expression, f"{reason}; this broker accepts at most {limit:,} ({bound})", line, column)
 
 
 def _one_of(expected: tuple[str, ...]) -> str:

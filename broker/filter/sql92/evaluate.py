@@ -78,6 +78,31 @@ def or_(left: Predicate, right: Predicate) -> Predicate:
     return evaluate
 
 
+def any_of(operands: list[Predicate]) -> Predicate:
+    """Kleene OR of `operands` left to right (the same as nesting `or_`, in one call, so a chain of
+    thousands cannot overflow the stack): True at the first True, else None if any is None."""
+    return or_(*operands) if len(operands) == 2 else _decided_by(tuple(operands), True)
+
+
+def all_of(operands: list[Predicate]) -> Predicate:
+    """Kleene AND of `operands` left to right: False at the first False, else None if any is None."""
+    return and_(*operands) if len(operands) == 2 else _decided_by(tuple(operands), False)
+
+
+def _decided_by(predicates: tuple[Predicate, ...], decisive: bool) -> Predicate:
+    """`decisive` at the first operand that is `decisive`, else None if any is None, else not `decisive`."""
+    def evaluate(properties: Properties) -> bool | None:
+        unknown = False
+        for predicate in predicates:
+            value = predicate(properties)
+            if value is decisive:
+                return decisive
+            if value is None:
+                unknown = True
+        return None if unknown else not decisive
+    return evaluate
+
+
 def not_(operand: Predicate) -> Predicate:
     """NOT: unknown stays unknown."""
     def evaluate(properties: Properties) -> bool | None:

@@ -16,12 +16,14 @@ from pathlib import Path
 
 from broker.process import BrokerSubprocess
 from chaos.disk_fill import SMALL_STORE_SETTINGS, disk_fill
+from chaos.heartbeat_flood import heartbeat_flood
 from chaos.schedule import FaultStep
 from chaos.topic_create_kill import topic_create_kill
 
 HOSTILE_FAULTS = frozenset({"unread-pulls", "heartbeat-flood", "topic-create-kill", "disk-fill"})
 DISK_BYTES = 512 << 20          # the tmpfs of a run with disk-fill: room for 20 cycles of traffic
 DISK_SETTINGS = SMALL_STORE_SETTINGS
+FLOOD_CLIENT_IDS = 2_000       # past max_consumers_per_group (1,000): the bound is met too
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +51,17 @@ def small_store_disk(path: Path, size_bytes: int = DISK_BYTES) -> Iterator[Path 
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
-async def apply_hostile(step: FaultStep, broker: BrokerSubprocess, disk: Path | None) -> HostileOutcome:
-    """Run `step`'s hostile fault against `broker` (left running at the end) for `step.pause_s`."""
+async def apply_hostile(step: FaultStep, broker: BrokerSubprocess, disk: Path | None, *,
+                        group: str, topic: str) -> HostileOutcome:
+    """Run `step`'s hostile fault against `broker` (left running at the end) for `step.pause_s`;
+    the heartbeat flood joins `group` (subscribing `topic`), the group of the run's real consumers,
+    so its fake members take queues from them until they leave."""
+    if step.fault == "heartbeat-flood":
+        flood = await heartbeat_flood(broker.address, duration_s=step.pause_s, pid=broker.pid,
+                                      client_ids=FLOOD_CLIENT_IDS, group=group, topic=topic)
+        return HostileOutcome(0, f"{flood.client_ids} fake client ids: {flood.accepted} heartbeats accepted, "
+                                 f"{flood.refused} refused, {flood.notices} notices; probe send p99 "
+                                 f"{flood.p99_send_ms:.1f} ms (max {flood.max_send_ms:.0f})")
     if step.fault == "topic-create-kill":
         kill = await topic_create_kill(broker, duration_s=step.pause_s)
         return HostileOutcome(kill.lost + kill.topics_lost,

@@ -217,7 +217,7 @@ async def _run_chaos(workdir: Path, disk: Path | None, *, cycles: int, seed: int
                 f"{sum(len(v) for v in traffic.acked.values())})")
             fault_times.append(time.monotonic())
             if step.fault in HOSTILE_FAULTS:
-                outcome = await apply_hostile(step, broker, disk)
+                outcome = await apply_hostile(step, broker, disk, group="chaos_cg", topic=CONCURRENT_TOPIC)
                 hostile[step.cycle], hostile_lost = outcome.detail, hostile_lost + outcome.lost
             else:
                 await _apply(step, broker, consumers)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from types import TracebackType
 
 from broker.filter.filter_manager import FilterManager
 from broker.filter.message_filter import MessageFilter
@@ -57,6 +56,7 @@ from protocol.clock import Clock, SystemClock
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.headers import RegisterBrokerRequestHeader
+from protocol.lifecycle import Lifecycle
 from protocol.topics import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def advertised_host(listen_host: str) -> str:
     return "127.0.0.1"
 
 
-class Broker:
+class Broker(Lifecycle):
     def __init__(self, config: BrokerConfig, *, clock: Clock | None = None) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
@@ -256,13 +256,7 @@ class Broker:
         self._dispatcher = None
         self._store_lock.release()
 
-    async def __aenter__(self) -> Broker:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.stop()
+    _close = stop
 
     @property
     def address(self) -> str:

@@ -21,7 +21,8 @@ import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
+
+from protocol.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 _LISTENING = re.compile(rb"listening on (\S+):(\d+)")
@@ -37,7 +38,7 @@ def cli_command() -> list[str]:
     return [sys.executable, "-m", "broker"]
 
 
-class BrokerSubprocess:
+class BrokerSubprocess(Lifecycle):
     def __init__(self, store_dir: Path | None, *, settings: Mapping[str, str] | None = None,
                  command: Sequence[str] | None = None, cwd: Path | None = None,
                  preexec_fn: Callable[[], None] | None = None, keep_lines: int = 200, listen_port: int = 0) -> None:
@@ -141,10 +142,4 @@ class BrokerSubprocess:
             log.warning("broker pid %d exited with %s: %s", process.pid, self.exit_code, self.tail())
         return self.exit_code
 
-    async def __aenter__(self) -> BrokerSubprocess:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.stop()
+    _close = stop

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from types import TracebackType
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -27,6 +26,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ConnectionClosed, ResponseError, SystemError_, TopicNotExist
 from protocol.headers import GetRouteInfoRequestHeader, RegisterBrokerRequestHeader
+from protocol.lifecycle import Lifecycle
 from protocol.service import PeriodicService
 from protocol.topics import check_topic
 
@@ -62,7 +62,7 @@ class NamesrvMetrics:
             self._http = None
 
 
-class NameServer:
+class NameServer(Lifecycle):
     def __init__(self, config: NamesrvConfig, *, clock: Clock | None = None) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
@@ -105,13 +105,7 @@ class NameServer:
             self._server = None
         self.metrics.close()
 
-    async def __aenter__(self) -> NameServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.stop()
+    _close = stop
 
     @property
     def port(self) -> int:

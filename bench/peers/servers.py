@@ -22,7 +22,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Protocol
 
 import psutil
@@ -30,6 +29,7 @@ import redis.asyncio as aioredis
 
 from bench.broker_proc import Usage, free_port, process_usage
 from bench.common import store_root
+from protocol.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def redis_version() -> str:
     return out.stdout.strip()
 
 
-class RedisServer:
+class RedisServer(Lifecycle):
     """`redis-server` in a subprocess on 127.0.0.1:`port`, with its log in a temporary directory."""
 
     def __init__(self, *, durable: bool) -> None:
@@ -178,13 +178,7 @@ class RedisServer:
             self._dir = None
         return process.returncode if process is not None else None
 
-    async def __aenter__(self) -> RedisServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.stop()
+    _close = stop
 
 
 async def _wait_or_kill(process: asyncio.subprocess.Process) -> None:

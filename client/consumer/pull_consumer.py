@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from client.consumer.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
@@ -50,6 +49,7 @@ from client.instance import ClientInstance, build_client_id, get_instance, parse
 from conf.client import ClientConfig
 from protocol.bodies import ConsumerData
 from protocol.errors import MQError, TopicNotExist
+from protocol.lifecycle import Lifecycle
 from protocol.message import MessageExt
 from protocol.model import ConsumeFromWhere, ConsumeType, ExpressionType, MessageModel, MessageQueue
 from protocol.service import PeriodicService
@@ -73,7 +73,7 @@ class _Running:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
-class PullConsumer:
+class PullConsumer(Lifecycle):
     """Settings are RocketMQ's lite-pull-consumer ones in snake_case with its defaults.
     `offset_store_dir` is where broadcasting offsets live (default ~/.rocketq/offsets);
     `consume_timestamp` (yyyyMMddHHmmss, local time) is CONSUME_FROM_TIMESTAMP's start, by default
@@ -251,13 +251,7 @@ class PullConsumer:
                     log.debug("unregister from %s failed: %s", address, exc)
         await run.instance.release()
 
-    async def __aenter__(self) -> PullConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.shutdown()
+    _close = shutdown
 
     # -- consuming -------------------------------------------------------------------------------
 

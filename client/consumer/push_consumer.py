@@ -16,7 +16,6 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import fields
-from types import TracebackType
 from typing import Any
 
 from client.consumer.admin_hooks import reset_queues, running_info
@@ -36,6 +35,7 @@ from client.instance import ClientInstance, build_client_id, get_instance, parse
 from conf.client import ClientConfig, PushConsumerOptions
 from protocol.bodies import ConsumerData, ConsumerRunningInfo
 from protocol.errors import MQError
+from protocol.lifecycle import Lifecycle
 from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, MessageQueue
 from protocol.service import PeriodicService
 from protocol.topics import check_group, retry_topic
@@ -43,7 +43,7 @@ from protocol.topics import check_group, retry_topic
 log = logging.getLogger(__name__)
 
 
-class PushConsumer:
+class PushConsumer(Lifecycle):
     """Options are RocketMQ's push-consumer settings in snake_case with the same defaults
     (`conf.client.PushConsumerOptions`); an unknown option raises `TypeError` naming the valid
     ones, an out-of-range value `ValueError`."""
@@ -308,13 +308,7 @@ class PushConsumer:
                 log.debug("unregister from %s failed: %s", address, exc)
         await instance.release()
 
-    async def __aenter__(self) -> PushConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.shutdown()
+    _close = shutdown
 
     # -- introspection ------------------------------------------------------------------------------
 

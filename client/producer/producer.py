@@ -7,7 +7,6 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from types import TracebackType
 from typing import Any
 
 from client.api import SendResult
@@ -20,6 +19,7 @@ from client.producer.uniq_id import UniqIdGenerator
 from conf.client import ClientConfig
 from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseError
 from protocol.headers import SendBatchMessageRequestHeader
+from protocol.lifecycle import Lifecycle
 from protocol.message import PROPERTY_UNIQ_KEY, BatchItem, Message, encode_batch_items
 from protocol.model import MessageQueue
 from protocol.topics import check_group, check_topic
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 _RETRY_CODES = {1, 2, 16, 17}   # SYSTEM_ERROR, SYSTEM_BUSY, NO_PERMISSION, TOPIC_NOT_EXIST
 
 
-class Producer:
+class Producer(Lifecycle):
     """`async with Producer("pg", "127.0.0.1:10911") as producer: await producer.send(Message(...))`.
 
     Raises `ClientStateError` when used before `start()` or after `shutdown()`, `ValueError` for a
@@ -83,13 +83,7 @@ class Producer:
                 log.debug("unregister from %s failed: %s", address, exc)
         await instance.release()
 
-    async def __aenter__(self) -> Producer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.shutdown()
+    _close = shutdown
 
     # -- sending ------------------------------------------------------------------------------------
 

@@ -108,7 +108,11 @@ class Broker:
         self.connection_guard = ConnectionGuard(ConnectionLimits(
             max_connections=config.max_connections, max_buffered_bytes=config.max_buffered_bytes,
             frame_read_timeout_ms=config.frame_read_timeout_ms,
-            channel_expired_timeout_ms=config.channel_expired_timeout_ms), self.clock.monotonic_ms)
+            channel_expired_timeout_ms=config.channel_expired_timeout_ms,
+            max_connections_per_address=config.max_connections_per_address,
+            max_unsent_bytes_per_connection=config.max_unsent_bytes_per_connection,
+            close_unsent_bytes_per_connection=config.close_unsent_bytes_per_connection,
+            write_stall_timeout_ms=config.write_stall_timeout_ms), self.clock.monotonic_ms)
         self._address: str | None = None
         self.metrics_port: int | None = None
         self.started_at_ms = 0
@@ -188,7 +192,10 @@ class Broker:
             if config.metrics_port > 0:
                 self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port)
             self._dispatcher = Dispatcher(self._handlers(store, hold), self.metrics.observe_request,
-                                          config.max_in_flight_per_connection)
+                                          config.max_in_flight_per_connection,
+                                          max_in_flight_bytes_per_channel=config.max_unsent_bytes_per_connection,
+                                          log=self.connection_guard.log)
+            self.connection_guard.count_in_flight(self._dispatcher.in_flight_bytes)
             await self.connection_guard.start()
             await server.begin_serving()
             if config.namesrv_addr:

@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from broker.lag_collector import BrokerStateCollector, sample_disk
 from broker.metric_tables import CounterTable, HistogramTable
 from broker.metrics_http import MetricsHttpServer
+from broker.remoting.guard import CLOSE_REASONS
 
 
 class BrokerMetrics:
@@ -56,7 +57,7 @@ class BrokerMetrics:
                                     common, registry=self.registry)
         self.connections_closed = Gauge("rocketq_connections_closed",
                                         "Connections the broker refused or closed, by reason "
-                                        "(refused, frame_timeout, expired).", [*common, "reason"],
+                                        f"({', '.join(CLOSE_REASONS)}).", [*common, "reason"],
                                         registry=self.registry)
         self.buffered_bytes = Gauge("rocketq_connection_buffered_bytes",
                                     "Bytes held in partial frames and unsent responses, all connections.",
@@ -105,7 +106,7 @@ class BrokerMetrics:
         """Issue 12's gauges: whether the store takes sends, connections closed per reason, and
         the bytes the connection guard holds; all read at scrape time."""
         self.store_writable.labels(**self._labels).set_function(lambda: float(writable()))
-        for reason in ("refused", "frame_timeout", "expired"):
+        for reason in CLOSE_REASONS:
             self.connections_closed.labels(reason=reason, **self._labels).set_function(
                 lambda reason=reason: closed(reason))  # type: ignore[misc]
         self.buffered_bytes.labels(**self._labels).set_function(buffered_bytes)

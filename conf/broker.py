@@ -27,11 +27,16 @@ class BrokerConfig:
     register_name_server_period_ms: int = 30_000  # registerNameServerPeriod (RocketMQ clamps to 10-60 s)
     graceful_shutdown_timeout_ms: int = 5_000
     max_frame_bytes: int = 16 * 1024 * 1024
-    max_in_flight_per_connection: int = 4096      # past it the broker stops reading that connection
+    max_in_flight_per_connection: int = 4096      # requests awaiting an answer; past it that connection is not read
     max_requests_per_step: int = 8                # one connection's requests handled per loop step; 0: all read
     frame_read_timeout_ms: int = 30_000           # a started frame must complete within this, else closed
     max_connections: int = 10_000                 # more connections are refused (SYSTEM_BUSY frame, closed)
-    max_buffered_bytes: int = 256 * 1024 * 1024   # all partial frames + unsent responses; past it reads pause
+    max_connections_per_address: int = 1_000      # connections from one peer IP (loopback too); 0: no cap
+    max_buffered_bytes: int = 256 * 1024 * 1024   # unsent bytes (below) of all connections; past it reads pause
+    max_unsent_bytes_per_connection: int = 4 * 1024 * 1024   # partial frame + unread responses + unanswered
+                                                  # requests of one connection; past it it is not read until < 1/4
+    close_unsent_bytes_per_connection: int = 64 * 1024 * 1024   # past this a connection is closed
+    write_stall_timeout_ms: int = 60_000          # unread responses that made no progress this long: closed
     event_loop: EventLoop = "auto"
     metrics_port: int = 5557                      # Prometheus /metrics on listen_host (RocketMQ 5's); 0: off
     auto_create_topic: bool = True

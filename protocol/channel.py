@@ -39,7 +39,12 @@ class Channel:
     rounds) and sends each chunk's responses before handling the next. Measured with one
     producer keeping 64 sends in flight (bench.peers send_one, 3 interleaved runs): ASYNC_FLUSH
     47-52k to 58-65k msg/s, SYNC_FLUSH 22-28k to 29-35k, the broker's loop busy where it used
-    to wait for the client."""
+    to wait for the client.
+
+    `pause_reading(reason)` stops both reading and handling: commands already read wait, in order,
+    until every reason is resumed (a connection that does not read its responses must not get
+    more of them computed from requests it pipelined earlier). `on_unsent`, when set, is called
+    after a write that left bytes in the transport's buffer (the broker counts them)."""
 
     def __init__(self, transport: asyncio.Transport, *, on_request: RequestHandler | None = None,
                  on_close: CloseHandler | None = None, max_dispatch_per_step: int = 0) -> None:
@@ -69,7 +74,9 @@ class Channel:
         self._read_pauses: set[str] = set()      # why reads are paused (several owners may pause)
         self._close_remark: str | None = None    # remark of an unsolicited error frame (a refusal)
         self._dispatch_limit = max_dispatch_per_step
-        self._backlog: list[RemotingCommand] = []   # received, waiting their turn (over the limit)
+        self._backlog: list[RemotingCommand] = []   # received, waiting their turn (over the limit, or held)
+        self._backlog_scheduled = False          # `_dispatch_backlog` is due in a later loop step
+        self.on_unsent: Callable[[Channel], None] | None = None
 
     def __repr__(self) -> str:
         return f"Channel({self.remote_address})"
@@ -97,6 +104,7 @@ class Channel:
         if data is None:            # a large body: written uncopied, behind what is queued
             self.flush()
             self.transport.writelines(encode_frame(cmd))
+            self._wrote()
             return
         size = len(data)
         if self._corked:
@@ -108,6 +116,7 @@ class Channel:
         self._corked = True
         self._loop.call_soon(self.flush)
         self.transport.write(data)
+        self._wrote()
 
     def flush(self) -> None:
         """Write what `send` queued during this loop step (harmless when nothing is queued)."""
@@ -119,6 +128,23 @@ class Channel:
         self._outbox_bytes = 0
         if not self._closed:
             self.transport.write(data)
+            self._wrote()
+
+    def _wrote(self) -> None:
+        on_unsent = self.on_unsent
+        if on_unsent is not None and self.transport.get_write_buffer_size():
+            on_unsent(self)
+
+    @property
+    def unsent_bytes(self) -> int:
+        """Response bytes written but not yet taken by the peer: the transport's buffer and the
+        frames queued for the end of this loop step."""
+        return self._outbox_bytes + self.transport.get_write_buffer_size()
+
+    @property
+    def backlog_bytes(self) -> int:
+        """Body bytes of the commands read but waiting their turn (0 when none wait)."""
+        return sum(len(cmd.body) for cmd in self._backlog) if self._backlog else 0
 
     @property
     def write_paused(self) -> bool:
@@ -197,8 +223,9 @@ class Channel:
         await self._closed_event.wait()
 
     def pause_reading(self, reason: str) -> None:
-        """Stop reading from the peer (TCP back-pressure) until every `reason` given is resumed;
-        several owners (in-flight cap, broker-wide buffer cap) pause independently."""
+        """Stop reading from the peer (TCP back-pressure), and handling the commands already read,
+        until every `reason` given is resumed; several owners (in-flight cap, unread responses,
+        broker-wide buffer cap) pause independently."""
         if not self._read_pauses and not self._closed:
             self.transport.pause_reading()
         self._read_pauses.add(reason)
@@ -207,8 +234,17 @@ class Channel:
         if reason not in self._read_pauses:
             return
         self._read_pauses.discard(reason)
-        if not self._read_pauses and not self._closed:
+        if self._closed:
+            return
+        if not self._read_pauses:
             self.transport.resume_reading()
+        elif self._backlog and not self._held():      # only the backlog's own pause is left
+            self._schedule_backlog()
+
+    def _held(self) -> bool:
+        """Handling is paused: some owner other than the backlog itself paused this channel."""
+        pauses = self._read_pauses
+        return len(pauses) > 1 or (bool(pauses) and _BACKLOG not in pauses)
 
     @property
     def reading_paused(self) -> bool:
@@ -218,7 +254,7 @@ class Channel:
 
     def _received(self, commands: list[RemotingCommand]) -> None:
         limit = self._dispatch_limit
-        if limit and (self._backlog or len(commands) > limit):
+        if self._backlog or self._read_pauses or (limit and len(commands) > limit):
             started = not self._backlog
             self._backlog += commands
             if started:
@@ -227,20 +263,32 @@ class Channel:
             return
         self._dispatch_corked(commands)
 
+    def _schedule_backlog(self) -> None:
+        if not self._backlog_scheduled:
+            self._backlog_scheduled = True
+            self._loop.call_soon(self._dispatch_backlog)
+
     def _dispatch_backlog(self) -> None:
-        """Handle the next `max_dispatch_per_step` waiting commands; schedule the rest for the
-        next loop step, or read again once none is left."""
+        """Handle the next `max_dispatch_per_step` waiting commands (all when 0); schedule the
+        rest for the next loop step, or read again once none is left. Nothing while held: the
+        `resume_reading` that ends the hold schedules this again."""
+        self._backlog_scheduled = False
         backlog = self._backlog
-        if not backlog:         # handled at connection loss (`_lost`)
+        if not backlog or self._closed or self._held():    # (a lost channel's: handled by `_lost`)
             return
-        limit = self._dispatch_limit
+        limit = self._dispatch_limit or len(backlog)
         commands = backlog[:limit]
         del backlog[:limit]
         if backlog:
-            self._loop.call_soon(self._dispatch_backlog)
+            self._schedule_backlog()
         else:
             self.resume_reading(_BACKLOG)
         self._dispatch_corked(commands)
+
+    def _hold_back(self, commands: list[RemotingCommand]) -> None:
+        """A pause came while a read's commands were handled: the rest wait, ahead of the backlog."""
+        self._backlog[:0] = commands
+        self._read_pauses.add(_BACKLOG)     # (the transport is already paused by the hold)
 
     def _dispatch_corked(self, commands: list[RemotingCommand]) -> None:
         # Responses written while these commands are handled (the requests answered at once)
@@ -253,7 +301,7 @@ class Channel:
                 self.flush()
 
     def _dispatch(self, commands: list[RemotingCommand]) -> None:
-        for cmd in commands:
+        for index, cmd in enumerate(commands):
             if cmd.flag & FLAG_RESPONSE:
                 future = self.pending.get(cmd.opaque)
                 if future is not None and not future.done():
@@ -264,9 +312,15 @@ class Channel:
                     log.debug("%s: response for unknown opaque %d (late or duplicate)", self, cmd.opaque)
             elif self.on_request is not None:
                 self.on_request(self, cmd)
+                if self._read_pauses and self._held() and not self._closed:
+                    rest = commands[index + 1:]
+                    if rest:
+                        self._hold_back(rest)
+                    return
 
     def _frame_error(self, err: FrameError) -> None:
-        log.warning("%s: protocol error, closing connection: %s", self, err)
+        """Answer a malformed frame (SYSTEM_ERROR when its opaque is known) and close; the
+        protocol logs it (`ChannelProtocol.log_frame_error`)."""
         self.flush()
         if err.opaque is not None and not self._closed:
             self.transport.writelines(encode_frame(RemotingCommand(
@@ -338,10 +392,15 @@ class ChannelProtocol(asyncio.Protocol):
         try:
             commands = self._decoder.feed(data)
         except FrameError as err:
+            self.log_frame_error(channel, err)
             channel._frame_error(err)
             return
         self._fed(bool(commands))
         channel._received(commands)
+
+    def log_frame_error(self, channel: Channel, err: FrameError) -> None:
+        """Log a malformed frame before its connection is closed (the broker rate-limits this)."""
+        log.warning("%s: protocol error, closing connection: %s", channel, err)
 
     def _fed(self, decoded: bool) -> None:
         """After each read that raised no error; `decoded`: at least one whole frame came out.

@@ -149,3 +149,68 @@ def test_rate_limited_log_suppresses_past_the_burst_and_says_how_many(caplog: py
         limited.warning("closing %d", 5)
     assert [r.getMessage() for r in caplog.records] == [
         "closing 0", "closing 1", "closing 5 (3 similar lines suppressed)"]
+
+
+async def test_connections_past_max_connections_per_address_are_refused_with_a_reason(
+        tmp_path: Path, client_api: ClientAPI) -> None:
+    async with Broker(broker_config(tmp_path, max_connections_per_address=2)) as broker:
+        host, port = broker.address.rsplit(":", 1)
+        held = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
+        await wait_until(lambda: len(broker.connection_guard.connections) == 2)
+        with pytest.raises(ConnectionClosed, match="max_connections_per_address 2"):
+            await send(client_api, broker.address)
+        assert broker.connection_guard.closed["refused_per_address"] == 1
+        # another loopback address is another peer: it still gets in
+        _, other = await asyncio.open_connection(host, int(port), local_addr=("127.0.0.2", 0))
+        await wait_until(lambda: len(broker.connection_guard.connections) == 3)
+        assert broker.connection_guard.per_address == {"127.0.0.1": 2, "127.0.0.2": 1}
+        held[0][1].close()
+        await wait_until(lambda: len(broker.connection_guard.connections) == 2)
+        assert (await send(client_api, broker.address)).queue_offset == 0
+        for _, writer in [*held[1:], (None, other)]:
+            writer.close()
+
+
+GARBAGE = [b"\xff" * 64,                                        # frame_length past max_frame_bytes
+           struct.pack(">II", 12, 200) + bytes(8),              # header_length past the frame
+           struct.pack(">II", 8, 4) + b"\xc1\xc1\xc1\xc1",      # a header that is not msgpack
+           struct.pack(">II", 2, 0)]                            # frame_length below 4
+
+
+async def test_a_flood_of_garbage_connections_logs_a_bounded_amount(
+        tmp_path: Path, client_api: ClientAPI, caplog: pytest.LogCaptureFixture) -> None:
+    async with Broker(broker_config(tmp_path)) as broker:
+        host, port = broker.address.rsplit(":", 1)
+
+        async def garbage(payload: bytes) -> None:
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(payload)
+            try:
+                async with asyncio.timeout(5):
+                    while await reader.read(65_536):      # until the broker closes it
+                        pass
+            finally:
+                writer.close()
+
+        with caplog.at_level(logging.WARNING):
+            for batch in range(10):
+                await asyncio.gather(*(garbage(GARBAGE[(batch + i) % len(GARBAGE)]) for i in range(200)))
+            assert (await send(client_api, broker.address)).queue_offset == 0
+        logged = sum(len(record.getMessage()) for record in caplog.records)
+        assert logged < 20_000, f"{len(caplog.records)} lines, {logged} bytes of log for 2,000 bad connections"
+        assert any("protocol error" in record.getMessage() for record in caplog.records)
+
+
+def test_rate_limited_log_reports_suppressed_lines_when_no_later_line_does(caplog: pytest.LogCaptureFixture) -> None:
+    clock = ManualClock()
+    limited = RateLimitedLog(logging.getLogger("test.ratelimit"), clock.monotonic_ms, burst=1, interval_ms=1_000)
+    with caplog.at_level(logging.WARNING, "test.ratelimit"):
+        for index in range(4):
+            limited.warning("closing %d", index)
+        limited.warning("refusing %d", 9)          # another template has its own budget
+        limited.flush()                             # the window has not ended: nothing yet
+        clock.advance(1_000)
+        limited.flush()
+        limited.flush()                             # reported once
+    assert [r.getMessage() for r in caplog.records] == [
+        "closing 0", "refusing 9", "3 similar lines suppressed in the last 1 s: closing %d"]

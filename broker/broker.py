@@ -293,8 +293,10 @@ class Broker:
     def _handlers(self, store: MessageStore, hold: HoldService) -> dict[int, Handler]:
         config = self.config
         send = SendMessageProcessor(store, self.topics, self.address, config.store.max_message_bytes,
-                                    self.metrics.on_stored, self.retry_topics, self.metrics.on_dlq)
-        send_back = SendBackProcessor(store, self.retry_topics, self.address, self.metrics.on_dlq)
+                                    self.metrics.on_stored, self.retry_topics, self.metrics.on_dlq,
+                                    config.max_properties_bytes)
+        send_back = SendBackProcessor(store, self.retry_topics, self.address, self.metrics.on_dlq,
+                                      config.max_properties_bytes)
         pull = PullMessageProcessor(store, self.topics, self.groups, self.consumers, self.offsets, hold,
                                     config.long_polling, self.metrics.on_pulled, filters=self.filters,
                                     filter_support_retry=config.filter_support_retry)

@@ -43,8 +43,8 @@ from protocol.errors import MessageIllegal
 from protocol.message import decode_message_batch_py, encode_stored_message, offset_msg_ids_py
 
 TIME_MASK = (1 << 44) - 1
-INTS = [0, 1, -1, 31, 127, 128, 255, 256, 65_535, 65_536, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1,
-        2**64, -(2**31), -(2**63), -(2**63) - 1, -32, -33, -128, -129]
+INTS = [0, 1, -1, 31, 127, 128, 255, 256, 65_535, 65_536, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63,
+        2**64 - 1, 2**64, -(2**31), -(2**31) - 1, -(2**63), -(2**63) - 1, -32, -33, -128, -129]
 TEXTS = ["", "t", "é", "日本", "\ud800", "a" * 31, "b" * 32, "c" * 255, "d" * 256, "e" * 65_536]
 
 
@@ -213,13 +213,15 @@ def check_read_batch_body(rng: random.Random, speedups: Any) -> bool:
         return False
     raw = mutate(rng, raw) if rng.random() < 0.6 else raw
     max_message_bytes = rng.choice([0, 64, 1 << 20])
+    max_properties_bytes = rng.choice([0, 8, 40, 32_767])
 
-    def checked(decode: Callable[[bytes, int], Any]) -> Any:
+    def checked(decode: Callable[[bytes, int, int], Any]) -> Any:
         try:
-            return decode(raw, max_message_bytes)
+            return decode(raw, max_message_bytes, max_properties_bytes)
         except MessageIllegal as exc:
             return MessageIllegal, str(exc)
-    _same("read_batch_body", (raw, max_message_bytes), checked(decode_batch_py), checked(decode_batch))
+    _same("read_batch_body", (raw, max_message_bytes, max_properties_bytes), checked(decode_batch_py),
+          checked(decode_batch))
     return True
 
 

@@ -27,6 +27,7 @@ class BrokerConfig:
     register_name_server_period_ms: int = 30_000  # registerNameServerPeriod (RocketMQ clamps to 10-60 s)
     graceful_shutdown_timeout_ms: int = 5_000
     max_frame_bytes: int = 16 * 1024 * 1024
+    max_properties_bytes: int = 32_767            # a message's properties as RocketMQ's string; over: MESSAGE_ILLEGAL
     max_in_flight_per_connection: int = 4096      # requests awaiting an answer; past it that connection is not read
     max_requests_per_step: int = 8                # one connection's requests handled per loop step; 0: all read
     frame_read_timeout_ms: int = 30_000           # a started frame must complete within this, else closed

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -302,10 +303,8 @@ class GuardedProtocol(ChannelProtocol):
         if not self._guard.admit(cast(asyncio.Transport, transport)):
             return
         high = self._guard.limits.max_unsent_bytes_per_connection
-        try:
+        with contextlib.suppress(NotImplementedError):     # (bench.inproc's transport has no buffer)
             cast(asyncio.WriteTransport, transport).set_write_buffer_limits(high=high, low=high // 4)
-        except NotImplementedError:     # a transport without a write buffer (bench.inproc's)
-            pass
         super().connection_made(transport)
         channel = self.channel
         assert channel is not None

@@ -124,11 +124,11 @@ def _value(rng: random.Random, depth: int = 0) -> Any:
 
 # -- protocol._speedups ----------------------------------------------------------------------------
 
-def frames_outcome(buffer: bytes, max_frame_bytes: int, decode: Callable[..., Any]) -> Any:
+def frames_outcome(buffer: bytes, max_frame_bytes: int, decode: Callable[..., Any], max_commands: int = 0) -> Any:
     """(commands as comparable tuples, consumed) or (error type, message, opaque, cause is None,
     context suppressed): what `decode_frames` (either twin) makes of `buffer`."""
     try:
-        commands, consumed = decode(buffer, max_frame_bytes)
+        commands, consumed = decode(buffer, max_frame_bytes, max_commands)
     except Exception as exc:
         return (type(exc), str(exc), getattr(exc, "opaque", None), exc.__cause__ is None, exc.__suppress_context__)
     return [(c.code, c.opaque, c.flag, c.remark, c.fields, c.body, c.version) for c in commands], consumed
@@ -138,8 +138,10 @@ def check_decode_frames(rng: random.Random, speedups: Any) -> bool:
     wire = b"".join(random_frame(rng) if rng.random() < 0.8 else mutated_frame(rng) for _ in range(rng.randint(1, 3)))
     buffer = mutate(rng, wire) if rng.random() < 0.7 else wire
     max_frame_bytes = rng.choice([16, 256, 1 << 20])
-    _same("decode_frames", (buffer, max_frame_bytes), frames_outcome(buffer, max_frame_bytes, frame.decode_frames_py),
-          frames_outcome(buffer, max_frame_bytes, speedups.decode_frames))
+    max_commands = rng.choice([0, 0, 1, 2, -1])
+    _same("decode_frames", (buffer, max_frame_bytes, max_commands),
+          frames_outcome(buffer, max_frame_bytes, frame.decode_frames_py, max_commands),
+          frames_outcome(buffer, max_frame_bytes, speedups.decode_frames, max_commands))
     return True
 
 

@@ -649,7 +649,8 @@ decode_frames(PyObject *module, PyObject *args)
 {
     PyObject *buffer;
     long long max_frame_bytes;
-    if (!PyArg_ParseTuple(args, "OL:decode_frames", &buffer, &max_frame_bytes))
+    Py_ssize_t max_commands = 0;            /* 0: every whole frame */
+    if (!PyArg_ParseTuple(args, "OL|n:decode_frames", &buffer, &max_frame_bytes, &max_commands))
         return NULL;
     if (!state.frames_configured) {
         PyErr_SetString(PyExc_RuntimeError, "protocol._speedups.configure_frames() was not called");
@@ -663,7 +664,7 @@ decode_frames(PyObject *module, PyObject *args)
     PyObject *commands = PyList_New(0);
     if (commands == NULL)
         goto error;
-    while (end - pos >= 8) {
+    while (end - pos >= 8 && (max_commands <= 0 || PyList_GET_SIZE(commands) < max_commands)) {
         uint32_t frame_length = read_u32(data + pos), header_length = read_u32(data + pos + 4);
         if (frame_length < 4) {
             PyErr_Format(state.frame_error, "frame_length %u is below 4", frame_length);
@@ -1009,7 +1010,7 @@ static PyMethodDef methods[] = {
     {"configure_frames", configure_frames, METH_VARARGS,
      "configure_frames(command_type, frame_error, check_header): the frame functions' classes."},
     {"decode_frames", decode_frames, METH_VARARGS,
-     "decode_frames(buffer, max_frame_bytes) -> (commands, consumed); raises FrameError."},
+     "decode_frames(buffer, max_frame_bytes[, max_commands]) -> (commands, consumed); raises FrameError."},
     {"frame_bytes", frame_bytes, METH_VARARGS,
      "frame_bytes(command, max_body_bytes) -> bytes of the whole frame, or None when the Python "
      "version must encode it."},

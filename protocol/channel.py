@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 RequestHandler = Callable[["Channel", RemotingCommand], None]
 CloseHandler = Callable[["Channel"], None]
+# Decode up to n more of the frames a connection received (its protocol's decoder): the commands,
+# and whether whole frames may still wait.
+TakeMore = Callable[[int], tuple[list[RemotingCommand], bool]]
 _OPAQUE_MASK = 0xFFFFFFFF
 _NOT_RESPONSE_OR_ONEWAY = ~(FLAG_RESPONSE | FLAG_ONEWAY)
 _JOIN_BELOW_BYTES = 256 * 1024
@@ -34,9 +37,10 @@ class Channel:
 
     `max_dispatch_per_step` (0: no bound) bounds how many received commands are handled in one
     event-loop step: the rest wait their turn in later steps, in order, and the connection is not
-    read meanwhile. The broker sets it, so that a burst of pipelined requests on one connection
-    lets the loop turn to its other work between chunks (other connections, finished fsync
-    rounds) and sends each chunk's responses before handling the next. Measured with one
+    read meanwhile; its protocol decodes them only when their turn comes (`take_more`). The
+    broker sets it, so that a burst of pipelined requests on one connection lets the loop turn to
+    its other work between chunks (other connections, finished fsync rounds) and sends each
+    chunk's responses before handling the next. Measured with one
     producer keeping 64 sends in flight (bench.peers send_one, 3 interleaved runs): ASYNC_FLUSH
     47-52k to 58-65k msg/s, SYNC_FLUSH 22-28k to 29-35k, the broker's loop busy where it used
     to wait for the client.
@@ -76,6 +80,8 @@ class Channel:
         self._dispatch_limit = max_dispatch_per_step
         self._backlog: list[RemotingCommand] = []   # received, waiting their turn (over the limit, or held)
         self._backlog_scheduled = False          # `_dispatch_backlog` is due in a later loop step
+        self._more = False                       # whole frames wait undecoded (`take_more` gets them)
+        self.take_more: TakeMore | None = None
         self.on_unsent: Callable[[Channel], None] | None = None
 
     def __repr__(self) -> str:
@@ -252,11 +258,13 @@ class Channel:
 
     # -- called by ChannelProtocol -------------------------------------------------------------
 
-    def _received(self, commands: list[RemotingCommand]) -> None:
+    def _received(self, commands: list[RemotingCommand], more: bool = False) -> None:
+        """`commands` were read; `more`: further whole frames wait undecoded (see `take_more`)."""
         limit = self._dispatch_limit
-        if self._backlog or self._read_pauses or (limit and len(commands) > limit):
-            started = not self._backlog
+        if self._backlog or self._read_pauses or more or (limit and len(commands) > limit):
+            started = not self._backlog and not self._more
             self._backlog += commands
+            self._more = more
             if started:
                 self.pause_reading(_BACKLOG)
                 self._dispatch_backlog()
@@ -273,17 +281,21 @@ class Channel:
         rest for the next loop step, or read again once none is left. Nothing while held: the
         `resume_reading` that ends the hold schedules this again."""
         self._backlog_scheduled = False
-        backlog = self._backlog
-        if not backlog or self._closed or self._held():    # (a lost channel's: handled by `_lost`)
+        if self._closed or self._held():    # (a lost channel's backlog: handled by `_lost`)
             return
-        limit = self._dispatch_limit or len(backlog)
+        backlog, limit = self._backlog, self._dispatch_limit
+        if self._more and self.take_more is not None and len(backlog) < limit:
+            fresh, self._more = self.take_more(limit - len(backlog))
+            backlog += fresh
+        limit = limit or len(backlog)
         commands = backlog[:limit]
         del backlog[:limit]
-        if backlog:
+        if backlog or self._more:
             self._schedule_backlog()
         else:
             self.resume_reading(_BACKLOG)
-        self._dispatch_corked(commands)
+        if commands:
+            self._dispatch_corked(commands)
 
     def _hold_back(self, commands: list[RemotingCommand]) -> None:
         """A pause came while a read's commands were handled: the rest wait, ahead of the backlog."""
@@ -332,6 +344,9 @@ class Channel:
         if self._closed:
             return
         self._closed = True
+        if self._more and self.take_more is not None:     # read before the loss, not yet decoded
+            self._backlog += self.take_more(0)[0]
+        self._more = False
         if self._backlog:       # received before the loss: handled as every read is (no answer)
             backlog, self._backlog = self._backlog, []
             try:
@@ -375,13 +390,20 @@ class ChannelProtocol(asyncio.Protocol):
 
     @property
     def buffered_bytes(self) -> int:
-        """Bytes received but not yet a whole frame (the partial frame being read)."""
+        """Bytes received but not yet decoded: the partial frame being read, and whole frames
+        waiting their turn (`partial_bytes` is only the former)."""
         return self._decoder.buffered_bytes
+
+    @property
+    def partial_bytes(self) -> int:
+        """Bytes of a frame not yet received whole (0 while whole frames wait undecoded)."""
+        return 0 if self._decoder.more else self._decoder.buffered_bytes
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.channel = Channel(cast(asyncio.Transport, transport), on_request=self._on_request, on_close=self._on_close,
                                max_dispatch_per_step=self._max_dispatch_per_step)
+        self.channel.take_more = self._take_more
         if self._on_connect is not None:
             self._on_connect(self.channel)
 
@@ -389,14 +411,29 @@ class ChannelProtocol(asyncio.Protocol):
         channel = self.channel
         if channel is None or channel.closed:    # None: a connection refused before it got a channel
             return
+        decoder = self._decoder
         try:
-            commands = self._decoder.feed(data)
+            commands = decoder.feed(data, self._max_dispatch_per_step)
         except FrameError as err:
             self.log_frame_error(channel, err)
             channel._frame_error(err)
             return
         self._fed(bool(commands))
-        channel._received(commands)
+        channel._received(commands, decoder.more)
+
+    def _take_more(self, limit: int) -> tuple[list[RemotingCommand], bool]:
+        """`Channel.take_more`: decode up to `limit` of the frames waiting in the decoder."""
+        channel = self.channel
+        assert channel is not None
+        try:
+            commands = self._decoder.feed(b"", limit)
+        except FrameError as err:
+            self.log_frame_error(channel, err)
+            channel._frame_error(err)
+            return [], False
+        if not channel.closed:      # (a lost connection's last frames are not reads)
+            self._fed(bool(commands))
+        return commands, self._decoder.more
 
     def log_frame_error(self, channel: Channel, err: FrameError) -> None:
         """Log a malformed frame before its connection is closed (the broker rate-limits this)."""
@@ -407,9 +444,9 @@ class ChannelProtocol(asyncio.Protocol):
         A hook for the broker's connection guard (no-op here)."""
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._decoder.clear()       # the channel and its protocol form a cycle: free the bytes now
         if self.channel is not None:
-            self.channel._lost(exc)
+            self.channel._lost(exc)     # (handles what waited in the decoder first)
+        self._decoder.clear()       # the channel and its protocol form a cycle: free the bytes now
 
     def pause_writing(self) -> None:
         if self.channel is not None:

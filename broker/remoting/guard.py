@@ -175,7 +175,7 @@ class ConnectionGuard(Service):
                 conn.frame_started_ms = None
             return
         self._account(conn, held)
-        partial = conn.protocol.buffered_bytes > 0
+        partial = conn.protocol.partial_bytes > 0
         if decoded:
             now_ms = conn.last_valid_ms = self._monotonic_ms()
             conn.frame_started_ms = now_ms if partial else None
@@ -345,4 +345,5 @@ class GuardedProtocol(ChannelProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._conn is not None:
             self._guard.lost(self._conn)
+            self._conn = None
         super().connection_lost(exc)

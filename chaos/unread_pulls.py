@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import cast
 
 import psutil
 
@@ -94,7 +95,7 @@ async def unread_pulls(address: str, pid: int, *, duration_s: float = 2.0, conne
         host, port = address.rsplit(":", 1)
         for index in range(connections):
             _, writer = await asyncio.open_connection(host, int(port))
-            writer.transport.pause_reading()             # never read a response
+            cast(asyncio.Transport, writer.transport).pause_reading()      # never read a response
             writer.write(b"".join(pull_frame(topic, opaque, (index * 37 + opaque * 7) % messages)
                                   for opaque in range(1, pulls_per_connection + 1)))
             writers.append(writer)

@@ -54,11 +54,14 @@ class UnreadPullsReport:
     probe_p99_ms: float
 
 
-def pull_frame(topic: str, opaque: int, queue_offset: int, group: str = "unread-pulls") -> bytes:
-    """One PULL_MESSAGE frame of queue 0 of `topic` from `queue_offset`, carrying its subscription."""
+def pull_frame(topic: str, opaque: int, queue_offset: int, group: str = "unread-pulls",
+               suspend_timeout_ms: int = 0) -> bytes:
+    """One PULL_MESSAGE frame of queue 0 of `topic` from `queue_offset`, carrying its subscription;
+    held up to `suspend_timeout_ms` (SUSPEND) when that is positive."""
+    sys_flag = PullSysFlag.SUBSCRIPTION | (PullSysFlag.SUSPEND if suspend_timeout_ms > 0 else 0)
     header = PullMessageRequestHeader(
         consumer_group=group, topic=topic, queue_id=0, queue_offset=queue_offset, max_msg_nums=32,
-        sys_flag=int(PullSysFlag.SUBSCRIPTION), commit_offset=0, suspend_timeout_ms=0, sub_version=0,
+        sys_flag=int(sys_flag), commit_offset=0, suspend_timeout_ms=suspend_timeout_ms, sub_version=0,
         subscription="*", expression_type="TAG")
     command = request(RequestCode.PULL_MESSAGE, header)
     command.opaque = opaque

@@ -69,6 +69,7 @@ class Channel:
         self._next_opaque = 0
         self._loop = asyncio.get_running_loop()
         self._closed = False
+        self._aborted = False                    # `abort` was called: nothing more is written
         self._closed_event = asyncio.Event()
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
@@ -89,7 +90,8 @@ class Channel:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        """True once the connection is lost, or aborted (`abort`: before the loss is reported)."""
+        return self._closed or self._aborted
 
     def _opaque(self) -> int:
         self._next_opaque = (self._next_opaque + 1) & _OPAQUE_MASK
@@ -104,7 +106,7 @@ class Channel:
         the same step are queued and leave together in one `write` at its end (a syscall per small
         response was the top cost under load). Frames sent while a read's commands are handled
         leave in one write once they all are. A large body is written uncopied."""
-        if self._closed:
+        if self._closed or self._aborted:
             raise ConnectionClosed(self.remote_address)
         data = frame_bytes(cmd, _JOIN_BELOW_BYTES)
         if data is None:            # a large body: written uncopied, behind what is queued
@@ -132,7 +134,7 @@ class Channel:
         data = b"".join(self._outbox)
         self._outbox.clear()
         self._outbox_bytes = 0
-        if not self._closed:
+        if not self._closed and not self._aborted:
             self.transport.write(data)
             self._wrote()
 
@@ -225,6 +227,18 @@ class Channel:
             self.flush()
             self.transport.close()
 
+    def abort(self) -> None:
+        """Close now, dropping what is unsent (its memory is freed at once). `closed` is True and
+        `send` raises `ConnectionClosed` from here on, though the loss (`on_close`, pending
+        requests failing) is reported in a later loop step, as for any loss: a transport refuses
+        writes once aborted."""
+        if self._closed or self._aborted:
+            return
+        self._aborted = True
+        self._outbox.clear()
+        self._outbox_bytes = 0
+        self.transport.abort()
+
     async def wait_closed(self) -> None:
         await self._closed_event.wait()
 
@@ -244,7 +258,7 @@ class Channel:
             return
         if not self._read_pauses:
             self.transport.resume_reading()
-        elif self._backlog and not self._held():      # only the backlog's own pause is left
+        elif (self._backlog or self._more) and not self._held():   # only the backlog's own pause is left
             self._schedule_backlog()
 
     def _held(self) -> bool:
@@ -333,8 +347,10 @@ class Channel:
     def _frame_error(self, err: FrameError) -> None:
         """Answer a malformed frame (SYSTEM_ERROR when its opaque is known) and close; the
         protocol logs it (`ChannelProtocol.log_frame_error`)."""
+        if self.closed:
+            return
         self.flush()
-        if err.opaque is not None and not self._closed:
+        if err.opaque is not None:
             self.transport.writelines(encode_frame(RemotingCommand(
                 code=ResponseCode.SYSTEM_ERROR, opaque=err.opaque, flag=CommandFlag.RESPONSE,
                 remark=f"protocol error: {err}; closing the connection")))

@@ -269,7 +269,7 @@ class ConnectionGuard(Service):
     def _abort(self, conn: GuardedConnection, reason: str, message: str, *args: object) -> None:
         self.closed[reason] += 1
         self.log.warning("closing %s: " + message, conn.channel, *args)
-        conn.channel.transport.abort()      # frees its buffers now (close() would flush them first)
+        conn.channel.abort()        # frees its buffers now (close() would flush them first)
 
     def _resume_if_below(self) -> None:
         if self._paused and self.buffered_bytes <= self.limits.max_buffered_bytes * 3 // 4:

@@ -37,7 +37,8 @@ from typing import cast
 
 from broker.remoting.memory import release_freed_memory
 from broker.remoting.ratelimit import RateLimitedLog
-from protocol.channel import Channel, ChannelProtocol, CloseHandler, RequestHandler
+from protocol.channel import Channel, CloseHandler, RequestHandler
+from protocol.channel_protocol import ChannelProtocol
 from protocol.codes import CommandFlag, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import FrameError

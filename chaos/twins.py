@@ -137,11 +137,9 @@ def frames_outcome(buffer: bytes, max_frame_bytes: int, decode: Callable[..., An
 def check_decode_frames(rng: random.Random, speedups: Any) -> bool:
     wire = b"".join(random_frame(rng) if rng.random() < 0.8 else mutated_frame(rng) for _ in range(rng.randint(1, 3)))
     buffer = mutate(rng, wire) if rng.random() < 0.7 else wire
-    max_frame_bytes = rng.choice([16, 256, 1 << 20])
-    max_commands = rng.choice([0, 0, 1, 2, -1])
-    _same("decode_frames", (buffer, max_frame_bytes, max_commands),
-          frames_outcome(buffer, max_frame_bytes, frame.decode_frames_py, max_commands),
-          frames_outcome(buffer, max_frame_bytes, speedups.decode_frames, max_commands))
+    case = (buffer, rng.choice([16, 256, 1 << 20]), rng.choice([0, 0, 1, 2, -1]))   # (.., max_frame, max_commands)
+    _same("decode_frames", case, frames_outcome(case[0], case[1], frame.decode_frames_py, case[2]),
+          frames_outcome(case[0], case[1], speedups.decode_frames, case[2]))
     return True
 
 
@@ -214,16 +212,14 @@ def check_read_batch_body(rng: random.Random, speedups: Any) -> bool:
     except (ValueError, TypeError, OverflowError):      # (an int past 64 bits, a lone surrogate)
         return False
     raw = mutate(rng, raw) if rng.random() < 0.6 else raw
-    max_message_bytes = rng.choice([0, 64, 1 << 20])
-    max_properties_bytes = rng.choice([0, 8, 40, 32_767])
+    limits = (rng.choice([0, 64, 1 << 20]), rng.choice([0, 8, 40, 32_767]))   # message, properties bytes
 
     def checked(decode: Callable[[bytes, int, int], Any]) -> Any:
         try:
-            return decode(raw, max_message_bytes, max_properties_bytes)
+            return decode(raw, *limits)
         except MessageIllegal as exc:
             return MessageIllegal, str(exc)
-    _same("read_batch_body", (raw, max_message_bytes, max_properties_bytes), checked(decode_batch_py),
-          checked(decode_batch))
+    _same("read_batch_body", (raw, *limits), checked(decode_batch_py), checked(decode_batch))
     return True
 
 

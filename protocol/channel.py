@@ -123,8 +123,10 @@ class Channel:
             return
         self._corked = True
         self._loop.call_soon(self.flush)
-        self.transport.write(data)
-        self._wrote()
+        transport = self.transport
+        transport.write(data)
+        if self.on_unsent is not None and transport.get_write_buffer_size():     # (`_wrote`, inline)
+            self.on_unsent(self)
 
     def flush(self) -> None:
         """Write what `send` queued during this loop step (harmless when nothing is queued)."""

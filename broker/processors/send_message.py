@@ -112,22 +112,22 @@ class SendMessageProcessor:
         if (type(topic) is not str or type(queue_id) is not int or type(group) is not str
                 or type(flag) is not int or type(born_timestamp) is not int or type(reconsume_times) is not int
                 or type(properties) is not dict or type(body) is not bytes
-                or not INT32_MIN <= flag <= INT32_MAX or not 0 <= born_timestamp <= INT64_MAX
-                or not 0 <= reconsume_times <= INT32_MAX
-                or len(body) > self._max_message_bytes or PROPERTY_DELAY_TIME_LEVEL in properties
+                # the int32 / int64 ranges of the header (literals: this runs for every send)
+                or not -0x80000000 <= flag <= 0x7FFFFFFF or not 0 <= born_timestamp <= 0x7FFFFFFFFFFFFFFF
+                or not 0 <= reconsume_times <= 0x7FFFFFFF or PROPERTY_DELAY_TIME_LEVEL in properties
                 or (topic, queue_id, group) not in self._checked_sends()):
             return self._process_typed(ctx, request)
         max_reconsume_times = fields.get("max_reconsume_times")
         if max_reconsume_times is not None and (type(max_reconsume_times) is not int
-                                                or not INT32_MIN <= max_reconsume_times <= INT32_MAX):
+                                                or not -0x80000000 <= max_reconsume_times <= 0x7FFFFFFF):
             return self._process_typed(ctx, request)
         characters = 0
         for key, value in properties.items():
             if type(key) is not str or type(value) is not str:
                 return self._process_typed(ctx, request)
             characters += len(key) + len(value)
-        # At most 4 UTF-8 bytes a character and 2 separators an entry: plainly within the bounds,
-        # or `_process_typed` measures them exactly.
+        # At most 4 UTF-8 bytes a character and 2 separators an entry: plainly within the bounds
+        # (the body's too), or `_process_typed` measures them exactly.
         size = 4 * characters + 2 * len(properties)
         if size > self._max_properties_bytes or len(body) + size > self._max_message_bytes:
             return self._process_typed(ctx, request)

@@ -124,7 +124,11 @@ class Broker(Lifecycle):
         self.connection_guard = ConnectionGuard(ConnectionLimits(
             max_connections=config.max_connections, max_buffered_bytes=config.max_buffered_bytes,
             frame_read_timeout_ms=config.frame_read_timeout_ms,
-            channel_expired_timeout_ms=config.channel_expired_timeout_ms), self.clock.monotonic_ms)
+            channel_expired_timeout_ms=config.channel_expired_timeout_ms,
+            max_connections_per_address=config.max_connections_per_address,
+            max_unsent_bytes_per_connection=config.max_unsent_bytes_per_connection,
+            close_unsent_bytes_per_connection=config.close_unsent_bytes_per_connection,
+            write_stall_timeout_ms=config.write_stall_timeout_ms), self.clock.monotonic_ms)
         self._address: str | None = None
         self.metrics_port: int | None = None
         self.started_at_ms = 0
@@ -207,7 +211,10 @@ class Broker(Lifecycle):
                 self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port)
             handlers = self._handlers(store, hold)
             self.metrics.set_request_codes(handlers)
-            self._dispatcher = Dispatcher(handlers, self.metrics.observe_request, config.max_in_flight_per_connection)
+            self._dispatcher = Dispatcher(handlers, self.metrics.observe_request, config.max_in_flight_per_connection,
+                                          max_in_flight_bytes_per_channel=config.max_unsent_bytes_per_connection,
+                                          log=self.connection_guard.log)
+            self.connection_guard.count_in_flight(self._dispatcher.in_flight_bytes)
             await self.connection_guard.start()
             await server.begin_serving()
             if config.namesrv_addr:
@@ -302,8 +309,10 @@ class Broker(Lifecycle):
         config = self.config
         system_topics = SystemTopics(cluster_name=config.cluster_name, broker_name=config.broker_name)
         send = SendMessageProcessor(store, self.topics, self.address, config.store.max_message_bytes,
-                                    self.metrics.on_stored, self.retry_topics, self.metrics.on_dlq)
-        send_back = SendBackProcessor(store, self.retry_topics, self.address, self.metrics.on_dlq)
+                                    self.metrics.on_stored, self.retry_topics, self.metrics.on_dlq,
+                                    config.max_properties_bytes)
+        send_back = SendBackProcessor(store, self.retry_topics, self.address, self.metrics.on_dlq,
+                                      config.max_properties_bytes)
         pull = PullMessageProcessor(store, self.topics, self.groups, self.consumers, self.offsets, hold,
                                     config.long_polling, self.metrics.on_pulled, filters=self.filters,
                                     filter_support_retry=config.filter_support_retry)

@@ -34,6 +34,7 @@ from broker.metric_tables import (
     SnapshotCollector,
 )
 from broker.metrics_http import MetricsHttpServer
+from broker.remoting.guard import CLOSE_REASONS
 from protocol.codes import RequestCode, ResponseCode
 
 UNKNOWN_REQUEST_CODE = "unknown"
@@ -96,7 +97,7 @@ class BrokerMetrics:
             common, registry=None))
         self.connections_closed = self._register(Gauge(
             "rocketq_connections_closed", "Connections the broker refused or closed, by reason "
-            "(refused, frame_timeout, expired).", [*common, "reason"], registry=None))
+            f"({', '.join(CLOSE_REASONS)}).", [*common, "reason"], registry=None))
         self.buffered_bytes = self._register(Gauge(
             "rocketq_connection_buffered_bytes", "Bytes held in partial frames and unsent responses, all connections.",
             common, registry=None))
@@ -166,7 +167,7 @@ class BrokerMetrics:
         """Issue 12's gauges: whether the store takes sends, connections closed per reason, and
         the bytes the connection guard holds; all read at scrape time."""
         self.store_writable.labels(**self._labels).set_function(lambda: float(writable()))
-        for reason in ("refused", "frame_timeout", "expired"):
+        for reason in CLOSE_REASONS:
             self.connections_closed.labels(reason=reason, **self._labels).set_function(
                 lambda reason=reason: closed(reason))  # type: ignore[misc]
         self.buffered_bytes.labels(**self._labels).set_function(buffered_bytes)

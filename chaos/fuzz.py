@@ -3,7 +3,9 @@ mutated frames at a broker in its own process, then checks that it still serves,
 back near its start, and that its store passes the offline consistency check (`rocketq store check`).
 
 Frames: every request code the broker serves plus random codes; headers whose `ext` fields have
-random names and wrong types (str for int, nil, lists, maps, huge ints, floats, bools), random
+random names and wrong types (str for int, nil, lists, maps, huge ints, floats, bools), integers at
+and beyond the int32 and int64 bounds (negatives, 2**63, 2**64 - 1) in fields that are otherwise
+plausible, properties near and over their 32,767-byte limit (in sends and batch items), random
 bodies, random flags (one-way included). One chunk in 20 ends with a mutated frame (flipped
 bytes, header keys of the wrong type, a truncated header, a frame_length below 4 or above
 `max_frame_bytes`), which makes the broker close that connection; the fuzzer reconnects.
@@ -33,17 +35,24 @@ from protocol.headers import SendMessageRequestHeader
 
 MIB = 1024 * 1024
 CODES = [int(code) for code in RequestCode]
-FIELD_NAMES = ["topic", "queue_id", "queue_offset", "consumer_group", "producer_group", "max_msg_nums",
-               "sys_flag", "commit_offset", "suspend_timeout_ms", "sub_version", "subscription",
-               "expression_type", "properties", "born_timestamp", "flag", "msg_id", "offset", "client_id",
-               "commit_log_offset", "group", "delay_level", "read_queue_nums", "perm", "timestamp"]
+INT_FIELDS = ["queue_id", "queue_offset", "max_msg_nums", "sys_flag", "commit_offset", "suspend_timeout_ms",
+              "sub_version", "born_timestamp", "flag", "reconsume_times", "max_reconsume_times", "offset",
+              "commit_log_offset", "delay_level", "read_queue_nums", "write_queue_nums", "perm", "timestamp",
+              "max_num", "begin_timestamp", "end_timestamp", "retry_queue_nums", "retry_max_times", "broker_id"]
+FIELD_NAMES = [*INT_FIELDS, "topic", "consumer_group", "producer_group", "subscription", "expression_type",
+               "properties", "msg_id", "client_id", "group", "key", "group_name"]
+# Integers at and past the bounds header fields are checked against (queue ids 0..1023, int32,
+# int64, msgpack's uint64).
+EDGE_INTS = [-1, 0, 1023, 1024, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**32, 2**63 - 1, 2**63,
+             -(2**63), 2**64 - 1]
+MAX_PROPERTIES_BYTES = 32_767
 CHUNK_FRAMES = 200
 
 
 def random_value(rng: random.Random, depth: int = 0) -> Any:
     kind = rng.randrange(10 if depth < 2 else 7)
     if kind == 0:
-        return rng.randrange(-(1 << 63), 1 << 63)
+        return rng.choice(EDGE_INTS) if rng.random() < 0.5 else rng.randrange(-(1 << 63), 1 << 64)
     if kind == 1:
         return rng.randrange(0, 64)
     if kind == 2:
@@ -61,6 +70,24 @@ def random_value(rng: random.Random, depth: int = 0) -> Any:
     return {rng.choice(FIELD_NAMES): random_value(rng, depth + 1) for _ in range(rng.randrange(0, 4))}
 
 
+def sized_properties(rng: random.Random, size: int) -> dict[str, str]:
+    """Properties whose RocketMQ string (key, value, 2 separators an entry) is `size` bytes: one big
+    value, or many short entries, sometimes with multi-byte characters."""
+    if rng.random() < 0.5:
+        return {"TAGS": "a", "big": "x" * max(0, size - 12)}
+    entries, pad = divmod(size, 12)
+    properties = {f"k{i:07d}": "é" if rng.random() < 0.1 else "vv" for i in range(entries)}
+    properties["pad"] = "p" * max(0, pad - 5)
+    return properties
+
+
+def large_properties(rng: random.Random) -> dict[str, str]:
+    """Properties near and over the limit (and now and then far over it)."""
+    if rng.random() < 0.05:
+        return sized_properties(rng, rng.randrange(64 * 1024, 512 * 1024))
+    return sized_properties(rng, MAX_PROPERTIES_BYTES + rng.randrange(-8, 9))
+
+
 def random_frame(rng: random.Random) -> bytes:
     """A well-framed request with a random code, random typed `ext` and a random body."""
     ext = {rng.choice(FIELD_NAMES): random_value(rng) for _ in range(rng.randrange(0, 8))}
@@ -71,12 +98,31 @@ def random_frame(rng: random.Random) -> bytes:
                    sys_flag=rng.randrange(0, 32), sub_version=0, born_timestamp=1, flag=0, properties={},
                    group="g", commit_log_offset=rng.choice([0, 0, rng.randrange(-1, 4096)]),
                    delay_level=rng.randrange(-1, 20))
+        if rng.random() < 0.3:      # one integer at or past its bounds, the rest plausible
+            ext[rng.choice(INT_FIELDS)] = rng.choice(EDGE_INTS)
+        if rng.random() < 0.01:
+            ext["properties"] = large_properties(rng)
     header = {"code": rng.choice(CODES) if rng.random() < 0.9 else rng.randrange(-5, 1000),
               "opaque": rng.randrange(0, 1 << 32), "flag": rng.choice([0, 0, 0, 2, 1]), "version": 1,
               "remark": None, "ext": ext}
     packed: bytes = msgpack.packb(header, use_bin_type=True)
-    body = rng.randbytes(rng.randrange(0, 256)) if rng.random() < 0.5 else b""
+    if header["code"] == RequestCode.SEND_BATCH_MESSAGE and rng.random() < 0.3:
+        body = batch_body(rng)
+    else:
+        body = rng.randbytes(rng.randrange(0, 256)) if rng.random() < 0.5 else b""
     return struct.pack(">II", 4 + len(packed) + len(body), len(packed)) + packed + body
+
+
+def batch_body(rng: random.Random) -> bytes:
+    """A SEND_BATCH_MESSAGE body of 1..4 items, some with flags at the int32 bounds or properties
+    near and over their limit."""
+    items = []
+    for _ in range(rng.randrange(1, 5)):
+        properties = large_properties(rng) if rng.random() < 0.1 else {"TAGS": "b"}
+        flag = rng.choice(EDGE_INTS) if rng.random() < 0.2 else 0
+        items.append([properties, flag, rng.randbytes(rng.randrange(0, 64))])
+    packed: bytes = msgpack.packb(items, use_bin_type=True)
+    return packed
 
 
 def mutated_frame(rng: random.Random) -> bytes:

@@ -43,8 +43,8 @@ from protocol.errors import MessageIllegal
 from protocol.message import decode_message_batch_py, encode_stored_message, offset_msg_ids_py
 
 TIME_MASK = (1 << 44) - 1
-INTS = [0, 1, -1, 31, 127, 128, 255, 256, 65_535, 65_536, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1,
-        2**64, -(2**31), -(2**63), -(2**63) - 1, -32, -33, -128, -129]
+INTS = [0, 1, -1, 31, 127, 128, 255, 256, 65_535, 65_536, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63,
+        2**64 - 1, 2**64, -(2**31), -(2**31) - 1, -(2**63), -(2**63) - 1, -32, -33, -128, -129]
 TEXTS = ["", "t", "é", "日本", "\ud800", "a" * 31, "b" * 32, "c" * 255, "d" * 256, "e" * 65_536]
 
 
@@ -124,11 +124,11 @@ def _value(rng: random.Random, depth: int = 0) -> Any:
 
 # -- protocol._speedups ----------------------------------------------------------------------------
 
-def frames_outcome(buffer: bytes, max_frame_bytes: int, decode: Callable[..., Any]) -> Any:
+def frames_outcome(buffer: bytes, max_frame_bytes: int, decode: Callable[..., Any], max_commands: int = 0) -> Any:
     """(commands as comparable tuples, consumed) or (error type, message, opaque, cause is None,
     context suppressed): what `decode_frames` (either twin) makes of `buffer`."""
     try:
-        commands, consumed = decode(buffer, max_frame_bytes)
+        commands, consumed = decode(buffer, max_frame_bytes, max_commands)
     except Exception as exc:
         return (type(exc), str(exc), getattr(exc, "opaque", None), exc.__cause__ is None, exc.__suppress_context__)
     return [(c.code, c.opaque, c.flag, c.remark, c.fields, c.body, c.version) for c in commands], consumed
@@ -137,9 +137,9 @@ def frames_outcome(buffer: bytes, max_frame_bytes: int, decode: Callable[..., An
 def check_decode_frames(rng: random.Random, speedups: Any) -> bool:
     wire = b"".join(random_frame(rng) if rng.random() < 0.8 else mutated_frame(rng) for _ in range(rng.randint(1, 3)))
     buffer = mutate(rng, wire) if rng.random() < 0.7 else wire
-    max_frame_bytes = rng.choice([16, 256, 1 << 20])
-    _same("decode_frames", (buffer, max_frame_bytes), frames_outcome(buffer, max_frame_bytes, frame.decode_frames_py),
-          frames_outcome(buffer, max_frame_bytes, speedups.decode_frames))
+    case = (buffer, rng.choice([16, 256, 1 << 20]), rng.choice([0, 0, 1, 2, -1]))   # (.., max_frame, max_commands)
+    _same("decode_frames", case, frames_outcome(case[0], case[1], frame.decode_frames_py, case[2]),
+          frames_outcome(case[0], case[1], speedups.decode_frames, case[2]))
     return True
 
 
@@ -212,14 +212,14 @@ def check_read_batch_body(rng: random.Random, speedups: Any) -> bool:
     except (ValueError, TypeError, OverflowError):      # (an int past 64 bits, a lone surrogate)
         return False
     raw = mutate(rng, raw) if rng.random() < 0.6 else raw
-    max_message_bytes = rng.choice([0, 64, 1 << 20])
+    limits = (rng.choice([0, 64, 1 << 20]), rng.choice([0, 8, 40, 32_767]))   # message, properties bytes
 
-    def checked(decode: Callable[[bytes, int], Any]) -> Any:
+    def checked(decode: Callable[[bytes, int, int], Any]) -> Any:
         try:
-            return decode(raw, max_message_bytes)
+            return decode(raw, *limits)
         except MessageIllegal as exc:
             return MessageIllegal, str(exc)
-    _same("read_batch_body", (raw, max_message_bytes), checked(decode_batch_py), checked(decode_batch))
+    _same("read_batch_body", (raw, *limits), checked(decode_batch_py), checked(decode_batch))
     return True
 
 

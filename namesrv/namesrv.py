@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from conf.namesrv import NamesrvConfig
 from namesrv.route_info import RouteInfoManager
 from protocol.bodies import RegisterBrokerBody, TopicList, decode_body, encode_body
-from protocol.channel import Channel, ChannelProtocol
+from protocol.channel import Channel
+from protocol.channel_protocol import ChannelProtocol
 from protocol.clock import Clock, SystemClock
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand

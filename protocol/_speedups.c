@@ -649,7 +649,8 @@ decode_frames(PyObject *module, PyObject *args)
 {
     PyObject *buffer;
     long long max_frame_bytes;
-    if (!PyArg_ParseTuple(args, "OL:decode_frames", &buffer, &max_frame_bytes))
+    Py_ssize_t max_commands = 0;            /* 0: every whole frame */
+    if (!PyArg_ParseTuple(args, "OL|n:decode_frames", &buffer, &max_frame_bytes, &max_commands))
         return NULL;
     if (!state.frames_configured) {
         PyErr_SetString(PyExc_RuntimeError, "protocol._speedups.configure_frames() was not called");
@@ -663,7 +664,7 @@ decode_frames(PyObject *module, PyObject *args)
     PyObject *commands = PyList_New(0);
     if (commands == NULL)
         goto error;
-    while (end - pos >= 8) {
+    while (end - pos >= 8 && (max_commands <= 0 || PyList_GET_SIZE(commands) < max_commands)) {
         uint32_t frame_length = read_u32(data + pos), header_length = read_u32(data + pos + 4);
         if (frame_length < 4) {
             PyErr_Format(state.frame_error, "frame_length %u is below 4", frame_length);
@@ -869,17 +870,34 @@ fallback:
 
 static PyObject *key_delay;     /* "DELAY" */
 
-/* read_batch_body(raw, max_messages, max_body_bytes) -> (items, body_bytes) | None: a
- * SEND_BATCH_MESSAGE body (an array of [properties, flag, body]) when it is plainly well formed:
- * 1..max_messages items, each a list of a dict of str to str without DELAY, an int (not a bool)
- * and bytes of at most max_body_bytes. None for anything else: the broker's Python check then
- * names what is wrong (broker/processors/send_message.py _decode_batch). */
+/* The UTF-8 length of a str (ASCII: its length), or -1 (no exception set) when it has none. */
+static Py_ssize_t
+utf8_length(PyObject *text)
+{
+    if (PyUnicode_IS_ASCII(text))
+        return PyUnicode_GET_LENGTH(text);
+    Py_ssize_t size;
+    if (PyUnicode_AsUTF8AndSize(text, &size) == NULL) {   /* (a lone surrogate) */
+        PyErr_Clear();
+        return -1;
+    }
+    return size;
+}
+
+/* read_batch_body(raw, max_messages, max_message_bytes[, max_properties_bytes=32767]) ->
+ * (items, body_bytes) | None: a SEND_BATCH_MESSAGE body (an array of [properties, flag, body])
+ * when it is plainly well formed: 1..max_messages items, each a list of a dict of str to str
+ * without DELAY whose size as RocketMQ's properties string (UTF-8 key and value, 2 separators an
+ * entry) is at most max_properties_bytes, an int (not a bool) within int32, and bytes that with
+ * the properties make at most max_message_bytes. None for anything else: the broker's Python
+ * check then names what is wrong (broker/processors/send_message.py decode_batch_py). */
 static PyObject *
 read_batch_body(PyObject *module, PyObject *args)
 {
     Py_buffer raw;
-    Py_ssize_t max_messages, max_body_bytes;
-    if (!PyArg_ParseTuple(args, "y*nn:read_batch_body", &raw, &max_messages, &max_body_bytes))
+    Py_ssize_t max_messages, max_body_bytes, max_properties_bytes = 32767;
+    if (!PyArg_ParseTuple(args, "y*nn|n:read_batch_body", &raw, &max_messages, &max_body_bytes,
+                          &max_properties_bytes))
         return NULL;
     if (key_delay == NULL && (key_delay = PyUnicode_InternFromString("DELAY")) == NULL) {
         PyBuffer_Release(&raw);
@@ -904,12 +922,24 @@ read_batch_body(PyObject *module, PyObject *args)
         if (!PyDict_CheckExact(properties) || !PyLong_CheckExact(flag) || !PyBytes_CheckExact(body)
                 || PyBytes_GET_SIZE(body) > max_body_bytes)
             goto fallback;
-        Py_ssize_t pos = 0;
+        int overflow;
+        long long flag_value = PyLong_AsLongLongAndOverflow(flag, &overflow);
+        if (overflow || flag_value < INT32_MIN || flag_value > INT32_MAX)
+            goto fallback;
+        Py_ssize_t pos = 0, properties_bytes = 0;
         PyObject *key, *text;
         while (PyDict_Next(properties, &pos, &key, &text)) {
             if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(text))
                 goto fallback;
+            Py_ssize_t key_bytes = utf8_length(key), text_bytes = utf8_length(text);
+            if (key_bytes < 0 || text_bytes < 0)
+                goto fallback;
+            properties_bytes += key_bytes + text_bytes + 2;
+            if (properties_bytes > max_properties_bytes)
+                goto fallback;
         }
+        if (PyBytes_GET_SIZE(body) > max_body_bytes - properties_bytes)
+            goto fallback;
         int delayed = PyDict_Contains(properties, key_delay);
         if (delayed != 0) {
             if (delayed < 0)
@@ -974,13 +1004,13 @@ fallback:
 
 static PyMethodDef methods[] = {
     {"read_batch_body", read_batch_body, METH_VARARGS,
-     "read_batch_body(raw, max_messages, max_body_bytes) -> (items, body_bytes) | None."},
+     "read_batch_body(raw, max_messages, max_message_bytes[, max_properties_bytes]) -> (items, body_bytes) | None."},
     {"offset_msg_ids", offset_msg_ids, METH_VARARGS,
      "offset_msg_ids(prefix, commit_log_offsets) -> list[str] | None: a batch's offset message ids."},
     {"configure_frames", configure_frames, METH_VARARGS,
      "configure_frames(command_type, frame_error, check_header): the frame functions' classes."},
     {"decode_frames", decode_frames, METH_VARARGS,
-     "decode_frames(buffer, max_frame_bytes) -> (commands, consumed); raises FrameError."},
+     "decode_frames(buffer, max_frame_bytes[, max_commands]) -> (commands, consumed); raises FrameError."},
     {"frame_bytes", frame_bytes, METH_VARARGS,
      "frame_bytes(command, max_body_bytes) -> bytes of the whole frame, or None when the Python "
      "version must encode it."},

@@ -1,9 +1,9 @@
 """`Channel`: one TCP connection carrying requests both ways (PROTOCOL.md "Transport").
 
-The only asyncio module of `protocol`. A `ChannelProtocol` feeds received bytes to a `FrameDecoder`;
-responses resolve the pending future of their opaque, requests go to `on_request(channel, cmd)`
-(which must not block: the broker spawns a task). A malformed frame is answered SYSTEM_ERROR when its
-opaque is known, logged, and the connection is closed."""
+With `protocol.channel_protocol`, the asyncio modules of `protocol`. A `ChannelProtocol` feeds
+received bytes to a `FrameDecoder`; responses resolve the pending future of their opaque, requests
+go to `on_request(channel, cmd)` (which must not block: the broker spawns a task). A malformed frame
+is answered SYSTEM_ERROR when its opaque is known, logged, and the connection is closed."""
 
 from __future__ import annotations
 
@@ -11,17 +11,20 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, CommandFlag, ResponseCode
 from protocol.command import Buffer, RemotingCommand
 from protocol.errors import ConnectionClosed, FrameError, RequestTimeout
-from protocol.frame import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame, frame_bytes
+from protocol.frame import encode_frame, frame_bytes
 
 log = logging.getLogger(__name__)
 
 RequestHandler = Callable[["Channel", RemotingCommand], None]
 CloseHandler = Callable[["Channel"], None]
+# Decode up to n more of the frames a connection received (its protocol's decoder): the commands,
+# and whether whole frames may still wait.
+TakeMore = Callable[[int], tuple[list[RemotingCommand], bool]]
 _OPAQUE_MASK = 0xFFFFFFFF
 _NOT_RESPONSE_OR_ONEWAY = ~(FLAG_RESPONSE | FLAG_ONEWAY)
 _JOIN_BELOW_BYTES = 256 * 1024
@@ -34,12 +37,18 @@ class Channel:
 
     `max_dispatch_per_step` (0: no bound) bounds how many received commands are handled in one
     event-loop step: the rest wait their turn in later steps, in order, and the connection is not
-    read meanwhile. The broker sets it, so that a burst of pipelined requests on one connection
-    lets the loop turn to its other work between chunks (other connections, finished fsync
-    rounds) and sends each chunk's responses before handling the next. Measured with one
+    read meanwhile; its protocol decodes them only when their turn comes (`take_more`). The
+    broker sets it, so that a burst of pipelined requests on one connection lets the loop turn to
+    its other work between chunks (other connections, finished fsync rounds) and sends each
+    chunk's responses before handling the next. Measured with one
     producer keeping 64 sends in flight (bench.peers send_one, 3 interleaved runs): ASYNC_FLUSH
     47-52k to 58-65k msg/s, SYNC_FLUSH 22-28k to 29-35k, the broker's loop busy where it used
-    to wait for the client."""
+    to wait for the client.
+
+    `pause_reading(reason)` stops both reading and handling: commands already read wait, in order,
+    until every reason is resumed (a connection that does not read its responses must not get
+    more of them computed from requests it pipelined earlier). `on_unsent`, when set, is called
+    after a write that left bytes in the transport's buffer (the broker counts them)."""
 
     def __init__(self, transport: asyncio.Transport, *, on_request: RequestHandler | None = None,
                  on_close: CloseHandler | None = None, max_dispatch_per_step: int = 0) -> None:
@@ -60,6 +69,7 @@ class Channel:
         self._next_opaque = 0
         self._loop = asyncio.get_running_loop()
         self._closed = False
+        self._aborted = False                    # `abort` was called: nothing more is written
         self._closed_event = asyncio.Event()
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
@@ -69,14 +79,19 @@ class Channel:
         self._read_pauses: set[str] = set()      # why reads are paused (several owners may pause)
         self._close_remark: str | None = None    # remark of an unsolicited error frame (a refusal)
         self._dispatch_limit = max_dispatch_per_step
-        self._backlog: list[RemotingCommand] = []   # received, waiting their turn (over the limit)
+        self._backlog: list[RemotingCommand] = []   # received, waiting their turn (over the limit, or held)
+        self._backlog_scheduled = False          # `_dispatch_backlog` is due in a later loop step
+        self._more = False                       # whole frames wait undecoded (`take_more` gets them)
+        self.take_more: TakeMore | None = None
+        self.on_unsent: Callable[[Channel], None] | None = None
 
     def __repr__(self) -> str:
         return f"Channel({self.remote_address})"
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        """True once the connection is lost, or aborted (`abort`: before the loss is reported)."""
+        return self._closed or self._aborted
 
     def _opaque(self) -> int:
         self._next_opaque = (self._next_opaque + 1) & _OPAQUE_MASK
@@ -91,12 +106,13 @@ class Channel:
         the same step are queued and leave together in one `write` at its end (a syscall per small
         response was the top cost under load). Frames sent while a read's commands are handled
         leave in one write once they all are. A large body is written uncopied."""
-        if self._closed:
+        if self._closed or self._aborted:
             raise ConnectionClosed(self.remote_address)
         data = frame_bytes(cmd, _JOIN_BELOW_BYTES)
         if data is None:            # a large body: written uncopied, behind what is queued
             self.flush()
             self.transport.writelines(encode_frame(cmd))
+            self._wrote()
             return
         size = len(data)
         if self._corked:
@@ -107,7 +123,10 @@ class Channel:
             return
         self._corked = True
         self._loop.call_soon(self.flush)
-        self.transport.write(data)
+        transport = self.transport
+        transport.write(data)
+        if self.on_unsent is not None and transport.get_write_buffer_size():     # (`_wrote`, inline)
+            self.on_unsent(self)
 
     def flush(self) -> None:
         """Write what `send` queued during this loop step (harmless when nothing is queued)."""
@@ -117,8 +136,25 @@ class Channel:
         data = b"".join(self._outbox)
         self._outbox.clear()
         self._outbox_bytes = 0
-        if not self._closed:
+        if not self._closed and not self._aborted:
             self.transport.write(data)
+            self._wrote()
+
+    def _wrote(self) -> None:
+        on_unsent = self.on_unsent
+        if on_unsent is not None and self.transport.get_write_buffer_size():
+            on_unsent(self)
+
+    @property
+    def unsent_bytes(self) -> int:
+        """Response bytes written but not yet taken by the peer: the transport's buffer and the
+        frames queued for the end of this loop step."""
+        return self._outbox_bytes + self.transport.get_write_buffer_size()
+
+    @property
+    def backlog_bytes(self) -> int:
+        """Body bytes of the commands read but waiting their turn (0 when none wait)."""
+        return sum(len(cmd.body) for cmd in self._backlog) if self._backlog else 0
 
     @property
     def write_paused(self) -> bool:
@@ -193,12 +229,25 @@ class Channel:
             self.flush()
             self.transport.close()
 
+    def abort(self) -> None:
+        """Close now, dropping what is unsent (its memory is freed at once). `closed` is True and
+        `send` raises `ConnectionClosed` from here on, though the loss (`on_close`, pending
+        requests failing) is reported in a later loop step, as for any loss: a transport refuses
+        writes once aborted."""
+        if self._closed or self._aborted:
+            return
+        self._aborted = True
+        self._outbox.clear()
+        self._outbox_bytes = 0
+        self.transport.abort()
+
     async def wait_closed(self) -> None:
         await self._closed_event.wait()
 
     def pause_reading(self, reason: str) -> None:
-        """Stop reading from the peer (TCP back-pressure) until every `reason` given is resumed;
-        several owners (in-flight cap, broker-wide buffer cap) pause independently."""
+        """Stop reading from the peer (TCP back-pressure), and handling the commands already read,
+        until every `reason` given is resumed; several owners (in-flight cap, unread responses,
+        broker-wide buffer cap) pause independently."""
         if not self._read_pauses and not self._closed:
             self.transport.pause_reading()
         self._read_pauses.add(reason)
@@ -207,8 +256,17 @@ class Channel:
         if reason not in self._read_pauses:
             return
         self._read_pauses.discard(reason)
-        if not self._read_pauses and not self._closed:
+        if self._closed:
+            return
+        if not self._read_pauses:
             self.transport.resume_reading()
+        elif (self._backlog or self._more) and not self._held():   # only the backlog's own pause is left
+            self._schedule_backlog()
+
+    def _held(self) -> bool:
+        """Handling is paused: some owner other than the backlog itself paused this channel."""
+        pauses = self._read_pauses
+        return len(pauses) > 1 or (bool(pauses) and _BACKLOG not in pauses)
 
     @property
     def reading_paused(self) -> bool:
@@ -216,31 +274,49 @@ class Channel:
 
     # -- called by ChannelProtocol -------------------------------------------------------------
 
-    def _received(self, commands: list[RemotingCommand]) -> None:
+    def _received(self, commands: list[RemotingCommand], more: bool = False) -> None:
+        """`commands` were read; `more`: further whole frames wait undecoded (see `take_more`)."""
         limit = self._dispatch_limit
-        if limit and (self._backlog or len(commands) > limit):
-            started = not self._backlog
+        if self._backlog or self._read_pauses or more or (limit and len(commands) > limit):
+            started = not self._backlog and not self._more
             self._backlog += commands
+            self._more = more
             if started:
                 self.pause_reading(_BACKLOG)
                 self._dispatch_backlog()
             return
         self._dispatch_corked(commands)
 
+    def _schedule_backlog(self) -> None:
+        if not self._backlog_scheduled:
+            self._backlog_scheduled = True
+            self._loop.call_soon(self._dispatch_backlog)
+
     def _dispatch_backlog(self) -> None:
-        """Handle the next `max_dispatch_per_step` waiting commands; schedule the rest for the
-        next loop step, or read again once none is left."""
-        backlog = self._backlog
-        if not backlog:         # handled at connection loss (`_lost`)
+        """Handle the next `max_dispatch_per_step` waiting commands (all when 0); schedule the
+        rest for the next loop step, or read again once none is left. Nothing while held: the
+        `resume_reading` that ends the hold schedules this again."""
+        self._backlog_scheduled = False
+        if self._closed or self._held():    # (a lost channel's backlog: handled by `_lost`)
             return
-        limit = self._dispatch_limit
+        backlog, limit = self._backlog, self._dispatch_limit
+        if self._more and self.take_more is not None and len(backlog) < limit:
+            fresh, self._more = self.take_more(limit - len(backlog))
+            backlog += fresh
+        limit = limit or len(backlog)
         commands = backlog[:limit]
         del backlog[:limit]
-        if backlog:
-            self._loop.call_soon(self._dispatch_backlog)
+        if backlog or self._more:
+            self._schedule_backlog()
         else:
             self.resume_reading(_BACKLOG)
-        self._dispatch_corked(commands)
+        if commands:
+            self._dispatch_corked(commands)
+
+    def _hold_back(self, commands: list[RemotingCommand]) -> None:
+        """A pause came while a read's commands were handled: the rest wait, ahead of the backlog."""
+        self._backlog[:0] = commands
+        self._read_pauses.add(_BACKLOG)     # (the transport is already paused by the hold)
 
     def _dispatch_corked(self, commands: list[RemotingCommand]) -> None:
         # Responses written while these commands are handled (the requests answered at once)
@@ -253,7 +329,7 @@ class Channel:
                 self.flush()
 
     def _dispatch(self, commands: list[RemotingCommand]) -> None:
-        for cmd in commands:
+        for index, cmd in enumerate(commands):
             if cmd.flag & FLAG_RESPONSE:
                 future = self.pending.get(cmd.opaque)
                 if future is not None and not future.done():
@@ -264,11 +340,19 @@ class Channel:
                     log.debug("%s: response for unknown opaque %d (late or duplicate)", self, cmd.opaque)
             elif self.on_request is not None:
                 self.on_request(self, cmd)
+                if self._read_pauses and self._held() and not self._closed:
+                    rest = commands[index + 1:]
+                    if rest:
+                        self._hold_back(rest)
+                    return
 
     def _frame_error(self, err: FrameError) -> None:
-        log.warning("%s: protocol error, closing connection: %s", self, err)
+        """Answer a malformed frame (SYSTEM_ERROR when its opaque is known) and close; the
+        protocol logs it (`ChannelProtocol.log_frame_error`)."""
+        if self.closed:
+            return
         self.flush()
-        if err.opaque is not None and not self._closed:
+        if err.opaque is not None:
             self.transport.writelines(encode_frame(RemotingCommand(
                 code=ResponseCode.SYSTEM_ERROR, opaque=err.opaque, flag=CommandFlag.RESPONSE,
                 remark=f"protocol error: {err}; closing the connection")))
@@ -278,6 +362,9 @@ class Channel:
         if self._closed:
             return
         self._closed = True
+        if self._more and self.take_more is not None:     # read before the loss, not yet decoded
+            self._backlog += self.take_more(0)[0]
+        self._more = False
         if self._backlog:       # received before the loss: handled as every read is (no answer)
             backlog, self._backlog = self._backlog, []
             try:
@@ -306,75 +393,3 @@ class Channel:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
-
-
-class ChannelProtocol(asyncio.Protocol):
-    """asyncio protocol wiring a transport to a `Channel`; `on_connect` receives the new channel."""
-
-    def __init__(self, *, on_request: RequestHandler | None = None, on_close: CloseHandler | None = None,
-                 on_connect: Callable[[Channel], None] | None = None,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_dispatch_per_step: int = 0) -> None:
-        self._on_request, self._on_close, self._on_connect = on_request, on_close, on_connect
-        self._max_dispatch_per_step = max_dispatch_per_step
-        self._decoder = FrameDecoder(max_frame_bytes)
-        self.channel: Channel | None = None
-
-    @property
-    def buffered_bytes(self) -> int:
-        """Bytes received but not yet a whole frame (the partial frame being read)."""
-        return self._decoder.buffered_bytes
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        self.channel = Channel(cast(asyncio.Transport, transport), on_request=self._on_request, on_close=self._on_close,
-                               max_dispatch_per_step=self._max_dispatch_per_step)
-        if self._on_connect is not None:
-            self._on_connect(self.channel)
-
-    def data_received(self, data: bytes) -> None:
-        channel = self.channel
-        if channel is None or channel.closed:    # None: a connection refused before it got a channel
-            return
-        try:
-            commands = self._decoder.feed(data)
-        except FrameError as err:
-            channel._frame_error(err)
-            return
-        self._fed(bool(commands))
-        channel._received(commands)
-
-    def _fed(self, decoded: bool) -> None:
-        """After each read that raised no error; `decoded`: at least one whole frame came out.
-        A hook for the broker's connection guard (no-op here)."""
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._decoder.clear()       # the channel and its protocol form a cycle: free the bytes now
-        if self.channel is not None:
-            self.channel._lost(exc)
-
-    def pause_writing(self) -> None:
-        if self.channel is not None:
-            self.channel._pause_writing()
-
-    def resume_writing(self) -> None:
-        if self.channel is not None:
-            self.channel._resume_writing()
-
-
-async def connect(host: str, port: int, *, on_request: RequestHandler | None = None,
-                  on_close: CloseHandler | None = None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                  timeout_ms: int = 3_000) -> Channel:
-    """Open a channel to host:port; raises `ConnectionClosed` when the connection cannot be made
-    (its reason: the OS error, or "not established within `timeout_ms` ms")."""
-    loop = asyncio.get_running_loop()
-    try:
-        async with asyncio.timeout(timeout_ms / 1000):
-            _, protocol = await loop.create_connection(
-                lambda: ChannelProtocol(on_request=on_request, on_close=on_close,
-                                        max_frame_bytes=max_frame_bytes), host, port)
-    except TimeoutError:
-        raise ConnectionClosed(f"{host}:{port}", f"cannot connect: not established within {timeout_ms} ms") from None
-    except OSError as exc:
-        raise ConnectionClosed(f"{host}:{port}", f"cannot connect: {exc}") from None
-    assert protocol.channel is not None
-    return protocol.channel

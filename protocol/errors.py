@@ -60,6 +60,15 @@ class MissingHeaderField(SystemError_, ProtocolError):
         self.field_name = name
 
 
+class FieldOutOfRange(MissingHeaderField):
+    """A request's `ext` field is an integer outside the range its header gives it (answered
+    SYSTEM_ERROR as a mistyped field is; the send paths answer MESSAGE_ILLEGAL instead)."""
+
+    def __init__(self, name: str, low: int, high: int, got: int) -> None:
+        ResponseError.__init__(self, f"field {name!r} is {got}, outside its range {low}..{high}")
+        self.field_name = name
+
+
 class SystemBusy(ResponseError):
     code = ResponseCode.SYSTEM_BUSY
     retriable = True

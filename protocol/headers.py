@@ -1,24 +1,50 @@
 """Typed request/response headers (the `ext` map of PROTOCOL.md's table), one class per code.
 
 Every header is a frozen, slotted, kw-only dataclass; `from_fields` checks types (a bool or float is
-not an int) and raises `MissingHeaderField` naming the field; `to_fields` gives the `ext` map."""
+not an int) and raises `MissingHeaderField` naming the field; `to_fields` gives the `ext` map.
+
+Integers are range-checked at decode: a plain `int` within signed 64 bits (Java's long), the
+annotated ones within their `IntRange` (`QueueId` 0..1023, as topics have at most 1,024 queues;
+`Int32` for Java's int fields: flags, counts, levels, durations; `NonNegativeInt32` for
+`reconsume_times`; `Offset` and `Timestamp` 0..2**63-1). Out of range raises `FieldOutOfRange`
+(SYSTEM_ERROR, as any mistyped field), or the header's `out_of_range` error: MESSAGE_ILLEGAL for
+SEND_MESSAGE and SEND_BATCH_MESSAGE, as RocketMQ's `msgCheck` answers a bad message.
+CONSUMER_SEND_MSG_BACK keeps SYSTEM_ERROR for every bad field, a negative offset included, as
+RocketMQ answers a send-back whose offset finds no message."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Self, TypeVar, dataclass_transform
+from typing import Annotated, Any, ClassVar, Self, TypeVar, dataclass_transform
 
-from protocol.typed import from_value
+from protocol.errors import FieldOutOfRange, MessageIllegal, ResponseError
+from protocol.typed import IntRange, from_value
 
 _H = TypeVar("_H")
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+MAX_QUEUE_ID = 1023                 # topics have 1..1024 queues (TopicConfigManager)
+QueueId = Annotated[int, IntRange(0, MAX_QUEUE_ID)]
+Int32 = Annotated[int, IntRange(INT32_MIN, INT32_MAX)]
+NonNegativeInt32 = Annotated[int, IntRange(0, INT32_MAX)]
+Offset = Annotated[int, IntRange(0, INT64_MAX)]         # a queue or commit-log offset
+Timestamp = Annotated[int, IntRange(0, INT64_MAX)]      # epoch ms
 
 
 class Header:
     __slots__ = ()
+    out_of_range: ClassVar[type[ResponseError] | None] = None   # None: FieldOutOfRange (SYSTEM_ERROR)
 
     @classmethod
     def from_fields(cls, ext: dict[str, Any]) -> Self:
-        return from_value(cls, ext)
+        """The header of a request's `ext` map; raises `MissingHeaderField` (a missing or mistyped
+        field), `FieldOutOfRange` or the class's `out_of_range` error (an integer out of range)."""
+        try:
+            return from_value(cls, ext)
+        except FieldOutOfRange as exc:
+            if cls.out_of_range is None:
+                raise
+            raise cls.out_of_range(exc.remark) from None
 
     def to_fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _FIELD_NAMES[type(self)]}
@@ -37,14 +63,15 @@ def header(cls: type[_H]) -> type[_H]:
 
 @header
 class SendMessageRequestHeader(Header):
+    out_of_range: ClassVar[type[ResponseError] | None] = MessageIllegal
     producer_group: str
     topic: str
-    queue_id: int
-    flag: int = 0
-    born_timestamp: int = 0
+    queue_id: QueueId
+    flag: Int32 = 0
+    born_timestamp: Timestamp = 0
     properties: dict[str, str]
-    reconsume_times: int = 0
-    max_reconsume_times: int | None = None
+    reconsume_times: NonNegativeInt32 = 0
+    max_reconsume_times: Int32 | None = None       # < 0: the group's retry_max_times
 
 
 @header
@@ -56,10 +83,11 @@ class SendMessageResponseHeader(Header):
 
 @header
 class SendBatchMessageRequestHeader(Header):
+    out_of_range: ClassVar[type[ResponseError] | None] = MessageIllegal
     producer_group: str
     topic: str
-    queue_id: int
-    born_timestamp: int = 0
+    queue_id: QueueId
+    born_timestamp: Timestamp = 0
 
 
 @header
@@ -73,12 +101,12 @@ class SendBatchMessageResponseHeader(Header):
 class PullMessageRequestHeader(Header):
     consumer_group: str
     topic: str
-    queue_id: int
-    queue_offset: int
-    max_msg_nums: int
-    sys_flag: int
-    commit_offset: int
-    suspend_timeout_ms: int
+    queue_id: QueueId
+    queue_offset: Offset
+    max_msg_nums: Int32
+    sys_flag: Int32
+    commit_offset: int             # checked ≥ 0 only with the COMMIT_OFFSET flag
+    suspend_timeout_ms: Int32
     sub_version: int
     subscription: str | None = None
     expression_type: str | None = None
@@ -96,14 +124,14 @@ class PullMessageResponseHeader(Header):
 class QueryConsumerOffsetRequestHeader(Header):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: QueueId
 
 
 @header
 class UpdateConsumerOffsetRequestHeader(Header):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: QueueId
     commit_offset: int
 
 
@@ -112,7 +140,7 @@ class TopicQueueRequestHeader(Header):
     """GET_MAX_OFFSET, GET_MIN_OFFSET and GET_EARLIEST_MSG_STORETIME: one queue of a topic."""
 
     topic: str
-    queue_id: int
+    queue_id: QueueId
 
 
 GetMaxOffsetRequestHeader = GetMinOffsetRequestHeader = TopicQueueRequestHeader
@@ -122,7 +150,7 @@ GetEarliestMsgStoretimeRequestHeader = TopicQueueRequestHeader
 @header
 class SearchOffsetRequestHeader(Header):
     topic: str
-    queue_id: int
+    queue_id: QueueId
     timestamp: int
 
 
@@ -152,12 +180,12 @@ class UnregisterClientRequestHeader(Header):
 
 @header
 class ConsumerSendMsgBackRequestHeader(Header):
-    commit_log_offset: int
+    commit_log_offset: Offset
     group: str
-    delay_level: int = 0
+    delay_level: Int32 = 0
     origin_msg_id: str | None = None
     origin_topic: str | None = None
-    max_reconsume_times: int | None = None
+    max_reconsume_times: Int32 | None = None
 
 
 @header
@@ -173,9 +201,9 @@ GetConsumerListByGroupRequestHeader = NotifyConsumerIdsChangedRequestHeader = Co
 @header
 class CreateTopicRequestHeader(Header):
     topic: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int = 6
+    read_queue_nums: Int32
+    write_queue_nums: Int32
+    perm: Int32 = 6
 
 
 @header
@@ -187,8 +215,8 @@ class GetRouteInfoRequestHeader(Header):
 class CreateSubscriptionGroupRequestHeader(Header):
     group_name: str
     consume_enable: bool = True
-    retry_queue_nums: int = 1
-    retry_max_times: int = 16
+    retry_queue_nums: Int32 = 1
+    retry_max_times: Int32 = 16
     consume_broadcast_enable: bool = True
 
 
@@ -232,7 +260,7 @@ class QueryMessageRequestHeader(Header):
 
     topic: str
     key: str
-    max_num: int = 32
+    max_num: Int32 = 32
     begin_timestamp: int = 0
     end_timestamp: int = 0
 
@@ -257,7 +285,7 @@ class ResetOffsetRequestHeader(Header):
     group: str
     timestamp: int = -1
     is_force: bool = True
-    queue_id: int = -1
+    queue_id: Annotated[int, IntRange(-1, MAX_QUEUE_ID)] = -1
     offset: int = -1
     to_where: str | None = None
 

@@ -39,6 +39,21 @@ PROPERTY_DLQ_REASON = "DLQ_REASON"          # rocketq's: why the broker stored i
 PROPERTY_DLQ_RESENT_FROM = "DLQ_RESENT_FROM"  # rocketq's: the DLQ msg id `admin dlq resend` copied
 KEY_SEPARATOR = " "
 
+MAX_PROPERTIES_BYTES = 32_767       # RocketMQ's limit (Short.MAX_VALUE) on the properties string
+
+
+def properties_bytes(properties: Mapping[str, str]) -> int:
+    """The size of `properties` as RocketMQ's properties string (`key\x01value\x02` per entry,
+    UTF-8): what RocketMQ 4.9's `msgContentCheck` and `CommitLog` compare with 32,767
+    (`Short.MAX_VALUE`), refusing a longer one with MESSAGE_ILLEGAL. Counts every entry at 2 bytes
+    at least, so a size bound also bounds the count. Pure; raises nothing."""
+    size = 0
+    for key, value in properties.items():
+        size += 2 + (len(key) if key.isascii() else len(key.encode("utf-8", "surrogatepass")))
+        size += len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+    return size
+
+
 # Field positions in the stored array.
 F_TOPIC, F_QUEUE_ID, F_QUEUE_OFFSET, F_COMMIT_LOG_OFFSET, F_FLAG, F_SYS_FLAG = range(6)
 F_BORN_TIMESTAMP, F_BORN_HOST, F_STORE_TIMESTAMP, F_STORE_HOST = range(6, 10)

@@ -12,7 +12,8 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from protocol.channel import Channel, connect
+from protocol.channel import Channel
+from protocol.channel_protocol import connect
 from protocol.command import RemotingCommand
 from protocol.errors import ConnectionClosed
 

@@ -1,9 +1,13 @@
 """Typed conversion between msgpack values and frozen dataclasses (headers and bodies).
 
-`int` means a msgpack integer (a bool or float is wrong), `str` a msgpack string, `bytes` bin,
+`int` means a msgpack integer (a bool or float is wrong) within signed 64 bits, or within the
+`IntRange` of an `Annotated[int, IntRange(low, high)]`; `str` a msgpack string, `bytes` bin,
 `X | None` allows nil or absence; lists, `dict[str, V]`, tuples of fixed shape and nested dataclasses
 are checked recursively. Every mismatch raises `MissingHeaderField` (answered SYSTEM_ERROR) naming
-the path of the field and the expected type."""
+the path of the field and the expected type; an integer out of its range raises its subclass
+`FieldOutOfRange`, naming the range. (msgpack carries integers up to 2**64 - 1; a value past
+signed 64 bits, or past a field's own range, is refused here, at decode, never left to overflow
+later in a packer, a timer or a C encoder.)"""
 
 from __future__ import annotations
 
@@ -12,17 +16,53 @@ import types
 import typing
 from collections.abc import Callable
 from enum import Enum
-from typing import Any, TypeVar, Union
+from typing import Annotated, Any, TypeVar, Union
 
-from protocol.errors import MissingHeaderField
+from protocol.errors import FieldOutOfRange, MissingHeaderField
 
 T = TypeVar("T")
 _MISSING = dataclasses.MISSING
 Converter = Callable[[Any, str], Any]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class IntRange:
+    """The inclusive range of an integer field: `Annotated[int, IntRange(0, 1023)]`."""
+
+    low: int
+    high: int
+
+
+INT64 = IntRange(-(1 << 63), (1 << 63) - 1)     # a plain `int`
+
+
 def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _int_range(tp: Any) -> IntRange | None:
+    """The range of an integer annotation (`int`: signed 64 bits), None for any other type."""
+    if tp is int:
+        return INT64
+    if typing.get_origin(tp) is Annotated:
+        base, *extras = typing.get_args(tp)
+        if base is int:
+            return next((extra for extra in extras if isinstance(extra, IntRange)), INT64)
+    return None
+
+
+def _ranged_int(bounds: IntRange) -> Converter:
+    low, high = bounds.low, bounds.high
+
+    def convert(value: Any, path: str) -> Any:
+        if type(value) is not int:
+            raise MissingHeaderField(path, "int", value)
+        if not low <= value <= high:
+            raise FieldOutOfRange(path, low, high, value)
+        return value
+    return convert
 
 
 def _scalar(expected: type, name: str) -> Converter:
@@ -40,7 +80,10 @@ def converter_for(tp: Any) -> Converter:
     origin = typing.get_origin(tp)
     if tp is Any:
         return lambda value, path: value
-    if tp in (int, str, bool, float, bytes):
+    bounds = _int_range(tp)
+    if bounds is not None:
+        return _ranged_int(bounds)
+    if tp in (str, bool, float, bytes):
         return _scalar(tp, _type_name(tp))
     if isinstance(tp, type) and issubclass(tp, Enum):
         enum_tp = tp
@@ -112,7 +155,7 @@ def _dataclass_converter(cls: type) -> Converter:
     cached = _CACHE.get(cls)
     if cached is not None:
         return cached
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     specs: list[tuple[str, Converter, bool, Any]] = []
     for f in dataclasses.fields(cls):
         required = f.default is _MISSING and f.default_factory is _MISSING
@@ -137,19 +180,29 @@ def _dataclass_converter(cls: type) -> Converter:
 
 
 _FAST: dict[type, Callable[[Any], Any]] = {}
-_EXACT = (int, str, bool, bytes)
+_EXACT = (str, bool, bytes)
 
 
 def _fast_check(tp: Any, var: str) -> list[str] | None:
-    """Source lines rejecting (`return slow(value)`) a value `var` not exactly of type `tp`, for the
-    annotations the fast path handles (exact scalars, their `| None`, `dict[str, str]`); None for
-    any other annotation (the field goes through its generic converter)."""
+    """Source lines rejecting (`return slow(value)`) a value `var` not exactly of type `tp` (or an
+    integer outside its range), for the annotations the fast path handles (exact scalars, ranged
+    ints, their `| None`, `dict[str, str]`); None for any other annotation (the field goes through
+    its generic converter)."""
+    bounds = _int_range(tp)
+    if bounds is not None:
+        return [f"if type({var}) is not int or not {bounds.low} <= {var} <= {bounds.high}: return slow(value)"]
     if tp in _EXACT:
         return [f"if type({var}) is not {tp.__name__}: return slow(value)"]
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(inner) == 1 and inner[0] in _EXACT:
+        if len(inner) != 1:
+            return None
+        bounds = _int_range(inner[0])
+        if bounds is not None:
+            return [f"if {var} is not None and (type({var}) is not int or not {bounds.low} <= {var} <= "
+                    f"{bounds.high}): return slow(value)"]
+        if inner[0] in _EXACT:
             return [f"if {var} is not None and type({var}) is not {inner[0].__name__}: return slow(value)"]
         return None
     if origin is dict and typing.get_args(tp) == (str, str):
@@ -169,7 +222,7 @@ def _fast_converter(cls: type) -> Callable[[Any], Any]:
     cached = _FAST.get(cls)
     if cached is not None:
         return cached
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     generic = _dataclass_converter(cls)
     lines = ["def fast(value):", "    if type(value) is not dict: return slow(value)"]
     env: dict[str, Any] = {"slow": lambda value: generic(value, ""), "cls": cls, "MISSING": _MISSING}

@@ -53,6 +53,8 @@ _COMPILE_ROUNDS = 8     # a pull compiling its expressions gives up (SYSTEM_BUSY
 _COMMIT_OFFSET, _SUSPEND, _SUBSCRIPTION = int(PullSysFlag.COMMIT_OFFSET), int(PullSysFlag.SUSPEND), \
     int(PullSysFlag.SUBSCRIPTION)
 _SUCCESS, _PULL_NOT_FOUND = int(ResponseCode.SUCCESS), int(ResponseCode.PULL_NOT_FOUND)
+_RETRY_IMMEDIATELY = int(ResponseCode.PULL_RETRY_IMMEDIATELY)
+_BACKED_UP = "the connection's unread responses are over max_unsent_bytes_per_connection: pull again"
 _NO_MESSAGE_IN_QUEUE = GetMessageStatus.NO_MESSAGE_IN_QUEUE
 MessagesOut = Callable[[str, str, int, int], None]   # (group, topic, message count, bytes)
 Answer = Deferred
@@ -211,7 +213,11 @@ class PullMessageProcessor:
         its header map and body. A woken pull that found messages is written to its connection
         now, and these are settled with the dispatcher together at the end (`settle_written`);
         other answers (the deadline, a stop, an error) resolve their `Deferred` for the
-        dispatcher to write."""
+        dispatcher to write. A pull whose connection does not take its responses (the transport
+        is over its high-water mark, `max_unsent_bytes_per_connection`) is answered
+        PULL_RETRY_IMMEDIATELY without messages (`next_begin_offset` its own offset, so the
+        consumer pulls the same messages again later): thousands of held pulls of a peer that
+        never reads must not turn one arrival into thousands of copies of the message."""
         reads: dict[tuple[int, int, MessageFilter | None], _Read] = {}
         written: list[Deferred] = []      # answered on their connections here, settled in one pass
         pulled: dict[tuple[str, str], list[int]] = {}     # (group, topic) -> [messages, bytes]
@@ -219,6 +225,9 @@ class PullMessageProcessor:
         for pull in cast(list[_HeldRequest], pulls):
             answered = pull.answered
             if answered.done():         # the dispatcher gave up on it (cancelled at a stop)
+                continue
+            if pull.channel.write_paused:
+                answered.set_result(self._backed_up(pull))
                 continue
             try:
                 key = (pull.queue_offset, pull.max_messages, pull.message_filter)
@@ -249,6 +258,12 @@ class PullMessageProcessor:
         settle_written(written)
         for (consumer_group, topic), (count, size_bytes) in pulled.items():
             self._on_pulled(consumer_group, topic, count, size_bytes)
+
+    def _backed_up(self, pull: _HeldRequest) -> RemotingCommand:
+        store = self._store
+        return RemotingCommand(_RETRY_IMMEDIATELY, pull.request.opaque, FLAG_RESPONSE, _BACKED_UP, {
+            "next_begin_offset": pull.queue_offset, "min_offset": store.get_min_offset(pull.topic, pull.queue_id),
+            "max_offset": store.get_max_offset(pull.topic, pull.queue_id), "suggest_which_broker_id": 0})
 
     def _read_for(self, pull: _HeldRequest, *, shared: bool) -> _Read:
         result = self._read(pull.topic, pull.queue_id, pull.queue_offset, pull.max_messages, pull.message_filter)

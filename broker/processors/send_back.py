@@ -10,15 +10,15 @@ import logging
 from collections.abc import Callable
 
 from broker.processors.send_message import Answer, answer_put, check_put
-from broker.processors.validate import require_group_name, require_non_negative
+from broker.processors.validate import require_group_name
 from broker.remoting.context import RequestContext
 from broker.retry_policy import decide, dlq_reason, max_reconsume_times_of
 from broker.store.message_store import MessageStore
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.system_topics import NOT_ALLOWED_SEND_TOPICS
 from protocol.command import RemotingCommand
-from protocol.errors import NoPermission, ServiceNotAvailable, SystemError_
-from protocol.headers import ConsumerSendMsgBackRequestHeader
+from protocol.errors import MessageIllegal, NoPermission, ServiceNotAvailable, SystemError_
+from protocol.headers import INT32_MAX, INT32_MIN, INT64_MAX, ConsumerSendMsgBackRequestHeader
 from protocol.message import (
     F_BODY,
     F_BORN_HOST,
@@ -28,11 +28,13 @@ from protocol.message import (
     F_RECONSUME_TIMES,
     F_SYS_FLAG,
     F_TOPIC,
+    MAX_PROPERTIES_BYTES,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_DLQ_REASON,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     make_msg_id,
+    properties_bytes,
 )
 
 log = logging.getLogger(__name__)
@@ -46,9 +48,10 @@ class SendBackProcessor:
     """CONSUMER_SEND_MSG_BACK (36), RocketMQ `asyncConsumerSendMsgBack`."""
 
     def __init__(self, store: MessageStore, retry_topics: RetryTopics, store_host: str,
-                 on_dlq: DlqCounter) -> None:
+                 on_dlq: DlqCounter, max_properties_bytes: int = MAX_PROPERTIES_BYTES) -> None:
         self._store, self._retry, self._store_host = store, retry_topics, store_host
         self._on_dlq = on_dlq
+        self._max_properties_bytes = max_properties_bytes
         self._checked_groups: set[str] = set()     # names that passed `require_group_name`
 
     def process(self, ctx: RequestContext, request: RemotingCommand) -> Answer:
@@ -65,9 +68,14 @@ class SendBackProcessor:
         retry or DLQ topic this request created is written to disk before the copy is stored
         (`answer_put`).
 
-        The usual request (every field of its exact type, a group name already checked) reads the
-        `ext` map directly, as the SEND path does: the typed header was ~1.2 µs of a send-back's
-        ~22 µs of broker CPU. Anything else takes `_checked_header` and its errors."""
+        A header integer out of its range (`ConsumerSendMsgBackRequestHeader`) is SYSTEM_ERROR as
+        any bad field; an original whose properties are over `max_properties_bytes` (stored before
+        that bound) is refused with MESSAGE_ILLEGAL; a stored `reconsume_times` past int32 (written by an older broker)
+        counts as past every maximum, so the copy goes to the DLQ: a send-back never fails on it.
+
+        The usual request (every field of its exact type and range, a group name already checked)
+        reads the `ext` map directly, as the SEND path does: the typed header was ~1.2 µs of a
+        send-back's ~22 µs of broker CPU. Anything else takes `_checked_header` and its errors."""
         ext = request.fields
         commit_log_offset = ext.get("commit_log_offset")
         group = ext.get("group")
@@ -75,11 +83,13 @@ class SendBackProcessor:
         origin_msg_id = ext.get("origin_msg_id")
         origin_topic = ext.get("origin_topic")
         max_reconsume_times = ext.get("max_reconsume_times")
-        if (type(commit_log_offset) is not int or commit_log_offset < 0 or type(group) is not str
+        if (type(commit_log_offset) is not int or not 0 <= commit_log_offset <= INT64_MAX or type(group) is not str
                 or group not in self._checked_groups or type(delay_level) is not int
+                or not INT32_MIN <= delay_level <= INT32_MAX
                 or (origin_msg_id is not None and type(origin_msg_id) is not str)
                 or (origin_topic is not None and type(origin_topic) is not str)
-                or (max_reconsume_times is not None and type(max_reconsume_times) is not int)):
+                or (max_reconsume_times is not None and (type(max_reconsume_times) is not int
+                                                         or not INT32_MIN <= max_reconsume_times <= INT32_MAX))):
             header = self._checked_header(request)
             commit_log_offset, group, delay_level = header.commit_log_offset, header.group, header.delay_level
             origin_msg_id, max_reconsume_times = header.origin_msg_id, header.max_reconsume_times
@@ -95,6 +105,10 @@ class SendBackProcessor:
         if fields[F_TOPIC] in NOT_ALLOWED_SEND_TOPICS:     # e.g. a delayed message not yet delivered
             raise NoPermission(f"the message at commit_log_offset {commit_log_offset} is in system topic "
                                f"{fields[F_TOPIC]}: only messages a consumer received can be sent back")
+        size = properties_bytes(fields[F_PROPERTIES])
+        if size > self._max_properties_bytes:
+            raise MessageIllegal(f"the message at commit_log_offset {commit_log_offset} has properties of {size} "
+                                 f"bytes, over max_properties_bytes {self._max_properties_bytes}")
         properties: dict[str, str] = dict(fields[F_PROPERTIES])
         properties.setdefault(PROPERTY_RETRY_TOPIC, fields[F_TOPIC])
         if not properties.get(PROPERTY_ORIGIN_MESSAGE_ID):
@@ -128,11 +142,10 @@ class SendBackProcessor:
 
     def _checked_header(self, request: RemotingCommand) -> ConsumerSendMsgBackRequestHeader:
         """The typed header, field by field (raises the protocol's errors: a missing or mistyped
-        field, a bad group name, a negative commit_log_offset); a group that passes is remembered
+        field, a bad group name, an integer out of its range); a group that passes is remembered
         so its next requests read the fields directly."""
         header = ConsumerSendMsgBackRequestHeader.from_fields(request.fields)
         require_group_name(header.group)
-        require_non_negative("commit_log_offset", header.commit_log_offset)
         if len(self._checked_groups) < _MAX_CHECKED_GROUPS:
             self._checked_groups.add(header.group)
         return header

@@ -13,7 +13,7 @@ from typing import Any, Protocol, cast
 import msgpack
 
 from broker.persist import Durable
-from broker.processors.validate import require_group_name, require_topic_name
+from broker.processors.validate import check_message_size, require_group_name, require_topic_name
 from broker.remoting.context import RequestContext
 from broker.remoting.dispatcher import Deferred
 from broker.store.message_store import MessageStore
@@ -26,11 +26,20 @@ from protocol.codes import FLAG_RESPONSE, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import MessageIllegal, NoPermission, ServiceNotAvailable, SystemError_
 from protocol.headers import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
     SendBatchMessageRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
-from protocol.message import PROPERTY_DELAY_TIME_LEVEL, make_msg_id, msg_id_prefix, offset_msg_ids
+from protocol.message import (
+    MAX_PROPERTIES_BYTES,
+    PROPERTY_DELAY_TIME_LEVEL,
+    make_msg_id,
+    msg_id_prefix,
+    offset_msg_ids,
+)
 
 MessagesIn = Callable[[str, int, int], None]   # (topic, message count, bytes)
 DlqCounter = Callable[[str], None]             # (consumer_group) per message sent to a DLQ
@@ -119,11 +128,16 @@ def answer_when_durable(store: MessageStore, end_offset: int,
 
 
 class SendMessageProcessor:
+    """`max_message_bytes` bounds a message's body and properties together, `max_properties_bytes`
+    its properties (RocketMQ's properties string, `properties_bytes`): over either, MESSAGE_ILLEGAL
+    naming the limit; so does a header integer out of its range (`SendMessageRequestHeader`)."""
+
     def __init__(self, store: MessageStore, topics: TopicConfigManager, store_host: str,
                  max_message_bytes: int, on_stored: MessagesIn, retry_topics: RetryTopics,
-                 on_dlq: DlqCounter) -> None:
+                 on_dlq: DlqCounter, max_properties_bytes: int = MAX_PROPERTIES_BYTES) -> None:
         self._store, self._topics, self._store_host = store, topics, store_host
         self._max_message_bytes = max_message_bytes
+        self._max_properties_bytes = max_properties_bytes
         self._on_stored = on_stored
         self._retry_topics, self._on_dlq = retry_topics, on_dlq
         self._msg_id_prefix = msg_id_prefix(store_host)
@@ -135,11 +149,12 @@ class SendMessageProcessor:
         of it that the group commit covering the put resolves (SYNC_FLUSH), also when
         the topic's config must be written first (`answer_put`).
 
-        The usual send (every field of its exact type, a topic and group already checked for this
-        topic-config version, no retry topic, no DELAY) reads the `ext` map directly and writes
-        the response map directly: building and checking the header dataclasses was a fifth of
-        the broker's Python time per one-at-a-time send. Anything else takes `_process_typed`,
-        which checks field by field and raises the errors the protocol names."""
+        The usual send (every field of its exact type and within its range, a topic and group
+        already checked for this topic-config version, no retry topic, no DELAY, properties
+        plainly within their bound) reads the `ext` map directly and writes the response map
+        directly: building and checking the header dataclasses was a fifth of the broker's Python
+        time per one-at-a-time send. Anything else takes `_process_typed`, which checks field by
+        field and raises the errors the protocol names."""
         fields = request.fields
         topic = fields.get("topic")
         queue_id = fields.get("queue_id")
@@ -152,15 +167,25 @@ class SendMessageProcessor:
         if (type(topic) is not str or type(queue_id) is not int or type(group) is not str
                 or type(flag) is not int or type(born_timestamp) is not int or type(reconsume_times) is not int
                 or type(properties) is not dict or type(body) is not bytes
-                or len(body) > self._max_message_bytes or PROPERTY_DELAY_TIME_LEVEL in properties
+                # the int32 / int64 ranges of the header (literals: this runs for every send)
+                or not -0x80000000 <= flag <= 0x7FFFFFFF or not 0 <= born_timestamp <= 0x7FFFFFFFFFFFFFFF
+                or not 0 <= reconsume_times <= 0x7FFFFFFF or PROPERTY_DELAY_TIME_LEVEL in properties
                 or (topic, queue_id, group) not in self._checked_sends()):
             return self._process_typed(ctx, request)
         max_reconsume_times = fields.get("max_reconsume_times")
-        if max_reconsume_times is not None and type(max_reconsume_times) is not int:
+        if max_reconsume_times is not None and (type(max_reconsume_times) is not int
+                                                or not -0x80000000 <= max_reconsume_times <= 0x7FFFFFFF):
             return self._process_typed(ctx, request)
+        characters = 0
         for key, value in properties.items():
             if type(key) is not str or type(value) is not str:
                 return self._process_typed(ctx, request)
+            characters += len(key) + len(value)
+        # At most 4 UTF-8 bytes a character and 2 separators an entry: plainly within the bounds
+        # (the body's too), or `_process_typed` measures them exactly.
+        size = 4 * characters + 2 * len(properties)
+        if size > self._max_properties_bytes or len(body) + size > self._max_message_bytes:
+            return self._process_typed(ctx, request)
         result = self._store.put_checked_message(
             topic=topic, queue_id=queue_id, body=body, properties=properties, flag=flag,
             born_timestamp=born_timestamp, born_host=ctx.client_addr, reconsume_times=reconsume_times)
@@ -185,9 +210,7 @@ class SendMessageProcessor:
         require_topic_name(header.topic)
         require_group_name(header.producer_group)
         body = request.body_bytes()
-        if len(body) > self._max_message_bytes:
-            raise MessageIllegal(f"message body of {len(body)} bytes exceeds max_message_bytes "
-                                 f"{self._max_message_bytes}")
+        check_message_size(len(body), header.properties, self._max_message_bytes, self._max_properties_bytes)
         topic, queue_id, properties = header.topic, header.queue_id, header.properties
         require_sendable(topic)
         refusal = self._store.write_refusal         # create no topic for a send that is refused
@@ -234,7 +257,8 @@ class SendMessageProcessor:
         group = fields.get("producer_group")
         born_timestamp = fields.get("born_timestamp", 0)
         if (type(topic) is not str or type(queue_id) is not int or type(group) is not str
-                or type(born_timestamp) is not int or (topic, queue_id, group) not in self._checked_sends()):
+                or type(born_timestamp) is not int or not 0 <= born_timestamp <= INT64_MAX
+                or (topic, queue_id, group) not in self._checked_sends()):
             header = SendBatchMessageRequestHeader.from_fields(fields)
             topic, queue_id, group, born_timestamp = (header.topic, header.queue_id, header.producer_group,
                                                       header.born_timestamp)
@@ -246,7 +270,8 @@ class SendMessageProcessor:
             checked = False
         else:
             checked = True
-        messages, body_bytes = decode_batch(request.body_bytes(), self._max_message_bytes)
+        messages, body_bytes = decode_batch(request.body_bytes(), self._max_message_bytes,
+                                            self._max_properties_bytes)
         topics = self._topics
         if not checked:
             refusal = self._store.write_refusal     # create no topic for a batch that is refused
@@ -258,7 +283,7 @@ class SendMessageProcessor:
 
         def put() -> tuple[RemotingCommand, int]:
             # checked: the topic name and queue (above, or for this topic-config version), and the
-            # items (`decode_batch`: non-empty, each body within max_message_bytes, no DELAY)
+            # items (`decode_batch`: non-empty, each message within max_message_bytes, no DELAY)
             result = self._store.put_checked_messages(topic=topic, queue_id=queue_id, messages=messages,
                                                       born_timestamp=born_timestamp, born_host=ctx.client_addr)
             check_put(result)
@@ -273,19 +298,23 @@ class SendMessageProcessor:
 BatchItems = list[tuple[dict[str, str], int, bytes]]
 
 
-def decode_batch(raw: bytes, max_message_bytes: int) -> tuple[BatchItems, int]:
+def decode_batch(raw: bytes, max_message_bytes: int,
+                 max_properties_bytes: int = MAX_PROPERTIES_BYTES) -> tuple[BatchItems, int]:
     """A SEND_BATCH_MESSAGE body's (properties, flag, body) items and their total body bytes;
-    raises `MessageIllegal` naming the first bad item. A plainly well-formed body is read and
-    checked in C when `protocol._speedups` was built (`read_batch_body`: the same items); anything
-    else by `decode_batch_py`, which names what is wrong."""
+    raises `MessageIllegal` naming the first bad item: not [map str→str, int32, bin], a DELAY,
+    properties over `max_properties_bytes`, body and properties over `max_message_bytes` (each
+    message is checked as a single send is). A plainly well-formed body is read and checked in C
+    when `protocol._speedups` was built (`read_batch_body`: the same items); anything else by
+    `decode_batch_py`, which names what is wrong."""
     if _read_batch_body is not None:
-        plain = _read_batch_body(raw, MAX_BATCH_MESSAGES, max_message_bytes)
+        plain = _read_batch_body(raw, MAX_BATCH_MESSAGES, max_message_bytes, max_properties_bytes)
         if plain is not None:
             return cast(tuple[BatchItems, int], plain)
-    return decode_batch_py(raw, max_message_bytes)
+    return decode_batch_py(raw, max_message_bytes, max_properties_bytes)
 
 
-def decode_batch_py(raw: bytes, max_message_bytes: int) -> tuple[BatchItems, int]:
+def decode_batch_py(raw: bytes, max_message_bytes: int,
+                    max_properties_bytes: int = MAX_PROPERTIES_BYTES) -> tuple[BatchItems, int]:
     """`decode_batch` in Python: every check, item by item."""
     try:
         value: Any = msgpack.unpackb(raw, raw=False)
@@ -303,15 +332,15 @@ def decode_batch_py(raw: bytes, max_message_bytes: int) -> tuple[BatchItems, int
         properties, flag, body = item
         if type(properties) is not dict or type(flag) is not int or type(body) is not bytes:
             raise MessageIllegal(f"batch message {i} must be [map str→str, int, bin]")
+        if not INT32_MIN <= flag <= INT32_MAX:
+            raise MessageIllegal(f"batch message {i} flag {flag} is outside its range {INT32_MIN}..{INT32_MAX}")
         for key, text in properties.items():
             if type(key) is not str or type(text) is not str:
                 raise MessageIllegal(f"batch message {i} must be [map str→str, int, bin]")
         if PROPERTY_DELAY_TIME_LEVEL in properties:
             raise MessageIllegal(f"batch message {i} has a DELAY level: delayed messages are sent one "
                                  f"at a time, not in a batch (as RocketMQ)")
-        if len(body) > max_bytes:
-            raise MessageIllegal(f"batch message {i} body of {len(body)} bytes exceeds "
-                                 f"max_message_bytes {max_bytes}")
+        check_message_size(len(body), properties, max_bytes, max_properties_bytes, f"batch message {i}")
         body_bytes += len(body)
     # Each item is a 3-element list; the store unpacks it like the tuple it is typed as.
     return cast(BatchItems, value), body_bytes

@@ -11,18 +11,20 @@ task. Both kinds count towards the connection's in-flight cap and are waited for
 (cancelled), by `drain`.
 
 A `ResponseError` becomes a response with its code and remark; any other exception becomes
-SYSTEM_ERROR (logged with the request code); an unknown code is answered
+SYSTEM_ERROR (logged with the request code, rate limited); an unknown code is answered
 REQUEST_CODE_NOT_SUPPORTED. One-way requests get no response."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any, cast
 
 from broker.remoting.context import RequestContext
+from broker.remoting.ratelimit import RateLimitedLog
 from protocol.channel import Channel
 from protocol.codes import FLAG_ONEWAY, ResponseCode
 from protocol.command import RemotingCommand
@@ -108,26 +110,36 @@ def settle_written(answers: list[Deferred]) -> None:
     dispatcher._settle_written(answers)
 
 
-_WRITE_PAUSE = "responses"      # the pause reason while a connection does not read its responses
+_IN_FLIGHT = "in-flight"         # the pause reason while a connection has too much waiting
 _CONTEXT = "request_context"     # the channel attribute holding its `RequestContext`
 
 
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 class Dispatcher:
-    """`max_in_flight_per_channel` bounds one connection's memory: past it the broker stops reading
-    that connection (TCP back-pressure) until half of its waiting requests have been answered. A
-    connection whose responses back up (its transport paused writing) is not read either until
-    they drain."""
+    """`max_in_flight_per_channel` and `max_in_flight_bytes_per_channel` bound one connection's
+    waiting requests (held pulls, sends waiting for their fsync, handler tasks), by count and by
+    body bytes: past either the broker stops reading and handling that connection (TCP
+    back-pressure) until half of the count and a quarter of the bytes are answered. (A connection
+    whose responses back up is paused by the connection guard, `GuardedProtocol`.) `log` is the
+    rate-limited log for lines bad requests cause (the guard's, so one budget covers them all)."""
 
     def __init__(self, handlers: dict[int, Handler], observe: Observer | None = None,
-                 max_in_flight_per_channel: int = 4096) -> None:
+                 max_in_flight_per_channel: int = 4096, *, max_in_flight_bytes_per_channel: int = 1 << 30,
+                 log: RateLimitedLog | None = None) -> None:
         self._handlers = handlers
         self._observe = observe
         self._tasks: set[asyncio.Task[None]] = set()
         self._deferred: set[Deferred] = set()                 # answers that resolve themselves
         self._drained: asyncio.Future[None] | None = None     # `drain` waiting for the last one
         self._max_in_flight = max_in_flight_per_channel
+        self._max_in_flight_bytes = max_in_flight_bytes_per_channel
         self._per_channel: dict[Channel, int] = {}
+        self._bytes_per_channel: dict[Channel, int] = {}       # body bytes of the waiting requests
         self._paused: set[Channel] = set()
+        self._log = log if log is not None else RateLimitedLog(logging.getLogger(__name__), _monotonic_ms)
 
     @property
     def in_flight(self) -> int:
@@ -148,7 +160,7 @@ class Dispatcher:
             try:
                 answer = handler(ctx, request)
             except Exception as exc:
-                response = _error_response(channel, request, exc)
+                response = self._error_response(channel, request, exc)
             else:
                 if answer is not None and type(answer) is not RemotingCommand:
                     self._spawn(channel, request, cast("Deferred | Awaitable[Reply]", answer), started)
@@ -165,17 +177,10 @@ class Dispatcher:
             channel.send(response)
         except ConnectionClosed:
             return
-        if channel.write_paused and not channel.closed:
-            channel.pause_reading(_WRITE_PAUSE)
-            self._watch_drain(channel)
 
-    def _watch_drain(self, channel: Channel) -> None:
-        async def resume() -> None:
-            await channel.drain()
-            channel.resume_reading(_WRITE_PAUSE)
-        task = asyncio.get_running_loop().create_task(resume())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def in_flight_bytes(self, channel: Channel) -> int:
+        """Body bytes of the requests of `channel` still waiting for their answer."""
+        return self._bytes_per_channel.get(channel, 0)
 
     def _spawn(self, channel: Channel, request: RemotingCommand, answer: Deferred | Awaitable[Reply],
                started: float) -> None:
@@ -195,20 +200,36 @@ class Dispatcher:
             task.add_done_callback(self._tasks.discard)
         count = self._per_channel.get(channel, 0) + 1
         self._per_channel[channel] = count
-        if count >= self._max_in_flight and channel not in self._paused and not channel.closed:
-            log.warning("%s has %d requests in flight; pausing reads from it", channel, count)
+        size = len(request.body)
+        if size:
+            size += self._bytes_per_channel.get(channel, 0)
+            self._bytes_per_channel[channel] = size
+        if ((count >= self._max_in_flight or size > self._max_in_flight_bytes)
+                and channel not in self._paused and not channel.closed):
+            self._log.warning("%s has %d requests (%d body bytes) in flight; pausing reads from it",
+                              channel, count, size)
             self._paused.add(channel)
-            channel.pause_reading("in-flight")
+            channel.pause_reading(_IN_FLIGHT)
 
-    def _done(self, channel: Channel) -> None:
+    def _done(self, channel: Channel, request: RemotingCommand) -> None:
         count = self._per_channel[channel] - 1
         if count:
             self._per_channel[channel] = count
         else:
             del self._per_channel[channel]
-        if channel in self._paused and count <= self._max_in_flight // 2:
+        size = len(request.body)
+        if size:
+            size = self._bytes_per_channel[channel] - size
+            if size:
+                self._bytes_per_channel[channel] = size
+            else:
+                del self._bytes_per_channel[channel]
+        else:
+            size = self._bytes_per_channel.get(channel, 0)
+        if (channel in self._paused and count <= self._max_in_flight // 2
+                and size <= self._max_in_flight_bytes // 4):
             self._paused.discard(channel)
-            channel.resume_reading("in-flight")
+            channel.resume_reading(_IN_FLIGHT)
 
     def _deferred_done(self, answer: Deferred) -> None:
         """`answer` was resolved: write its response now (called from inside its resolution)."""
@@ -218,7 +239,7 @@ class Dispatcher:
         try:
             self._reply_deferred(channel, answer._request, answer._started, answer)
         finally:
-            self._done(channel)
+            self._done(channel, answer._request)
             self._check_drained()
 
     def _settle_written(self, answers: list[Deferred]) -> None:
@@ -235,17 +256,17 @@ class Dispatcher:
             deferred.discard(answer)
             if observe is not None:
                 observe(answer._request.code, 0, now - answer._started)
-            self._done(answer.channel)
+            self._done(answer.channel, answer._request)
         self._check_drained()
 
     def _deferred_given_up(self, answer: Deferred) -> None:
         self._deferred.discard(answer)
-        self._done(answer.channel)
+        self._done(answer.channel, answer._request)
         self._check_drained()
 
     def _reply_deferred(self, channel: Channel, request: RemotingCommand, started: float, answer: Deferred) -> None:
         exc = answer._exception
-        response = answer._result if exc is None else _error_response(channel, request, exc)
+        response = answer._result if exc is None else self._error_response(channel, request, exc)
         self._reply(channel, request, response, started)
 
     def _check_drained(self) -> None:
@@ -260,10 +281,10 @@ class Dispatcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                response = _error_response(channel, request, exc)
+                response = self._error_response(channel, request, exc)
             self._reply(channel, request, response, started)
         finally:
-            self._done(channel)
+            self._done(channel, request)
 
     async def drain(self, timeout_ms: int) -> None:
         """Wait for in-flight requests for at most `timeout_ms`, then cancel the rest."""
@@ -288,9 +309,9 @@ class Dispatcher:
         if tasks:
             await asyncio.wait(tasks)
 
-
-def _error_response(channel: Channel, request: RemotingCommand, exc: Exception) -> RemotingCommand:
-    if isinstance(exc, ResponseError):
-        return request.response(exc.code, remark=exc.remark)
-    log.error("request code %d from %s failed", request.code, channel, exc_info=exc)
-    return request.response(ResponseCode.SYSTEM_ERROR, remark=f"internal error: {exc.__class__.__name__}: {exc}")
+    def _error_response(self, channel: Channel, request: RemotingCommand, exc: Exception) -> RemotingCommand:
+        if isinstance(exc, ResponseError):
+            return request.response(exc.code, remark=exc.remark)
+        self._log.error("request code %d from %s failed", request.code, channel, exc_info=exc)
+        return request.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"internal error: {exc.__class__.__name__}: {exc}")

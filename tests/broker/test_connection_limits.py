@@ -81,21 +81,29 @@ async def test_stalled_partial_frames_stay_bounded_and_are_closed_on_time(tmp_pa
         assert result.queue_offset == 0
 
 
+async def hold_two_then_be_refused(broker: Broker, client_api: ClientAPI, cap: str,
+                                   reason: str) -> list[asyncio.StreamWriter]:
+    """Open two raw connections (the cap), then check a third (the client API's) is refused with a
+    remark naming `cap` and counted under `reason`; returns the two."""
+    host, port = broker.address.rsplit(":", 1)
+    held = [(await asyncio.open_connection(host, int(port)))[1] for _ in range(2)]
+    await wait_until(lambda: len(broker.connection_guard.connections) == 2)
+    with pytest.raises(ConnectionClosed, match=cap):
+        await send(client_api, broker.address)
+    assert broker.connection_guard.closed[reason] == 1
+    return held
+
+
 async def test_connection_past_max_connections_is_refused_with_a_reason(tmp_path: Path,
                                                                       client_api: ClientAPI) -> None:
     async with Broker(broker_config(tmp_path, max_connections=2)) as broker:
-        host, port = broker.address.rsplit(":", 1)
-        held = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
-        await wait_until(lambda: len(broker.connection_guard.connections) == 2)
-        with pytest.raises(ConnectionClosed, match="max_connections 2"):
-            await send(client_api, broker.address)
-        assert broker.connection_guard.closed["refused"] == 1
+        held = await hold_two_then_be_refused(broker, client_api, "max_connections 2", "refused")
         text = (await broker.metrics.render()).decode()
         assert 'rocketq_connections_closed{cluster="DefaultCluster",node_id="broker-a",reason="refused"} 1.0' in text
-        held[0][1].close()
+        held[0].close()
         await wait_until(lambda: len(broker.connection_guard.connections) == 1)
         assert (await send(client_api, broker.address)).queue_offset == 0
-        held[1][1].close()
+        held[1].close()
 
 
 async def test_a_connection_sending_nothing_valid_is_closed(tmp_path: Path, client_api: ClientAPI) -> None:
@@ -145,7 +153,62 @@ def test_rate_limited_log_suppresses_past_the_burst_and_says_how_many(caplog: py
     with caplog.at_level(logging.WARNING, "test.ratelimit"):
         for index in range(5):
             limited.warning("closing %d", index)
+        limited.warning("refusing %d", 9)          # another template has its own budget
         clock.advance(1_000)
-        limited.warning("closing %d", 5)
+        limited.warning("closing %d", 5)           # the next line says how many were dropped
+        for index in range(6, 9):
+            limited.warning("closing %d", index)
+        limited.flush()                             # the window has not ended: nothing yet
+        clock.advance(1_000)
+        limited.flush()                             # no later line came: a summary, once
+        limited.flush()
     assert [r.getMessage() for r in caplog.records] == [
-        "closing 0", "closing 1", "closing 5 (3 similar lines suppressed)"]
+        "closing 0", "closing 1", "refusing 9", "closing 5 (3 similar lines suppressed)", "closing 6",
+        "2 similar lines suppressed in the last 1 s: closing %d"]
+
+
+async def test_connections_past_max_connections_per_address_are_refused_with_a_reason(
+        tmp_path: Path, client_api: ClientAPI) -> None:
+    async with Broker(broker_config(tmp_path, max_connections_per_address=2)) as broker:
+        held = await hold_two_then_be_refused(broker, client_api, "max_connections_per_address 2",
+                                              "refused_per_address")
+        # another loopback address is another peer: it still gets in
+        host, port = broker.address.rsplit(":", 1)
+        _, other = await asyncio.open_connection(host, int(port), local_addr=("127.0.0.2", 0))
+        await wait_until(lambda: len(broker.connection_guard.connections) == 3)
+        assert broker.connection_guard.per_address == {"127.0.0.1": 2, "127.0.0.2": 1}
+        held[0].close()
+        await wait_until(lambda: len(broker.connection_guard.connections) == 2)
+        assert (await send(client_api, broker.address)).queue_offset == 0
+        for writer in (held[1], other):
+            writer.close()
+
+
+GARBAGE = [b"\xff" * 64,                                        # frame_length past max_frame_bytes
+           struct.pack(">II", 12, 200) + bytes(8),              # header_length past the frame
+           struct.pack(">II", 8, 4) + b"\xc1\xc1\xc1\xc1",      # a header that is not msgpack
+           struct.pack(">II", 2, 0)]                            # frame_length below 4
+
+
+async def test_a_flood_of_garbage_connections_logs_a_bounded_amount(
+        tmp_path: Path, client_api: ClientAPI, caplog: pytest.LogCaptureFixture) -> None:
+    async with Broker(broker_config(tmp_path)) as broker:
+        host, port = broker.address.rsplit(":", 1)
+
+        async def garbage(payload: bytes) -> None:
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(payload)
+            try:
+                async with asyncio.timeout(5):
+                    while await reader.read(65_536):      # until the broker closes it
+                        pass
+            finally:
+                writer.close()
+
+        with caplog.at_level(logging.WARNING):
+            for batch in range(10):
+                await asyncio.gather(*(garbage(GARBAGE[(batch + i) % len(GARBAGE)]) for i in range(200)))
+            assert (await send(client_api, broker.address)).queue_offset == 0
+        logged = sum(len(record.getMessage()) for record in caplog.records)
+        assert logged < 20_000, f"{len(caplog.records)} lines, {logged} bytes of log for 2,000 bad connections"
+        assert any("protocol error" in record.getMessage() for record in caplog.records)

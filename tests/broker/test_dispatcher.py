@@ -132,3 +132,24 @@ async def test_settle_written_resolves_answers_whose_responses_were_written() ->
         assert {calls.index(c) for c in done} == {0, 2} and len(pending) == 1
         for call in pending:
             call.cancel()
+
+
+async def test_a_connection_with_too_many_body_bytes_waiting_is_paused_until_a_quarter_are_answered() -> None:
+    """Requests waiting for an answer (a send waiting for its fsync) keep their bodies: past
+    `max_in_flight_bytes_per_channel` of them the connection is not read until they are answered."""
+    handler = Held()
+    dispatcher = Dispatcher({CODE: handler}, max_in_flight_bytes_per_channel=1_000)
+    async with serving(dispatcher.on_request) as server, client(server) as channel:
+        calls = [asyncio.create_task(channel.invoke(request(CODE, body=bytes(600)), 5_000)) for _ in range(3)]
+        await handler.next()
+        while len(handler.pending) < 2:
+            await handler.next()
+        assert dispatcher.in_flight_bytes(server.channels[0]) == 1_200
+        done, _ = await asyncio.wait({calls[2]}, timeout=0.3)
+        assert not done and len(handler.pending) == 2, "the third was handled past the byte bound"
+        for answer, cmd in list(handler.pending):
+            answer.set_result(cmd.response())
+        answer, cmd = await handler.next()                     # read again: the third arrives
+        answer.set_result(cmd.response())
+        assert [r.code for r in await asyncio.gather(*calls)] == [ResponseCode.SUCCESS] * 3
+        assert dispatcher.in_flight_bytes(server.channels[0]) == 0

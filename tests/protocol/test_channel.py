@@ -12,7 +12,8 @@ import msgpack
 import pytest
 
 from bench.inproc import DroppingTransport
-from protocol.channel import Channel, ChannelProtocol, connect
+from protocol.channel import Channel
+from protocol.channel_protocol import ChannelProtocol, connect
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
 from protocol.errors import ConnectionClosed, RequestTimeout

@@ -242,3 +242,23 @@ def test_incomplete_frame_waits_for_more_bytes() -> None:
     assert decoder.buffered_bytes == len(wire) - 1
     (cmd,) = decoder.feed(wire[-1:])
     assert cmd.body == b"payload" and decoder.buffered_bytes == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(commands(), min_size=1, max_size=6), st.integers(1, 4), st.data())
+def test_frames_decoded_a_few_at_a_time_come_out_whole_and_in_order(
+        cmds: list[RemotingCommand], limit: int, data: st.DataObject) -> None:
+    wire = b"".join(encode_frame_bytes(c) for c in cmds)
+    cut = data.draw(st.integers(0, len(wire)), label="cut")
+    decoder = FrameDecoder(max_frame_bytes=1 << 20)
+    out = decoder.feed(wire[:cut], limit)
+    assert len(out) <= limit
+    while decoder.more:                     # whole frames wait as bytes until taken
+        assert len(out) % limit == 0
+        taken = decoder.feed(b"", limit)
+        assert 0 < len(taken) <= limit
+        out += taken
+    out += decoder.feed(wire[cut:], 0)
+    assert len(out) == len(cmds) and not decoder.more and decoder.buffered_bytes == 0
+    for got, sent in zip(out, cmds, strict=True):
+        assert_same(got, sent)

@@ -24,8 +24,9 @@ from protocol.bodies import (
     decode_body,
     encode_body,
 )
-from protocol.errors import MissingHeaderField
+from protocol.errors import FieldOutOfRange, MessageIllegal, MissingHeaderField
 from protocol.headers import Header
+from protocol.typed import INT64, IntRange
 
 HEADER_CLASSES: list[type[Header]] = sorted(
     {obj for obj in vars(headers).values()
@@ -39,8 +40,9 @@ BODY_CLASSES: list[type[Any]] = [HeartbeatData, LockBatchBody, TopicRouteData, C
 def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
     """Values of the annotation `tp` as protocol/typed.py understands it."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is int:
-        return st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    bounds = int_range(tp)
+    if bounds is not None:
+        return st.integers(min_value=bounds.low, max_value=bounds.high)
     if tp is str:
         return st.text(max_size=16)
     if tp is bool:
@@ -59,8 +61,17 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
     raise AssertionError(f"no strategy for {tp!r}")
 
 
+def int_range(tp: Any) -> IntRange | None:
+    """The range an integer annotation allows (plain `int`: signed 64 bits); None if not one."""
+    if tp is int:
+        return INT64
+    if typing.get_origin(tp) is typing.Annotated and typing.get_args(tp)[0] is int:
+        return next(a for a in typing.get_args(tp)[1:] if isinstance(a, IntRange))
+    return None
+
+
 def instances(cls: type[Any]) -> st.SearchStrategy[Any]:
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     return st.builds(cls, **{f.name: strategy_for(hints[f.name]) for f in dataclasses.fields(cls)})
 
 
@@ -141,6 +152,44 @@ def test_header_defaults_and_missing_or_mistyped_fields(cls: type[Header]) -> No
             message = str(info.value.remark)
             assert f"field '{f.name}'" in message and message.endswith(f"expected {expected}"), message
             assert f"has type {type(wrong).__name__}" in message
+
+
+@pytest.mark.parametrize("cls", HEADER_CLASSES, ids=lambda c: c.__name__)
+def test_header_integers_out_of_their_range_are_refused_naming_the_range(cls: type[Header]) -> None:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    plain = typing.get_type_hints(cls)
+    minimal = {name: sample_value(plain[name]) for name in required_fields(cls)}
+    error = cls.out_of_range or FieldOutOfRange
+    checked = 0
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        bounds = int_range(_scalar_type(hints[f.name]))
+        if bounds is None:
+            continue
+        for inside in (bounds.low, bounds.high):
+            assert getattr(cls.from_fields({**minimal, f.name: inside}), f.name) == inside
+        for outside in {bounds.low - 1, bounds.high + 1, 2**64 - 1, -1 if bounds.low == 0 else bounds.low - 1}:
+            with pytest.raises(error, match=f"field '{f.name}' is {outside}, outside its range "
+                                            f"{bounds.low}..{bounds.high}"):
+                cls.from_fields({**minimal, f.name: outside})
+        checked += 1
+    assert checked == sum(int_range(_scalar_type(hints[f.name])) is not None
+                          for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+
+
+def test_send_headers_answer_an_integer_out_of_range_with_message_illegal() -> None:
+    send = {"producer_group": "pg", "topic": "t", "queue_id": 0, "properties": {}}
+    for name, value in [("reconsume_times", 2**64 - 1), ("reconsume_times", -1), ("queue_id", 1024),
+                        ("flag", 2**31), ("born_timestamp", 2**63), ("max_reconsume_times", 2**64 - 1)]:
+        with pytest.raises(MessageIllegal, match=name):
+            headers.SendMessageRequestHeader.from_fields({**send, name: value})
+    with pytest.raises(FieldOutOfRange, match="delay_level"):    # a send-back's bad fields: all SYSTEM_ERROR
+        headers.ConsumerSendMsgBackRequestHeader.from_fields({"commit_log_offset": 0, "group": "g",
+                                                              "delay_level": 2**64 - 1})
+    with pytest.raises(FieldOutOfRange, match="queue_offset") as info:
+        headers.PullMessageRequestHeader.from_fields({
+            "consumer_group": "g", "topic": "t", "queue_id": 0, "queue_offset": -1, "max_msg_nums": 1,
+            "sys_flag": 0, "commit_offset": 0, "suspend_timeout_ms": 0, "sub_version": 0})
+    assert info.value.code == 1     # SYSTEM_ERROR, as every other bad field of a request that stores nothing
 
 
 def test_container_fields_are_type_checked() -> None:

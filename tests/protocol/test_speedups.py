@@ -223,3 +223,16 @@ def test_c_makes_a_batchs_offset_msg_ids_as_python_does(prefix: str, offsets: li
 def test_c_leaves_unusual_offset_msg_ids_to_python(prefix: str, offsets: list[Any]) -> None:
     assert speedups.offset_msg_ids(prefix, offsets) is None
     assert message.offset_msg_ids(prefix, offsets) == message.offset_msg_ids_py(prefix, offsets)
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(st.lists(commands(), max_size=5), st.integers(-1, 4), st.data())
+def test_c_decodes_at_most_max_commands_frames_as_python_does(cmds: list[RemotingCommand], max_commands: int,
+                                                              data: st.DataObject) -> None:
+    wire = b"".join(frame.encode_frame_bytes(c) for c in cmds)
+    buf = wire[:data.draw(st.integers(0, len(wire)), label="cut")]
+    python = frames_outcome(buf, 1 << 20, frame.decode_frames_py, max_commands)
+    assert frames_outcome(buf, 1 << 20, speedups.decode_frames, max_commands) == python
+    if max_commands > 0:
+        assert len(python[0]) <= max_commands

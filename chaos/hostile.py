@@ -19,11 +19,13 @@ from chaos.disk_fill import SMALL_STORE_SETTINGS, disk_fill
 from chaos.heartbeat_flood import heartbeat_flood
 from chaos.schedule import FaultStep
 from chaos.topic_create_kill import topic_create_kill
+from chaos.unread_pulls import unread_pulls
 
 HOSTILE_FAULTS = frozenset({"unread-pulls", "heartbeat-flood", "topic-create-kill", "disk-fill"})
 DISK_BYTES = 512 << 20          # the tmpfs of a run with disk-fill: room for 20 cycles of traffic
 DISK_SETTINGS = SMALL_STORE_SETTINGS
 FLOOD_CLIENT_IDS = 2_000       # past max_consumers_per_group (1,000): the bound is met too
+UNREAD_MESSAGES = 120          # 150 KB each, pulled and never read (18 MB a time: room on the tmpfs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,12 @@ async def apply_hostile(step: FaultStep, broker: BrokerSubprocess, disk: Path | 
     """Run `step`'s hostile fault against `broker` (left running at the end) for `step.pause_s`;
     the heartbeat flood joins `group` (subscribing `topic`), the group of the run's real consumers,
     so its fake members take queues from them until they leave."""
+    if step.fault == "unread-pulls":
+        unread = await unread_pulls(broker.address, broker.pid, duration_s=step.pause_s, messages=UNREAD_MESSAGES)
+        return HostileOutcome(0, f"broker RSS {unread.baseline_rss_bytes / 2**20:.0f} -> peak "
+                                 f"{unread.peak_rss_bytes / 2**20:.0f} -> {unread.after_rss_bytes / 2**20:.0f} MiB "
+                                 f"{unread.settled_after_s:.1f} s after; probe p99 {unread.probe_p99_ms:.1f} ms over "
+                                 f"{unread.probe_round_trips} round trips, {unread.probe_failures} failed")
     if step.fault == "heartbeat-flood":
         flood = await heartbeat_flood(broker.address, duration_s=step.pause_s, pid=broker.pid,
                                       client_ids=FLOOD_CLIENT_IDS, group=group, topic=topic)

@@ -61,8 +61,11 @@ class MissingHeaderField(SystemError_, ProtocolError):
 
 
 class FieldOutOfRange(MissingHeaderField):
-    """A request's `ext` field is an integer outside the range its header gives it (answered
-    SYSTEM_ERROR as a mistyped field is; the send paths answer MESSAGE_ILLEGAL instead)."""
+    """A request's `ext` field is an integer outside the range its header gives it: MESSAGE_ILLEGAL
+    (13) on every request, as the hostile-load issue asks (a mistyped or missing field stays
+    SYSTEM_ERROR, as RocketMQ's header decoding answers)."""
+
+    code = ResponseCode.MESSAGE_ILLEGAL
 
     def __init__(self, name: str, low: int, high: int, got: int) -> None:
         ResponseError.__init__(self, f"field {name!r} is {got}, outside its range {low}..{high}")

@@ -33,7 +33,7 @@ Timestamp = Annotated[int, IntRange(0, INT64_MAX)]      # epoch ms
 
 class Header:
     __slots__ = ()
-    out_of_range: ClassVar[type[ResponseError] | None] = None   # None: FieldOutOfRange (SYSTEM_ERROR)
+    out_of_range: ClassVar[type[ResponseError] | None] = None   # None: FieldOutOfRange (MESSAGE_ILLEGAL)
 
     @classmethod
     def from_fields(cls, ext: dict[str, Any]) -> Self:

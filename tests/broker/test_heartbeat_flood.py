@@ -30,7 +30,8 @@ async def test_a_heartbeat_flood_is_bounded_and_coalesced_while_a_real_consumer_
     sends waited seconds. Now: 200 members (max_consumers_per_group), 400 client ids from this
     host (max_client_ids_per_address), at most 4 notice rounds per 500 ms window."""
     settings = {"max_consumers_per_group": str(GROUP_CAP), "max_client_ids_per_address": str(ADDRESS_CAP),
-                "notify_consumer_ids_changed_interval_ms": str(WINDOW_MS)}
+                "notify_consumer_ids_changed_interval_ms": str(WINDOW_MS),
+                "max_connections_per_address": "0"}     # the fakes' 1,000 connections: not this bound's test
     async with BrokerSubprocess(tmp_path / "store", settings=settings) as broker:
         await client_api.create_topic(broker.address, "ft", queue_nums=8)
         received: list[bytes] = []

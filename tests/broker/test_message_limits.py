@@ -1,7 +1,7 @@
 """Issue 35, items 3 and 4: a message's properties count towards its size limits (RocketMQ's
 32,767-byte properties string), and every header integer is range-checked at decode: a send out
-of range is MESSAGE_ILLEGAL (13), other requests SYSTEM_ERROR naming the range, never an internal
-error, and nothing refused is stored or moves an offset."""
+of range is MESSAGE_ILLEGAL (13), on every request, naming the range, never an internal error, and
+nothing refused is stored or moves an offset."""
 
 from __future__ import annotations
 
@@ -84,13 +84,13 @@ async def test_a_send_back_of_a_message_with_properties_over_the_limit_is_refuse
     (RequestCode.SEND_MESSAGE, {"max_reconsume_times": U64_MAX}, ResponseCode.MESSAGE_ILLEGAL, "max_reconsume_times"),
     (RequestCode.SEND_MESSAGE, {"queue_id": 1024}, ResponseCode.MESSAGE_ILLEGAL, "queue_id"),
     (RequestCode.SEND_BATCH_MESSAGE, {"born_timestamp": -1}, ResponseCode.MESSAGE_ILLEGAL, "born_timestamp"),
-    (RequestCode.CONSUMER_SEND_MSG_BACK, {"delay_level": U64_MAX}, ResponseCode.SYSTEM_ERROR, "delay_level"),
-    (RequestCode.CONSUMER_SEND_MSG_BACK, {"max_reconsume_times": 2**31}, ResponseCode.SYSTEM_ERROR,
+    (RequestCode.CONSUMER_SEND_MSG_BACK, {"delay_level": U64_MAX}, ResponseCode.MESSAGE_ILLEGAL, "delay_level"),
+    (RequestCode.CONSUMER_SEND_MSG_BACK, {"max_reconsume_times": 2**31}, ResponseCode.MESSAGE_ILLEGAL,
      "max_reconsume_times"),
-    (RequestCode.PULL_MESSAGE, {"queue_offset": U64_MAX}, ResponseCode.SYSTEM_ERROR, "queue_offset"),
-    (RequestCode.PULL_MESSAGE, {"commit_offset": U64_MAX}, ResponseCode.SYSTEM_ERROR, "commit_offset"),
-    (RequestCode.PULL_MESSAGE, {"suspend_timeout_ms": 2**63}, ResponseCode.SYSTEM_ERROR, "suspend_timeout_ms"),
-    (RequestCode.UPDATE_CONSUMER_OFFSET, {"commit_offset": U64_MAX}, ResponseCode.SYSTEM_ERROR, "commit_offset"),
+    (RequestCode.PULL_MESSAGE, {"queue_offset": U64_MAX}, ResponseCode.MESSAGE_ILLEGAL, "queue_offset"),
+    (RequestCode.PULL_MESSAGE, {"commit_offset": U64_MAX}, ResponseCode.MESSAGE_ILLEGAL, "commit_offset"),
+    (RequestCode.PULL_MESSAGE, {"suspend_timeout_ms": 2**63}, ResponseCode.MESSAGE_ILLEGAL, "suspend_timeout_ms"),
+    (RequestCode.UPDATE_CONSUMER_OFFSET, {"commit_offset": U64_MAX}, ResponseCode.MESSAGE_ILLEGAL, "commit_offset"),
 ])
 async def test_out_of_range_header_integers_are_refused_and_change_nothing(
         broker: Broker, client_api: ClientAPI, code: int, ext: dict[str, Any], expected: int, field: str) -> None:

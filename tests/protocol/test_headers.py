@@ -182,14 +182,14 @@ def test_send_headers_answer_an_integer_out_of_range_with_message_illegal() -> N
                         ("flag", 2**31), ("born_timestamp", 2**63), ("max_reconsume_times", 2**64 - 1)]:
         with pytest.raises(MessageIllegal, match=name):
             headers.SendMessageRequestHeader.from_fields({**send, name: value})
-    with pytest.raises(FieldOutOfRange, match="delay_level"):    # a send-back's bad fields: all SYSTEM_ERROR
+    with pytest.raises(FieldOutOfRange, match="delay_level"):    # other requests: FieldOutOfRange, code 13 too
         headers.ConsumerSendMsgBackRequestHeader.from_fields({"commit_log_offset": 0, "group": "g",
                                                               "delay_level": 2**64 - 1})
     with pytest.raises(FieldOutOfRange, match="queue_offset") as info:
         headers.PullMessageRequestHeader.from_fields({
             "consumer_group": "g", "topic": "t", "queue_id": 0, "queue_offset": -1, "max_msg_nums": 1,
             "sys_flag": 0, "commit_offset": 0, "suspend_timeout_ms": 0, "sub_version": 0})
-    assert info.value.code == 1     # SYSTEM_ERROR, as every other bad field of a request that stores nothing
+    assert info.value.code == 13    # MESSAGE_ILLEGAL: "out-of-range header integers refused with 13"
 
 
 def test_container_fields_are_type_checked() -> None:

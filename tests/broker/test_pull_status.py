@@ -8,7 +8,7 @@ from broker.broker import Broker
 from broker.processors.pull_message import response_fields
 from broker.store.results import GetMessageResult, GetMessageStatus
 from client.api import ClientAPI
-from protocol.errors import ResponseError, SystemError_, TopicNotExist
+from protocol.errors import MessageIllegal, ResponseError, SystemError_, TopicNotExist
 from protocol.headers import PullMessageResponseHeader
 from protocol.model import PullStatus
 from tests.helpers import pull_header, send
@@ -50,7 +50,7 @@ async def test_errors(broker: Broker, client_api: ClientAPI) -> None:
     await send(client_api, broker.address, "q")
     with pytest.raises(SystemError_, match="queue_id 9"):
         await _pull(client_api, broker, topic="q", queue_id=9)
-    with pytest.raises(SystemError_, match="queue_offset"):
+    with pytest.raises(MessageIllegal, match="queue_offset"):     # a header integer out of range: 13
         await _pull(client_api, broker, topic="q", queue_offset=-1)
     with pytest.raises(ResponseError, match="SUBSCRIPTION_PARSE_FAILED"):
         await _pull(client_api, broker, topic="q", subscription="||")

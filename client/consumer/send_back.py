@@ -29,6 +29,7 @@ from protocol.topics import retry_topic
 log = logging.getLogger(__name__)
 
 CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+RECONSUME_TIMES_MAX = 2**31 - 1            # the header's range (Java's int): the broker dead-letters at it
 DEFAULT_MAX_RECONSUME_TIMES = 16          # max_reconsume_times = -1 means 16 for concurrent consumption
 FIRST_RETRY_DELAY_LEVEL = 3
 _CLIENT_SIDE_PROPERTIES = frozenset({PROPERTY_CONSUME_START_TIME, PROPERTY_MIN_OFFSET, PROPERTY_MAX_OFFSET})
@@ -80,7 +81,8 @@ class SendBack:
             producer_group=CLIENT_INNER_PRODUCER_GROUP, topic=retry_topic(self._group), queue_id=0,
             flag=message.flag, born_timestamp=time.time_ns() // 1_000_000,
             properties=retry_copy_properties(message, self.max_reconsume_times),
-            reconsume_times=message.reconsume_times + 1, max_reconsume_times=self.max_reconsume_times)
+            reconsume_times=min(message.reconsume_times + 1, RECONSUME_TIMES_MAX),
+            max_reconsume_times=self.max_reconsume_times)
         try:
             await self._api.send_message(address, header, message.body, self._timeout_ms)
             self.fallback_sent += 1

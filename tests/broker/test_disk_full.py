@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import pytest
 
 from broker.broker import Broker
 from broker.disk import disk_usage
+from chaos.hostile import small_store_disk
 from client.api import ClientAPI
 from protocol.errors import ServiceNotAvailable
 from protocol.model import PullStatus
@@ -33,17 +32,11 @@ SEGMENT_BYTES = 256 * KIB
 
 @contextlib.contextmanager
 def small_disk(path: Path, size_bytes: int) -> Iterator[Path]:
-    path.mkdir(parents=True)
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
+    """A tmpfs of `size_bytes` at `path` (chaos's `small_store_disk`); the test skips without root."""
+    with small_store_disk(path, size_bytes) as disk:
+        if disk is None:
+            pytest.skip("mounting a small tmpfs needs root (and tmpfs)")
+        yield disk
 
 
 def fill(path: Path, leave_free_bytes: int) -> Path:

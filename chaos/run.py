@@ -187,7 +187,8 @@ async def _run_chaos(workdir: Path, disk: Path | None, *, cycles: int, seed: int
                      kinds: Sequence[str]) -> ChaosReport:
     started = time.monotonic()
     steps = fault_schedule(seed, cycles, 2 * consumers_per_group, run_s=run_s, kinds=kinds)
-    say(f"chaos seed {seed} (replay with --seed {seed}{'' if list(kinds) == list(FAULTS) else ' and the same kinds'}):")
+    replay = f"--seed {seed}" + ("" if list(kinds) == list(FAULTS) else f" --kinds {','.join(kinds)}")
+    say(f"chaos seed {seed} (replay with {replay}):")
     for step in steps:
         say("  " + step.describe())
     port = free_port()

@@ -16,6 +16,7 @@ from broker.process import BrokerSubprocess
 from client.admin_api import AdminAPI
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
+from protocol import native
 from protocol.codes import ResponseCode
 from protocol.command import request
 from protocol.frame import encode_frame_bytes
@@ -107,11 +108,12 @@ async def _scrape(port: int) -> int:
 
 async def test_sends_are_not_stalled_while_a_large_exposition_is_scraped(tmp_path: Path) -> None:
     """1,000 topics x 4 queues with committed offsets: ~2.3 MB of /metrics, which took ~300 ms on the
-    event loop (a send waited as long); rendered in a thread, sends meanwhile wait less than half of
-    one render (a render on the loop makes a send wait all of it). The bound is relative, measured in
-    the same run: under the pure-Python build on a loaded 2-core CI machine a send shares the GIL with
-    the rendering thread and takes ~50 ms while a render takes ~300 ms. The broker runs in its own
-    process, as in production: the test's client does not share its loop."""
+    event loop (a send waited as long); rendered in a thread, a send's p99 meanwhile stays under
+    50 ms (#35's target) with the C modules built. On the pure-Python twins (`make test-pure`) a send
+    shares the GIL with the rendering thread and took 50-52 ms on a loaded 2-core CI machine while a
+    render took ~300 ms: there the bound is half of one render, measured in the same run (a render on
+    the loop makes a send wait all of it). The broker runs in its own process, as in production: the
+    test's client does not share its loop."""
     metrics_port = _free_port()
     async with BrokerSubprocess(tmp_path / "store", settings={"metrics_port": str(metrics_port)}) as broker:
         remoting = RemotingClient()
@@ -144,5 +146,6 @@ async def test_sends_are_not_stalled_while_a_large_exposition_is_scraped(tmp_pat
     assert len(latencies_ms) >= 10, f"only {len(latencies_ms)} sends in {scrape_ms:.0f} ms of scrapes"
     p99 = latencies_ms[int(len(latencies_ms) * 0.99)]
     render_ms = scrape_ms / len(sizes)
-    assert p99 < render_ms / 2, (f"p99 send latency {p99:.1f} ms (max {latencies_ms[-1]:.1f}) "
+    bound_ms = 50 if native.speedups() is not None else render_ms / 2
+    assert p99 < bound_ms, (f"p99 send latency {p99:.1f} ms (max {latencies_ms[-1]:.1f}) "
                                  f"during {scrape_ms:.0f} ms of scrapes ({render_ms:.0f} ms each)")

@@ -50,6 +50,7 @@ from broker.topics.system_topics import SystemTopics
 from broker.topics.topic_config_manager import TopicConfigManager
 from conf.broker import BrokerConfig
 from conf.namesrv import parse_namesrv_addr
+from conf.tls import broker_client_context, server_context
 from protocol.bodies import TopicConfigData
 from protocol.channel import Channel
 from protocol.clock import Clock, SystemClock
@@ -57,6 +58,7 @@ from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.headers import RegisterBrokerRequestHeader
 from protocol.lifecycle import Lifecycle
+from protocol.tls_accept import TlsAcceptor
 from protocol.topics import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
@@ -138,20 +140,22 @@ class Broker(Lifecycle):
     async def start(self) -> None:
         """Lock the store directory, load state, recover the store, start services, then listen
         (last). Raises `StoreLocked` (an `OSError`) when another broker holds the store directory,
-        before anything in it is read or written, and `OSError` when the port is taken (everything
-        started is stopped again)."""
+        before anything in it is read or written, `OSError` when the port is taken and `TlsError` (an
+        `OSError`) when a `[tls]` file cannot be loaded (everything started is stopped again)."""
         config = self.config
         self.started_at_ms = self.clock.now_ms()
         try:
             self._store_lock.acquire()
             self._persist.load()
+            tls_context = server_context(config.tls)        # None: TLS disabled
+            tls = TlsAcceptor(config.tls.mode, tls_context, config.tls.handshake_timeout_ms) if tls_context else None
             host = advertised_host(config.listen_host)
             # The store host (in every msg_id) needs the port; with port 0 it is known only after
             # binding, so the socket is bound first but accepts nothing before `begin_serving`.
             server = RemotingServer(config.listen_host, config.listen_port, on_request=self._on_request,
                                     on_close=self._on_channel_closed, max_frame_bytes=config.max_frame_bytes,
                                     guard=self.connection_guard,
-                                    max_requests_per_step=config.max_requests_per_step)
+                                    max_requests_per_step=config.max_requests_per_step, tls=tls)
             await server.start()
             self._server = server
             self._address = f"{host}:{server.port}"
@@ -208,7 +212,7 @@ class Broker(Lifecycle):
             store.set_fsync_observer(self.metrics.observe_fsync)
             self.metrics.track_schedule(len(store.delay_levels), schedule.backlog)
             if config.metrics_port > 0:
-                self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port)
+                self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port, tls)
             handlers = self._handlers(store, hold)
             self.metrics.set_request_codes(handlers)
             self._dispatcher = Dispatcher(handlers, self.metrics.observe_request, config.max_in_flight_per_connection,
@@ -223,7 +227,8 @@ class Broker(Lifecycle):
             await self.stop()
             raise
         log.info("broker %s ready on %s%s", config.broker_name, self._address,
-                 f"; metrics on http://{config.listen_host}:{self.metrics_port}/metrics" if self.metrics_port else "")
+                 f"; metrics on http{'s' if tls else ''}://{config.listen_host}:{self.metrics_port}/metrics"
+                 if self.metrics_port else "")
 
     async def stop(self) -> None:
         """Stop accepting, answer held pulls, let in-flight requests finish (bounded), close
@@ -300,7 +305,8 @@ class Broker(Lifecycle):
             return [TopicConfigData(topic=t.topic, read_queue_nums=t.read_queue_nums,
                                     write_queue_nums=t.write_queue_nums, perm=t.perm) for t in topics.topics()]
         registration = NamesrvRegistration(parse_namesrv_addr(namesrv_addr), header, topic_configs,
-                                           config.register_name_server_period_ms)
+                                           config.register_name_server_period_ms,
+                                           ssl_context=broker_client_context(config.tls))
         self.registration = registration
         topics.on_change = registration.wakeup
         await registration.start()

@@ -33,9 +33,10 @@ from broker.metric_tables import (
     LabelValues,
     SnapshotCollector,
 )
-from broker.metrics_http import MetricsHttpServer
 from broker.remoting.guard import CLOSE_REASONS
 from protocol.codes import RequestCode, ResponseCode
+from protocol.metrics_http import MetricsHttpServer
+from protocol.tls_accept import TlsAcceptor
 
 UNKNOWN_REQUEST_CODE = "unknown"
 OTHER_RESPONSE_CODE = "other"
@@ -205,12 +206,14 @@ class BrokerMetrics:
             self.schedule_backlog.labels(delay_level=str(level), **self._labels).set_function(
                 lambda level=level: backlog(level))  # type: ignore[misc]
 
-    async def serve(self, host: str, port: int) -> int:
-        """Serve /metrics on host:port (0: any free port); returns the port. Raises `OSError`
-        naming the metrics endpoint when the port is taken."""
+    async def serve(self, host: str, port: int, tls: TlsAcceptor | None = None) -> int:
+        """Serve /metrics on host:port (0: any free port), HTTPS only with `tls` (the broker port's
+        context and handshake timeout); returns the port. Raises `OSError` naming the metrics
+        endpoint when the port is taken."""
         http = MetricsHttpServer(self.render)
         try:
-            bound = await http.start(host, port)
+            bound = await http.start(host, port, ssl_context=tls.context if tls else None,
+                                     handshake_timeout_ms=tls.handshake_timeout_ms if tls else 0)
         except OSError as err:
             raise OSError(err.errno, f"cannot serve metrics on {host}:{port}: {err.strerror}; set "
                           f"metrics_port to a free port, or 0 to turn the endpoint off", "metrics_port") from err

@@ -9,6 +9,7 @@ from typing import ClassVar, Literal
 
 from conf.ranges import Range, check_ranges
 from conf.store import StoreConfig
+from conf.tls import TlsConfig
 
 EventLoop = Literal["auto", "asyncio", "uvloop"]
 
@@ -65,6 +66,7 @@ class BrokerConfig:
     sql92_compile_cache_bytes: int = 32 * 1024 * 1024  # compiled SQL92 expressions kept, by estimated size
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
     def __post_init__(self) -> None:
         check_ranges(self, self.RANGES)

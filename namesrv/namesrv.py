@@ -2,7 +2,8 @@
 (the same frames as the broker), answers REGISTER_BROKER, UNREGISTER_BROKER, GET_ROUTEINFO_BY_TOPIC,
 GET_BROKER_CLUSTER_INFO and GET_ALL_TOPIC_LIST_FROM_NAMESERVER from a `RouteInfoManager`, and drops
 brokers silent for `broker_channel_expired_time_ms`. Stateless: nothing is persisted; brokers
-register with every name server, so several run side by side with nothing shared.
+register with every name server, so several run side by side with nothing shared. With `[tls]` on,
+the port speaks TLS (and plaintext too when permissive) and /metrics is HTTPS only.
 
     async with NameServer(NamesrvConfig(listen_port=0)) as namesrv:
         ... namesrv.address ...
@@ -15,9 +16,10 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from conf.namesrv import NamesrvConfig
+from conf.tls import server_context
 from namesrv.route_info import RouteInfoManager
 from protocol.bodies import RegisterBrokerBody, TopicList, decode_body, encode_body
 from protocol.channel import Channel
@@ -28,7 +30,9 @@ from protocol.command import RemotingCommand
 from protocol.errors import ConnectionClosed, ResponseError, SystemError_, TopicNotExist
 from protocol.headers import GetRouteInfoRequestHeader, RegisterBrokerRequestHeader
 from protocol.lifecycle import Lifecycle
+from protocol.metrics_http import MetricsHttpServer
 from protocol.service import PeriodicService
+from protocol.tls_accept import TlsAcceptor
 from protocol.topics import check_topic
 
 log = logging.getLogger(__name__)
@@ -48,19 +52,22 @@ class NamesrvMetrics:
             lambda: len(routes.broker_live_table))
         Gauge("rocketq_namesrv_topics", "Topics some live broker serves.", registry=self.registry).set_function(
             lambda: len(routes.topic_queue_table))
-        self._http: object | None = None
+        self._http: MetricsHttpServer | None = None
 
-    def serve(self, host: str, port: int) -> int:
-        server, _ = start_http_server(port, addr=host, registry=self.registry)
-        self._http = server
-        return int(server.server_address[1])
+    async def serve(self, host: str, port: int, tls: TlsAcceptor | None = None) -> int:
+        """/metrics on host:port (0: a free port; HTTPS only with `tls`); returns the port."""
+        async def render() -> bytes:
+            return generate_latest(self.registry)     # a few gauges: cheap enough for the loop
+        http = MetricsHttpServer(render)
+        port = await http.start(host, port, ssl_context=tls.context if tls else None,
+                                handshake_timeout_ms=tls.handshake_timeout_ms if tls else 0)
+        self._http = http
+        return port
 
-    def close(self) -> None:
-        server = self._http
-        if server is not None:
-            server.shutdown()  # type: ignore[attr-defined]
-            server.server_close()  # type: ignore[attr-defined]
-            self._http = None
+    async def close(self) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()
 
 
 class NameServer(Lifecycle):
@@ -71,6 +78,7 @@ class NameServer(Lifecycle):
         self.metrics = NamesrvMetrics(self.routes)
         self.metrics_port: int | None = None
         self._server: asyncio.Server | None = None
+        self._tls: TlsAcceptor | None = None
         self._channels: set[Channel] = set()
         self._scan = PeriodicService("scan-not-active-brokers", config.scan_not_active_broker_interval_ms,
                                      self._scan_not_active)
@@ -85,26 +93,33 @@ class NameServer(Lifecycle):
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Listen (raises `OSError` when the address is taken), start the scan and the metrics."""
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: ChannelProtocol(on_request=self._on_request, on_close=self._channels.discard,
-                                    on_connect=self._channels.add, max_frame_bytes=self.config.max_frame_bytes),
-            self.config.listen_host, self.config.listen_port, reuse_address=True)
+        """Listen (raises `OSError` when the address is taken, `TlsError` when a `[tls]` file
+        cannot be loaded), start the scan and the metrics."""
+        config, loop = self.config, asyncio.get_running_loop()
+        context = server_context(config.tls)
+        tls = self._tls = TlsAcceptor(config.tls.mode, context, config.tls.handshake_timeout_ms) if context else None
+
+        def accept() -> asyncio.Protocol:
+            inner = ChannelProtocol(on_request=self._on_request, on_close=self._channels.discard,
+                                    on_connect=self._channels.add, max_frame_bytes=config.max_frame_bytes)
+            return inner if tls is None else tls.wrap(inner)
+        self._server = await loop.create_server(accept, config.listen_host, config.listen_port, reuse_address=True)
         await self._scan.start()
-        if self.config.metrics_port > 0:
-            self.metrics_port = self.metrics.serve(self.config.listen_host, self.config.metrics_port)
+        if config.metrics_port > 0:
+            self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port, tls)
         log.info("name server ready on %s", self.address)
 
     async def stop(self) -> None:
         await self._scan.stop()
         if self._server is not None:
             self._server.close()
+            if self._tls is not None:
+                await self._tls.close()
             for channel in list(self._channels):
                 channel.close()
             await self._server.wait_closed()
             self._server = None
-        self.metrics.close()
+        await self.metrics.close()
 
     _close = stop
 

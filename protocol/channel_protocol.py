@@ -1,10 +1,12 @@
 """`ChannelProtocol`, the asyncio protocol of a `Channel` (decoding its received bytes a few frames
-at a time when the channel bounds its dispatch), and `connect`, which opens a client channel."""
+at a time when the channel bounds its dispatch), and `connect`, which opens a client channel (over
+TLS when given an `ssl.SSLContext`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from typing import cast
 
@@ -37,6 +39,17 @@ class ChannelProtocol(asyncio.Protocol):
     def partial_bytes(self) -> int:
         """Bytes of a frame not yet received whole (0 while whole frames wait undecoded)."""
         return 0 if self._decoder.more else self._decoder.buffered_bytes
+
+    def accepted(self, transport: asyncio.Transport) -> bool:
+        """Server side, when something comes before `connection_made` (the first byte and a TLS
+        handshake, `protocol.tls_accept`): the connection was accepted on `transport`. False refuses
+        it (this method closed `transport`) and nothing more is called; after True, exactly one of
+        `connection_made` (then the rest of the protocol) or `abandoned` follows. Default: True."""
+        return True
+
+    def abandoned(self, reason: str) -> None:
+        """A connection `accepted` closed before `connection_made` (`reason`: "tls_plaintext",
+        "tls_handshake", or "closed" by the peer or the server's shutdown). Default: nothing."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
@@ -98,15 +111,20 @@ class ChannelProtocol(asyncio.Protocol):
 
 async def connect(host: str, port: int, *, on_request: RequestHandler | None = None,
                   on_close: CloseHandler | None = None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                  timeout_ms: int = 3_000) -> Channel:
-    """Open a channel to host:port; raises `ConnectionClosed` when the connection cannot be made
-    (its reason: the OS error, or "not established within `timeout_ms` ms")."""
+                  timeout_ms: int = 3_000, ssl_context: ssl.SSLContext | None = None,
+                  server_hostname: str | None = None) -> Channel:
+    """Open a channel to host:port, over TLS with `ssl_context` (the server's certificate checked
+    against `server_hostname`, default `host`); raises `ConnectionClosed` when the connection (and
+    its handshake) cannot be made within `timeout_ms` (its reason: the OS or TLS error, or "not
+    established within `timeout_ms` ms")."""
     loop = asyncio.get_running_loop()
+    hostname = (server_hostname or host) if ssl_context is not None else None
     try:
         async with asyncio.timeout(timeout_ms / 1000):
             _, protocol = await loop.create_connection(
                 lambda: ChannelProtocol(on_request=on_request, on_close=on_close,
-                                        max_frame_bytes=max_frame_bytes), host, port)
+                                        max_frame_bytes=max_frame_bytes), host, port,
+                ssl=ssl_context, server_hostname=hostname)
     except TimeoutError:
         raise ConnectionClosed(f"{host}:{port}", f"cannot connect: not established within {timeout_ms} ms") from None
     except OSError as exc:

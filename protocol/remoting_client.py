@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -29,7 +30,10 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 class RemotingClient:
-    def __init__(self, *, connect_timeout_ms: int = 3_000, max_frame_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, *, connect_timeout_ms: int = 3_000, max_frame_bytes: int = 64 * 1024 * 1024,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        """`ssl_context`: every connection is TLS, the certificate checked against the address's host."""
+        self._ssl_context = ssl_context
         self._channels: dict[str, Channel] = {}
         self._connecting: dict[str, asyncio.Future[Channel]] = {}
         self._handlers: dict[int, InboundHandler] = {}
@@ -65,7 +69,8 @@ class RemotingClient:
         try:
             host, port = split_address(address)
             channel = await connect(host, port, on_request=self._on_request, on_close=self._closed_channel,
-                                    max_frame_bytes=self._max_frame_bytes, timeout_ms=self._connect_timeout_ms)
+                                    max_frame_bytes=self._max_frame_bytes, timeout_ms=self._connect_timeout_ms,
+                                    ssl_context=self._ssl_context)
             channel.attributes["address"] = address
             self._channels[address] = channel
             future.set_result(channel)

@@ -5,6 +5,8 @@ handler, its fixed thread pools and Netty's write-buffer water marks; we bound t
 - `max_connections` / `max_connections_per_address`: a connection past either gets one SYSTEM_BUSY
   frame (opaque 0) whose remark says why, and is closed; a rocketq client reports that remark as
   its `ConnectionClosed` reason. The per-address cap counts connections by peer IP (loopback too).
+  With TLS on, connections still waiting for their first byte or TLS handshake (`pending`, bounded
+  in time by `tls.handshake_timeout_ms`) count too; a refused TLS client sees its handshake fail.
 - `frame_read_timeout_ms`: a frame whose first bytes arrived must complete within it, else the
   connection is aborted (a stalled partial frame holds up to `max_frame_bytes` of memory).
 - `channel_expired_timeout_ms`: a connection that sent no valid frame for that long is aborted
@@ -51,7 +53,8 @@ _PAUSE_REASON = "max_buffered_bytes"
 _UNREAD = "unread responses"     # the pause reason while the transport's write buffer is over its high mark
 _REFUSED_LINGER_S = 0.5     # a refused connection is read (and discarded) this long before closing
 _TRIM_AFTER_FREED_BYTES = 16 * 1024 * 1024     # closed connections freed this much: trim the heap
-CLOSE_REASONS = ("refused", "refused_per_address", "frame_timeout", "expired", "unsent_limit", "write_stall")
+CLOSE_REASONS = ("refused", "refused_per_address", "frame_timeout", "expired", "unsent_limit", "write_stall",
+                 "tls_plaintext", "tls_handshake")
 InFlightBytes = Callable[[Channel], int]        # request bytes the dispatcher holds for a channel
 
 
@@ -106,6 +109,7 @@ class ConnectionGuard(Service):
         self._monotonic_ms = monotonic_ms
         self.connections: dict[Channel, GuardedConnection] = {}
         self.per_address: collections.Counter[str] = collections.Counter()
+        self.pending = 0        # accepted, no channel yet: waiting for the first byte or the TLS handshake
         self.buffered_bytes = 0
         self._paused: set[GuardedConnection] = set()
         self._freed_bytes = 0                   # held by connections closed since the last trim
@@ -128,16 +132,17 @@ class ConnectionGuard(Service):
     # -- called by GuardedProtocol ----------------------------------------------------------------
 
     def admit(self, transport: asyncio.Transport) -> bool:
-        """False (after writing the refusal and closing) when `max_connections` are open, or
-        `max_connections_per_address` from the peer's address."""
+        """False (after writing the refusal and closing) when `max_connections` are open (pending
+        ones included), or `max_connections_per_address` from the peer's address."""
         limits = self.limits
         peer = transport.get_extra_info("peername")
         address = _host(peer)
-        if len(self.connections) >= limits.max_connections:
-            self._refuse(transport, "refused", f"the broker has {len(self.connections)} connections "
+        count = len(self.connections) + self.pending
+        if count >= limits.max_connections:
+            self._refuse(transport, "refused", f"the broker has {count} connections "
                          f"(max_connections {limits.max_connections})")
             self.log.warning("refused connection from %s: %d connections open (max_connections %d)",
-                             peer, len(self.connections), limits.max_connections)
+                             peer, count, limits.max_connections)
             return False
         per_address = limits.max_connections_per_address
         if per_address and self.per_address[address] >= per_address:
@@ -159,11 +164,33 @@ class ConnectionGuard(Service):
         asyncio.get_running_loop().call_later(_REFUSED_LINGER_S, transport.abort)
         self.closed[reason] += 1
 
-    def opened(self, protocol: GuardedProtocol, channel: Channel) -> GuardedConnection:
-        address = _host(channel.transport.get_extra_info("peername"))
+    def accepted(self, transport: asyncio.Transport) -> str | None:
+        """A connection that gets its channel later (TLS): `admit` it and count it as pending; its
+        address, or None when refused. `opened(..., pending=address)` or `abandoned` follows."""
+        if not self.admit(transport):
+            return None
+        address = _host(transport.get_extra_info("peername"))
+        self.pending += 1
+        self.per_address[address] += 1
+        return address
+
+    def abandoned(self, address: str, reason: str) -> None:
+        """A pending connection closed before it got a channel (`reason`: see `CLOSE_REASONS`)."""
+        self.pending -= 1
+        self._drop_address(address)
+        if reason in CLOSE_REASONS:
+            self.closed[reason] += 1
+            self.log.warning("closed connection from %s before it was open: %s", address, reason)
+
+    def opened(self, protocol: GuardedProtocol, channel: Channel, *, pending: str | None = None) -> GuardedConnection:
+        """Track a connection that has its channel (`pending`: its address, counted by `accepted`)."""
+        address = pending if pending is not None else _host(channel.transport.get_extra_info("peername"))
         conn = GuardedConnection(protocol, channel, address, self._monotonic_ms())
         self.connections[channel] = conn
-        self.per_address[address] += 1
+        if pending is not None:
+            self.pending -= 1
+        else:
+            self.per_address[address] += 1
         return conn
 
     def received(self, conn: GuardedConnection, decoded: bool) -> None:
@@ -205,13 +232,16 @@ class ConnectionGuard(Service):
     def lost(self, conn: GuardedConnection) -> None:
         if self.connections.pop(conn.channel, None) is None:
             return
-        self.per_address[conn.address] -= 1
-        if not self.per_address[conn.address]:
-            del self.per_address[conn.address]
+        self._drop_address(conn.address)
         self.buffered_bytes -= conn.held_bytes
         self._freed_bytes += conn.held_bytes
         self._paused.discard(conn)
         self._resume_if_below()
+
+    def _drop_address(self, address: str) -> None:
+        self.per_address[address] -= 1
+        if not self.per_address[address]:
+            del self.per_address[address]
 
     def _account(self, conn: GuardedConnection, held: int) -> None:
         self.buffered_bytes += held - conn.held_bytes
@@ -299,9 +329,20 @@ class GuardedProtocol(ChannelProtocol):
                          max_frame_bytes=max_frame_bytes, max_dispatch_per_step=max_dispatch_per_step)
         self._guard = guard
         self._conn: GuardedConnection | None = None
+        self._pending: str | None = None     # the address `accepted` counted (TLS), until opened
+
+    def accepted(self, transport: asyncio.Transport) -> bool:
+        self._pending = self._guard.accepted(transport)
+        return self._pending is not None
+
+    def abandoned(self, reason: str) -> None:
+        if self._pending is not None:
+            self._guard.abandoned(self._pending, reason)
+            self._pending = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self._guard.admit(cast(asyncio.Transport, transport)):
+        pending, self._pending = self._pending, None
+        if pending is None and not self._guard.admit(cast(asyncio.Transport, transport)):
             return
         high = self._guard.limits.max_unsent_bytes_per_connection
         with contextlib.suppress(NotImplementedError):     # (bench.inproc's transport has no buffer)
@@ -309,7 +350,7 @@ class GuardedProtocol(ChannelProtocol):
         super().connection_made(transport)
         channel = self.channel
         assert channel is not None
-        conn = self._conn = self._guard.opened(self, channel)
+        conn = self._conn = self._guard.opened(self, channel, pending=pending)
         channel.on_unsent = lambda _: self._guard.unsent(conn)
 
     def log_frame_error(self, channel: Channel, err: FrameError) -> None:

@@ -1,5 +1,6 @@
 """`RemotingServer`: accepts TCP connections and tracks their channels; every connection goes
-through the `ConnectionGuard` (connection cap, frame and idle deadlines, broker-wide buffer cap)."""
+through the `ConnectionGuard` (connection cap, frame and idle deadlines, broker-wide buffer cap),
+and with `tls` through a `TlsAcceptor` first (TLS, or plaintext too when permissive)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 
 from broker.remoting.guard import ConnectionGuard, GuardedProtocol
 from protocol.channel import Channel, RequestHandler
+from protocol.tls_accept import TlsAcceptor
 
 log = logging.getLogger(__name__)
 
@@ -16,8 +18,9 @@ log = logging.getLogger(__name__)
 class RemotingServer:
     def __init__(self, host: str, port: int, *, on_request: RequestHandler,
                  on_close: Callable[[Channel], None], max_frame_bytes: int, guard: ConnectionGuard,
-                 max_requests_per_step: int = 0) -> None:
+                 max_requests_per_step: int = 0, tls: TlsAcceptor | None = None) -> None:
         self._host, self._port = host, port
+        self._tls = tls
         self.guard = guard
         self._on_request, self._on_close = on_request, on_close
         self._max_frame_bytes = max_frame_bytes
@@ -35,8 +38,10 @@ class RemotingServer:
         """Bind (the port is known after this) without accepting yet; raises `OSError` when the
         address is taken."""
         loop = asyncio.get_running_loop()
+        tls = self._tls
+        factory: Callable[[], asyncio.Protocol] = self.protocol if tls is None else lambda: tls.wrap(self.protocol())
         self._server = await loop.create_server(
-            self.protocol, self._host, self._port, reuse_address=True, backlog=1024, start_serving=False)
+            factory, self._host, self._port, reuse_address=True, backlog=1024, start_serving=False)
 
     def protocol(self) -> GuardedProtocol:
         """The protocol of one accepted connection (the server's factory). `bench.inproc` also
@@ -59,8 +64,10 @@ class RemotingServer:
             self._server.close()
 
     async def close(self) -> None:
-        """Close every connection and the listening socket."""
+        """Close every connection (TLS handshakes in progress too) and the listening socket."""
         self.stop_accepting()
+        if self._tls is not None:
+            await self._tls.close()
         for channel in list(self.channels):
             channel.close()
         waits = [asyncio.wait_for(ch.wait_closed(), 2) for ch in list(self.channels)]

@@ -1,16 +1,20 @@
-"""`MetricsHttpServer`: the Prometheus endpoint (`GET /metrics`), an asyncio server on the broker's loop.
+"""`MetricsHttpServer`: the Prometheus endpoint (`GET /metrics`), an asyncio server on the loop of a
+broker or a name server (shared by both, so it lives here).
 
-prometheus_client's own server runs collectors in a thread; ours read the store, the offset table
-and the registries, which only the loop may touch (the store is synchronous and unlocked). So the
-endpoint is a small asyncio HTTP/1.1 server whose `render` copies that state on the loop and
+prometheus_client's own server runs collectors in a thread; the broker's read the store, the offset
+table and the registries, which only the loop may touch (the store is synchronous and unlocked). So
+the endpoint is a small asyncio HTTP/1.1 server whose `render` copies that state on the loop and
 formats the text in a thread (`BrokerMetrics.render`): one request per connection
 (`Connection: close`), request head bounded to 16 KiB and 10 s, any path answered with the
-exposition (Prometheus asks `/metrics`), any method other than GET/HEAD answered 405."""
+exposition (Prometheus asks `/metrics`), any method other than GET/HEAD answered 405. With an
+`ssl.SSLContext` it is HTTPS only (the handshake bounded by `handshake_timeout_ms`; prometheus_client's
+HTTPS server would do handshakes one at a time in its accepting thread, so a silent client stalls it)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -34,10 +38,13 @@ class MetricsHttpServer:
             raise RuntimeError("metrics server is not listening")
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen on host:port (0: a free port); returns the port. Raises `OSError` when taken."""
-        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True,
-                                                  limit=MAX_HEAD_BYTES)
+    async def start(self, host: str, port: int, *, ssl_context: ssl.SSLContext | None = None,
+                    handshake_timeout_ms: int = 10_000) -> int:
+        """Listen on host:port (0: a free port), HTTPS with `ssl_context`; returns the port.
+        Raises `OSError` when taken."""
+        self._server = await asyncio.start_server(
+            self._serve, host, port, reuse_address=True, limit=MAX_HEAD_BYTES, ssl=ssl_context,
+            ssl_handshake_timeout=handshake_timeout_ms / 1000 if ssl_context is not None else None)
         return self.port
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -58,7 +65,7 @@ class MetricsHttpServer:
                 if method == b"GET":
                     writer.write(body)
             await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):   # (TLS errors too)
             pass
         except Exception:
             log.exception("metrics request failed")

@@ -1,6 +1,8 @@
 """What every admin command shares: the `--endpoints` (`-n`, $ROCKETQ_ENDPOINTS) / `--json` options,
-one client API per command run, clear one-line errors (exit code 2 when no broker can be reached or
-the endpoints are malformed, 1 when a broker refuses the request), and table or JSON output.
+how it connects (`--tls`, $ROCKETQ_TLS; `--ca-file`, $ROCKETQ_CA_FILE: `connection_options`, which
+`endpoints_option` adds, so every command and `rocketq top` has them), one client API per command
+run, clear one-line errors (exit code 2 when no broker can be reached or the endpoints are
+malformed, 1 when a broker refuses the request), and table or JSON output.
 
     @admin_group.command("example", epilog=example_epilog("rocketq admin example --json"))
     @endpoints_option
@@ -16,6 +18,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -26,24 +29,83 @@ from rich.table import Table
 
 from client.admin_api import AdminAPI
 from client.remoting.remoting_client import RemotingClient
+from conf.client import CLIENT_ENV
+from conf.tls import client_context
 from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseError
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ENDPOINTS = "127.0.0.1:10911"
-ENDPOINTS_ENV = "ROCKETQ_ENDPOINTS"
+ENDPOINTS_ENV, TLS_ENV, CA_FILE_ENV = CLIENT_ENV["endpoints"], CLIENT_ENV["tls"], CLIENT_ENV["ca_file"]
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 2
 EXIT_REFUSED = 1
 
 
 def endpoints_option(command: F) -> F:
-    """`--endpoints/-n HOST:PORT[;...]`, resolved by `resolve_endpoints`."""
+    """`--endpoints/-n HOST:PORT[;...]`, resolved by `resolve_endpoints`, and `connection_options`."""
     return click.option(
         "--endpoints", "-n", "endpoints", default=DEFAULT_ENDPOINTS, show_default=True, envvar=ENDPOINTS_ENV,
         show_envvar=True, metavar="HOST:PORT[;...]", callback=resolve_endpoints,
         help="Broker or name server address(es); the first is used. Also before the subcommand "
-             "(rocketq admin -n 127.0.0.1:9876 topic list).")(command)
+             "(rocketq admin -n 127.0.0.1:9876 topic list).")(connection_options(command))
+
+
+# -- how to connect: the shared options that are not the command's own arguments ------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """How a command connects, from `connection_options` (before or after the subcommand, or the
+    environment). Add a shared connection setting here, in `connection_options` and in
+    `remoting_client`; commands get it through `run_admin` / `current_connection` unchanged."""
+
+    tls: bool = False
+    ca_file: str = ""       # implies tls
+
+    def remoting_client(self, *, connect_timeout_ms: int = 3_000) -> RemotingClient:
+        """Connections as these settings say; raises `TlsError` (an `OSError`) for an unreadable
+        CA file."""
+        tls = self.tls or bool(self.ca_file)
+        return RemotingClient(connect_timeout_ms=connect_timeout_ms,
+                              ssl_context=client_context(self.ca_file) if tls else None)
+
+
+_CONNECTION_META = "rocketq.connection"    # click's ctx.meta is shared by a command and its groups
+
+
+def connection_options(command: F) -> F:
+    """`--tls` ($ROCKETQ_TLS=1) and `--ca-file PATH` ($ROCKETQ_CA_FILE), recorded for
+    `current_connection()` instead of passed to the command."""
+    options = [
+        click.option("--tls", is_flag=True, envvar=TLS_ENV, show_envvar=True, expose_value=False,
+                     callback=_remember_connection,
+                     help="Connect over TLS, verifying the servers' certificates (the system's CAs "
+                          "unless --ca-file)."),
+        click.option("--ca-file", "ca_file", metavar="PATH", default=None, envvar=CA_FILE_ENV, show_envvar=True,
+                     type=click.Path(exists=True, dir_okay=False), expose_value=False,
+                     callback=_remember_connection,
+                     help="PEM CA certificates the servers' certificates must chain to; implies --tls."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _remember_connection(ctx: click.Context, param: click.Parameter, value: object) -> None:
+    """Keep `value` for `current_connection`; a subcommand's default or environment value does not
+    undo one given on the command line before it (`rocketq admin --tls topic list`)."""
+    settings: dict[str, object] = ctx.meta.setdefault(_CONNECTION_META, {})
+    name = param.name or ""
+    if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE or name not in settings:
+        settings[name] = value
+
+
+def current_connection() -> Connection:
+    """The connection settings of the running click command (defaults outside one)."""
+    ctx = click.get_current_context(silent=True)
+    settings = ctx.meta.get(_CONNECTION_META, {}) if ctx is not None else {}
+    return Connection(tls=bool(settings.get("tls", False)), ca_file=str(settings.get("ca_file") or ""))
 
 
 def resolve_endpoints(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -124,11 +186,13 @@ def emit(rows: Sequence[dict[str, Any]], as_json: bool, *, title: str, columns: 
 def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], timeout_s: float | None = 60.0) -> T:
     """`run` for commands that need the admin requests: `work(admin_api, address)` with the first
     endpoint's address; the same one-line errors and exit codes (2 unreachable, 1 refused), the
-    unreachable line naming the address that failed (a broker behind a name server, too)."""
+    unreachable line naming the address that failed (a broker behind a name server, too).
+    Connects as `current_connection()` says (TLS)."""
     address = first_endpoint(endpoints)
+    connection = current_connection()
 
     async def main() -> T:
-        remoting = RemotingClient()
+        remoting = connection.remoting_client()
         try:
             async with asyncio.timeout(timeout_s):
                 return await work(AdminAPI(remoting), address)

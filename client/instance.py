@@ -93,12 +93,16 @@ _INSTANCES: dict[tuple[int, str], ClientInstance] = {}
 
 def get_instance(client_id: str, endpoints: Sequence[str], config: ClientConfig) -> ClientInstance:
     """The process's instance for `client_id` on the running loop, created on first use (RocketMQ's
-    `MQClientManager`; the issue's contract is one instance per client id in a process)."""
+    `MQClientManager`; the issue's contract is one instance per client id in a process). Raises
+    `ValueError` when the instance exists with other TLS settings (its connections are shared)."""
     key = (id(asyncio.get_running_loop()), client_id)
     instance = _INSTANCES.get(key)
     if instance is None or instance.closed:
         instance = _INSTANCES[key] = ClientInstance(client_id, endpoints, config)
     else:
+        if (instance.config.tls, instance.config.ssl_context) != (config.tls, config.ssl_context):
+            raise ValueError(f"client id {client_id!r} is in use with other TLS settings (tls, ssl_context): "
+                             "give this client another instance_name")
         instance.add_endpoints(endpoints)
     return instance
 
@@ -108,7 +112,8 @@ class ClientInstance:
         self.client_id = client_id
         self.config = config
         self.endpoints: list[str] = list(endpoints)
-        self.remoting = RemotingClient(connect_timeout_ms=config.connect_timeout_ms)
+        self.remoting = RemotingClient(connect_timeout_ms=config.connect_timeout_ms,
+                                       ssl_context=config.connection_ssl_context())
         self.api = ClientAPI(self.remoting)
         self.routes = RouteTable()
         self.consumers: dict[str, MemberConsumer] = {}

@@ -3,13 +3,15 @@ with the same defaults. `PushConsumer(..., **options)` validates names and range
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar
 
 from conf.ranges import Range, check_ranges
+from conf.tls import client_context
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,10 +30,36 @@ class ClientConfig:
     request_timeout_ms: int = 3_000              # mqClientApiTimeout
     connect_timeout_ms: int = 3_000              # an endpoint not answering a connect this long is unreachable
     metrics_host: str = "127.0.0.1"              # where a `metrics_port=` endpoint listens; "0.0.0.0" for all
+    tls: bool = False                            # TLS to brokers and name servers, verified with the system's CAs
+    ssl_context: ssl.SSLContext | None = None    # TLS with this context (own CA, client certificate); implies tls
 
     def __post_init__(self) -> None:
         _merge_alias(self, "persist_consumer_offset_interval_ms", "persist_offset_interval_ms", 5_000)
         check_ranges(self, self.RANGES)
+
+    def connection_ssl_context(self) -> ssl.SSLContext | None:
+        """The context of every connection: `ssl_context`, else one verifying servers against the
+        system's CAs when `tls` (`SSL_CERT_FILE` names another bundle), else None (plaintext)."""
+        if self.ssl_context is not None:
+            return self.ssl_context
+        return client_context() if self.tls else None
+
+
+# The environment variables of the command-line clients (`rocketq admin`, `rocketq top`), by option.
+# Broker and name-server configuration loading skips them: they share the ROCKETQ_ prefix.
+CLIENT_ENV: Mapping[str, str] = MappingProxyType({
+    "endpoints": "ROCKETQ_ENDPOINTS", "tls": "ROCKETQ_TLS", "ca_file": "ROCKETQ_CA_FILE"})
+
+
+def with_tls(config: ClientConfig | None, tls: bool, ssl_context: ssl.SSLContext | None) -> ClientConfig:
+    """`config` (default `ClientConfig()`) with the `tls=` / `ssl_context=` keywords of `Producer`,
+    `PushConsumer` and `PullConsumer` applied (each only when given: True / not None)."""
+    config = config or ClientConfig()
+    if tls and not config.tls:
+        config = replace(config, tls=True)
+    if ssl_context is not None:
+        config = replace(config, ssl_context=ssl_context)
+    return config
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

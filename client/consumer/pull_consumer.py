@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from client.consumer.pull_service import TopicSubscription, consumer_data, now_m
 from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
-from conf.client import ClientConfig
+from conf.client import ClientConfig, with_tls
 from protocol.bodies import ConsumerData
 from protocol.errors import MQError, TopicNotExist
 from protocol.lifecycle import Lifecycle
@@ -77,7 +78,10 @@ class PullConsumer(Lifecycle):
     """Settings are RocketMQ's lite-pull-consumer ones in snake_case with its defaults.
     `offset_store_dir` is where broadcasting offsets live (default ~/.rocketq/offsets);
     `consume_timestamp` (yyyyMMddHHmmss, local time) is CONSUME_FROM_TIMESTAMP's start, by default
-    30 minutes before `start()`. Raises `ValueError` for a bad group name or an out-of-range value."""
+    30 minutes before `start()`. Raises `ValueError` for a bad group name or an out-of-range value.
+    `tls=True` connects over TLS, verifying servers with the system's CAs; `ssl_context=`
+    (`conf.tls.client_context(ca_file=..., cert_file=..., key_file=...)`) with a CA of your own or a
+    client certificate (mutual TLS)."""
 
     def __init__(self, consumer_group: str, endpoints: str | Sequence[str], *,
                  message_model: str | MessageModel = "CLUSTERING",
@@ -85,7 +89,8 @@ class PullConsumer(Lifecycle):
                  allocate_strategy: AllocateMessageQueueStrategy | None = None, auto_commit: bool = True,
                  auto_commit_interval_ms: int = 5_000, pull_batch_size: int = 10,
                  pull_threshold_for_queue: int = 1_000, poll_timeout_ms: int = 5_000, consume_timestamp: str = "",
-                 offset_store_dir: Path | None = None, client_config: ClientConfig | None = None) -> None:
+                 offset_store_dir: Path | None = None, client_config: ClientConfig | None = None,
+                 tls: bool = False, ssl_context: ssl.SSLContext | None = None) -> None:
         remark = check_group(consumer_group)
         if remark is not None:
             raise ValueError(remark)
@@ -107,7 +112,7 @@ class PullConsumer(Lifecycle):
         self.pull_batch_size, self.pull_threshold_for_queue = pull_batch_size, pull_threshold_for_queue
         self.poll_timeout_ms, self.consume_timestamp = poll_timeout_ms, consume_timestamp
         self.offset_store_dir = offset_store_dir
-        self.client_config = client_config or ClientConfig()
+        self.client_config = with_tls(client_config, tls, ssl_context)
         self._subscriptions: dict[str, TopicSubscription] = {}
         self._assigned: list[MessageQueue] = []
         self._mode: _Mode | None = None       # fixed by the first subscribe() or assign()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import fields
@@ -32,7 +33,7 @@ from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.consumer.send_back import SendBack
 from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
-from conf.client import ClientConfig, PushConsumerOptions
+from conf.client import ClientConfig, PushConsumerOptions, with_tls
 from protocol.bodies import ConsumerData, ConsumerRunningInfo
 from protocol.errors import MQError
 from protocol.lifecycle import Lifecycle
@@ -46,13 +47,17 @@ log = logging.getLogger(__name__)
 class PushConsumer(Lifecycle):
     """Options are RocketMQ's push-consumer settings in snake_case with the same defaults
     (`conf.client.PushConsumerOptions`); an unknown option raises `TypeError` naming the valid
-    ones, an out-of-range value `ValueError`."""
+    ones, an out-of-range value `ValueError`.
+    `tls=True` connects over TLS, verifying servers with the system's CAs; `ssl_context=`
+    (`conf.tls.client_context(ca_file=..., cert_file=..., key_file=...)`) with a CA of your own or a
+    client certificate (mutual TLS)."""
 
     def __init__(self, consumer_group: str, endpoints: str | Sequence[str],
                  message_model: str | MessageModel = "CLUSTERING",
                  consume_from_where: str | ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
                  allocate_strategy: AllocateMessageQueueStrategy | None = None, *,
-                 client_config: ClientConfig | None = None, **options: Any) -> None:
+                 client_config: ClientConfig | None = None, tls: bool = False,
+                 ssl_context: ssl.SSLContext | None = None, **options: Any) -> None:
         remark = check_group(consumer_group)
         if remark is not None:
             raise ValueError(remark)
@@ -66,7 +71,7 @@ class PushConsumer(Lifecycle):
         self.consume_from_where = ConsumeFromWhere(consume_from_where)
         self.allocate_strategy = allocate_strategy or AllocateMessageQueueAveragely()
         self.options = PushConsumerOptions(**options)
-        self.client_config = client_config or ClientConfig()
+        self.client_config = with_tls(client_config, tls, ssl_context)
         self._subscriptions: dict[str, TopicSubscription] = {}
         self._listener: MessageListener | OrderlyMessageListener | None = None
         self._orderly = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -16,7 +17,7 @@ from client.metrics import ClientMetrics
 from client.producer.latency_fault import LatencyFaultTolerance, select_queue
 from client.producer.selector import MessageQueueSelector
 from client.producer.uniq_id import UniqIdGenerator
-from conf.client import ClientConfig
+from conf.client import ClientConfig, with_tls
 from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseError
 from protocol.headers import SendBatchMessageRequestHeader
 from protocol.lifecycle import Lifecycle
@@ -33,13 +34,17 @@ class Producer(Lifecycle):
     """`async with Producer("pg", "127.0.0.1:10911") as producer: await producer.send(Message(...))`.
 
     Raises `ClientStateError` when used before `start()` or after `shutdown()`, `ValueError` for a
-    bad topic or group name, and the last send error when every attempt failed."""
+    bad topic or group name, and the last send error when every attempt failed.
+    `tls=True` connects over TLS, verifying servers with the system's CAs; `ssl_context=`
+    (`conf.tls.client_context(ca_file=..., cert_file=..., key_file=...)`) with a CA of your own or a
+    client certificate (mutual TLS)."""
 
     def __init__(self, producer_group: str, endpoints: str | Sequence[str], *,
                  retry_times_when_send_failed: int = 2, send_msg_timeout_ms: int = 3_000,
                  default_topic_queue_nums: int = 4, max_message_bytes: int = 4 * 1024 * 1024,
                  send_latency_fault_enable: bool = False, metrics_port: int = 0,
-                 client_config: ClientConfig | None = None) -> None:
+                 client_config: ClientConfig | None = None, tls: bool = False,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         remark = check_group(producer_group)
         if remark is not None:
             raise ValueError(remark)
@@ -49,7 +54,7 @@ class Producer(Lifecycle):
         self.send_msg_timeout_ms = send_msg_timeout_ms
         self.default_topic_queue_nums = default_topic_queue_nums
         self.max_message_bytes = max_message_bytes
-        self.client_config = client_config or ClientConfig()
+        self.client_config = with_tls(client_config, tls, ssl_context)
         self._instance: ClientInstance | None = None
         self._round_robin = itertools.count()
         self.send_latency_fault_enable = send_latency_fault_enable

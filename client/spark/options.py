@@ -118,6 +118,25 @@ class Filter:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsSettings:
+    """TLS to brokers and name servers: `enabled` (option `tls`), servers verified against `ca_file`
+    (option `caFile`, which implies `tls`; "": the system's CAs). Plain data: executors get it
+    pickled and build their own `ssl.SSLContext` (`client.spark.queues.remoting_client`)."""
+
+    enabled: bool = False
+    ca_file: str = ""
+
+    @classmethod
+    def parse(cls, opts: dict[str, str]) -> TlsSettings:
+        """From lower-cased options; raises `ValueError` for a `tls` that is not a boolean."""
+        ca_file = opts.get("cafile") or ""
+        return cls(enabled=_bool_option(opts, "tls", False) or bool(ca_file), ca_file=ca_file)
+
+
+NO_TLS = TlsSettings()
+
+
+@dataclass(frozen=True, slots=True)
 class PullSettings:
     """How an executor pulls one range: `batch_size` messages asked per pull, `depth` pulls in
     flight, `timeout_ms` per pull, `arrow_batch_rows` rows per yielded Arrow batch."""
@@ -144,6 +163,7 @@ class SourceOptions:
     max_records_per_trigger: int | None
     commit_to_group: str | None
     pull: PullSettings
+    tls: TlsSettings = NO_TLS
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -191,7 +211,7 @@ class SourceOptions:
                    max_records_per_partition=_int_option(opts, "maxRecordsPerPartition",
                                                          DEFAULT_MAX_RECORDS_PER_PARTITION),
                    max_records_per_trigger=max_per_trigger or None,
-                   commit_to_group=opts.get("committogroup") or None, pull=pull)
+                   commit_to_group=opts.get("committogroup") or None, pull=pull, tls=TlsSettings.parse(opts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,11 +222,13 @@ class SinkOptions:
     send_batch_size: int
     sends_in_flight: int
     send_timeout_ms: int
+    tls: TlsSettings = NO_TLS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         """Options of a write: endpoints, topic, producerGroup (default "spark-sink"),
-        sendBatchSize messages per SEND_BATCH_MESSAGE (32), sendsInFlight (8), sendTimeoutMs."""
+        sendBatchSize messages per SEND_BATCH_MESSAGE (32), sendsInFlight (8), sendTimeoutMs,
+        tls and caFile (as the source's)."""
         opts = _lower(options)
         endpoints, topic = opts.get("endpoints", ""), opts.get("topic", "")
         if not endpoints:
@@ -217,7 +239,7 @@ class SinkOptions:
                    producer_group=opts.get("producergroup") or "spark-sink",
                    send_batch_size=_int_option(opts, "sendBatchSize", 32),
                    sends_in_flight=_int_option(opts, "sendsInFlight", 8),
-                   send_timeout_ms=_int_option(opts, "sendTimeoutMs", 10_000))
+                   send_timeout_ms=_int_option(opts, "sendTimeoutMs", 10_000), tls=TlsSettings.parse(opts))
 
 
 # -- pure offset arithmetic --------------------------------------------------------------------------

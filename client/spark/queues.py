@@ -24,7 +24,8 @@ from client.api import ClientAPI, PullResult
 from client.remoting.remoting_client import RemotingClient
 from client.route import RouteTable, merge_routes
 from client.spark.arrow import PulledBody
-from client.spark.options import Filter, PullSettings
+from client.spark.options import NO_TLS, Filter, PullSettings, TlsSettings
+from conf.tls import client_context
 from protocol.codes import PullSysFlag
 from protocol.errors import MQError, TopicNotExist
 from protocol.headers import PullMessageRequestHeader
@@ -42,10 +43,17 @@ class DataLoss(RuntimeError):
     range goes past the queue's end; with failOnDataLoss=false the reader skips instead."""
 
 
-def run_on_private_loop(work: Callable[[ClientAPI], Awaitable[T]]) -> T:
-    """`work(api)` on a new uvloop event loop with its own connections, all closed afterwards."""
+def remoting_client(tls: TlsSettings) -> RemotingClient:
+    """Connections over TLS when `tls.enabled` (servers verified against `tls.ca_file`, or the
+    system's CAs); raises `TlsError` when the CA file cannot be read."""
+    return RemotingClient(ssl_context=client_context(tls.ca_file) if tls.enabled else None)
+
+
+def run_on_private_loop(work: Callable[[ClientAPI], Awaitable[T]], tls: TlsSettings = NO_TLS) -> T:
+    """`work(api)` on a new uvloop event loop with its own connections (TLS as `tls` says), all
+    closed afterwards."""
     async def main() -> T:
-        remoting = RemotingClient()
+        remoting = remoting_client(tls)
         try:
             return await work(ClientAPI(remoting))
         finally:

@@ -21,14 +21,15 @@ import uvloop
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from client.api import ClientAPI
-from client.remoting.remoting_client import RemotingClient
 from client.spark.arrow import PulledBody, record_batch
 from client.spark.options import (
+    NO_TLS,
     Bound,
     Filter,
     OffsetSpec,
     PullSettings,
     SourceOptions,
+    TlsSettings,
     resolve_offset,
     split_range,
 )
@@ -37,6 +38,7 @@ from client.spark.queues import (
     TopicQueues,
     offset_for_timestamp,
     queue_bounds,
+    remoting_client,
     run_on_private_loop,
     topic_queues,
 )
@@ -53,6 +55,7 @@ class QueueRange(InputPartition):
     end_offset: int
     message_filter: Filter
     pull: PullSettings
+    tls: TlsSettings = NO_TLS
 
 
 async def _take(bodies: AsyncIterator[PulledBody], rows: int) -> list[PulledBody]:
@@ -110,7 +113,7 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     """The Arrow batches of `part` (about `pull.arrow_batch_rows` rows each), pulled on a private
     event loop that lives as long as this generator."""
     loop = uvloop.new_event_loop()
-    remoting = RemotingClient()
+    remoting = remoting_client(part.tls)
     puller = RangePuller(ClientAPI(remoting), part.address, part.topic, part.queue_id, part.message_filter,
                          part.pull)
     bodies = puller.bodies(part.start_offset, part.end_offset)
@@ -134,7 +137,7 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
 def queue_ranges(options: SourceOptions, queues: TopicQueues, ranges: dict[int, tuple[int, int]]) -> list[QueueRange]:
     """`QueueRange`s covering each queue's [start, end), queues in id order, each cut by
     maxRecordsPerPartition."""
-    return [QueueRange(queues.address, options.topic, queue_id, low, high, options.filter, options.pull)
+    return [QueueRange(queues.address, options.topic, queue_id, low, high, options.filter, options.pull, options.tls)
             for queue_id, (start, end) in sorted(ranges.items())
             for low, high in split_range(start, end, options.max_records_per_partition)]
 
@@ -179,7 +182,7 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         options = self.options
-        return run_on_private_loop(lambda api: plan_batch(api, options))
+        return run_on_private_loop(lambda api: plan_batch(api, options), options.tls)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, QueueRange):   # Spark's stand-in when there are no partitions

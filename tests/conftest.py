@@ -13,6 +13,7 @@ from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
 from conf.broker import BrokerConfig, LongPollingConfig
 from conf.store import StoreConfig
+from tests.tls_certs import CertFiles, make_certs
 
 # Short delay levels: level N is N x 100 ms up to 1 s, so retries (level 3 + reconsume_times) and
 # delayed messages arrive within a test's patience.
@@ -44,3 +45,9 @@ async def client_api() -> AsyncIterator[ClientAPI]:
         yield ClientAPI(remoting)
     finally:
         await remoting.close()
+
+
+@pytest.fixture(scope="session")
+def tls_certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
+    """A CA, a server certificate for 127.0.0.1 / localhost, client certificates (tests/tls_certs.py)."""
+    return make_certs(tmp_path_factory.mktemp("tls"))

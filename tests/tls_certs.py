@@ -15,6 +15,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from conf.tls import TlsConfig, TlsMode
+
 _VALID = datetime.timedelta(days=2)
 
 
@@ -96,3 +98,10 @@ def make_certs(directory: Path) -> CertFiles:
         client_key=_write_key(client_key, directory / "client.key"),
         rogue_cert=_write_cert(rogue, directory / "rogue.pem"),
         rogue_key=_write_key(rogue_key, directory / "rogue.key"))
+
+
+def server_tls(certs: CertFiles, mode: TlsMode = "enforcing", *, require_client_cert: bool = False,
+               handshake_timeout_ms: int = 10_000) -> TlsConfig:
+    """A `[tls]` for a test broker or name server with the test server certificate and CA."""
+    return TlsConfig(mode=mode, cert_file=certs.server_cert, key_file=certs.server_key, ca_file=certs.ca_file,
+                     require_client_cert=require_client_cert, handshake_timeout_ms=handshake_timeout_ms)

@@ -28,10 +28,11 @@ START_TIMEOUT_S = 30.0
 
 
 class BrokerThread:
-    """`Broker` running on its own event loop in a daemon thread; `address` once started."""
+    """`Broker` running on its own event loop in a daemon thread; `address` once started.
+    `overrides`: broker config fields (`tests.conftest.broker_config`)."""
 
-    def __init__(self, store_dir: Path) -> None:
-        self._config = broker_config(store_dir)
+    def __init__(self, store_dir: Path, **overrides: object) -> None:
+        self._config = broker_config(store_dir, **overrides)
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None

@@ -15,6 +15,7 @@ import pytest
 import uvloop
 
 from broker.broker import Broker
+from broker.process import BrokerSubprocess, cli_command
 from client.api import ClientAPI
 from conf.tls import TlsConfig, client_context
 from protocol.command import RemotingCommand
@@ -234,3 +235,27 @@ def test_tls_under_uvloop(tmp_path: Path, tls_certs: CertFiles) -> None:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(main())
+
+
+async def test_a_broker_process_configured_from_its_toml_file(tmp_path: Path, tls_certs: CertFiles) -> None:
+    """`rocketq broker start --config broker.toml` with a [tls] table, one key overridden by --set."""
+    config = tmp_path / "broker.toml"
+    config.write_text(f'[tls]\nmode = "permissive"\ncert_file = "{tls_certs.server_cert}"\n'
+                      f'key_file = "{tls_certs.server_key}"\nca_file = "{tls_certs.ca_file}"\n')
+    command = [*cli_command(), "--config", str(config)]
+    async with BrokerSubprocess(tmp_path / "store", command=command, settings={"tls.mode": "enforcing"}) as process:
+        async with api(client_context(tls_certs.ca_file)) as tls_api:
+            assert (await send(tls_api, process.address, "t", b"x")).queue_offset == 0
+        async with api() as plain_api:
+            with pytest.raises(ConnectionClosed):
+                await send(plain_api, process.address, "t", b"in clear")
+
+
+async def test_a_broker_process_with_an_unreadable_certificate_says_so_in_one_line(tmp_path: Path,
+                                                                                   tls_certs: CertFiles) -> None:
+    missing = tmp_path / "missing.pem"
+    process = BrokerSubprocess(tmp_path / "store", settings={
+        "tls.mode": "enforcing", "tls.cert_file": str(missing), "tls.key_file": tls_certs.server_key})
+    with pytest.raises(RuntimeError, match="broker exited before listening") as failed:
+        await process.start()
+    assert f"cannot load the certificate '{missing}'" in str(failed.value)

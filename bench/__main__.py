@@ -28,6 +28,7 @@ from bench import (
     send,
     spark,
     sql92,
+    tls,
 )
 from bench.common import Options, run, wait_for_quiet
 from bench.report import BenchResult, cpu_idle_line, format_table, write_result, write_summary
@@ -42,6 +43,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "held_pulls": held.held_pulls,
     "replay": replay.replay_benchmark,
     "client_produce": client_produce.client_produce,
+    "tls_produce": tls.tls_produce,
     "client_consume": client_consume.client_consume,
     "orderly_consume": orderly_consume.orderly_consume,
     "retry": retry.retry,

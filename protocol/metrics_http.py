@@ -7,8 +7,9 @@ the endpoint is a small asyncio HTTP/1.1 server whose `render` copies that state
 formats the text in a thread (`BrokerMetrics.render`): one request per connection
 (`Connection: close`), request head bounded to 16 KiB and 10 s, any path answered with the
 exposition (Prometheus asks `/metrics`), any method other than GET/HEAD answered 405. With an
-`ssl.SSLContext` it is HTTPS only (the handshake bounded by `handshake_timeout_ms`; prometheus_client's
-HTTPS server would do handshakes one at a time in its accepting thread, so a silent client stalls it)."""
+`ssl.SSLContext` it is HTTPS only, the handshake and the TLS shutdown each bounded by
+`handshake_timeout_ms` (prometheus_client's HTTPS server does its handshakes one at a time in its
+accepting thread, so one silent client would stall it)."""
 
 from __future__ import annotations
 
@@ -42,9 +43,10 @@ class MetricsHttpServer:
                     handshake_timeout_ms: int = 10_000) -> int:
         """Listen on host:port (0: a free port), HTTPS with `ssl_context`; returns the port.
         Raises `OSError` when taken."""
+        timeout_s = handshake_timeout_ms / 1000 if ssl_context is not None else None
         self._server = await asyncio.start_server(
             self._serve, host, port, reuse_address=True, limit=MAX_HEAD_BYTES, ssl=ssl_context,
-            ssl_handshake_timeout=handshake_timeout_ms / 1000 if ssl_context is not None else None)
+            ssl_handshake_timeout=timeout_s, ssl_shutdown_timeout=timeout_s)
         return self.port
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -8,10 +8,11 @@ closed at once, nothing written, in "enforcing" mode. The bytes read to decide a
 whichever takes over, so nothing is lost. After the hand-over this layer is out of the data path.
 
 A connection must send its first byte and finish its handshake within `handshake_timeout_ms`, else
-it is aborted. `inner.accepted(transport)` is asked first, before any byte is read (the broker's
-connection guard counts and bounds the connection from there), and `inner.abandoned(reason)` is
-called when the connection ends before `inner` got it. Works with asyncio's and uvloop's loops
-(both implement `start_tls` with the same SSL protocol design)."""
+it is aborted; the TLS shutdown at its close is bounded by the same time. `inner.accepted(transport)`
+is asked first, before any byte is read (the broker's connection guard counts and bounds the
+connection from there), and `inner.abandoned(reason)` is called when the connection ends before
+`inner` got it. Works with asyncio's and uvloop's loops (both implement `start_tls` with the same
+SSL protocol design)."""
 
 from __future__ import annotations
 
@@ -154,8 +155,9 @@ class SniffingProtocol(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         remaining_s = max(self._deadline - loop.time(), 0.001)
         try:
-            app_transport = await loop.start_tls(transport, shim, self._acceptor.context, server_side=True,
-                                                 ssl_handshake_timeout=remaining_s)
+            app_transport = await loop.start_tls(
+                transport, shim, self._acceptor.context, server_side=True, ssl_handshake_timeout=remaining_s,
+                ssl_shutdown_timeout=self._acceptor.handshake_timeout_ms / 1000)   # (a close_notify never answered)
         except asyncio.CancelledError:
             self._cancel_timer()
             transport.abort()

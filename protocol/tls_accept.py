@@ -170,7 +170,9 @@ class SniffingProtocol(asyncio.Protocol):
             self._inner.abandoned("tls_handshake")
             return
         self._cancel_timer()
-        if app_transport is None:       # (asyncio's: the connection ended as the handshake completed)
+        if app_transport is None or app_transport.is_closing() or transport.is_closing():
+            # The connection ended as the handshake completed (asyncio then returns None, uvloop a
+            # closed transport): `inner` never gets it, so no `connection_lost` is owed to it.
             transport.abort()
             self._inner.abandoned("tls_handshake" if self._expired else "closed")
             return

@@ -259,3 +259,44 @@ async def test_a_broker_process_with_an_unreadable_certificate_says_so_in_one_li
     with pytest.raises(RuntimeError, match="broker exited before listening") as failed:
         await process.start()
     assert f"cannot load the certificate '{missing}'" in str(failed.value)
+
+
+async def _churn(broker: Broker, ca_file: str) -> None:
+    """Connections that end at every stage: before a byte, after the first byte, in the handshake,
+    right after it (the close in the same write as the client's last handshake bytes), after a
+    request. The guard must be back to no connection, nothing pending, no address counted."""
+    host, port = broker.address.rsplit(":", 1)
+    context = client_context(ca_file)
+    for stage in range(5):
+        for _ in range(4):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            client = HandDrivenTls(reader, writer, context)
+            if stage == 1:
+                writer.write(b"\x16")
+            elif stage == 2:
+                with pytest.raises(ssl.SSLWantReadError):
+                    client.tls.do_handshake()
+                writer.write(client.outgoing.read())
+            elif stage >= 3:
+                await client.handshake_in_pieces(lambda: True, heartbeat_frame() if stage == 4 else b"")
+                if stage == 4:
+                    await client.response()
+            writer.close()
+    guard = broker.connection_guard
+    await wait_until(lambda: not guard.connections and guard.pending == 0 and not guard.per_address,
+                     what="every connection released")
+
+
+async def test_connections_ending_at_any_stage_leave_nothing_counted(tmp_path: Path, tls_certs: CertFiles) -> None:
+    async with tls_broker(tmp_path, server_tls(tls_certs, "permissive")) as broker:
+        await _churn(broker, tls_certs.ca_file)
+
+
+def test_connections_ending_at_any_stage_leave_nothing_counted_under_uvloop(tmp_path: Path,
+                                                                           tls_certs: CertFiles) -> None:
+    async def main() -> None:
+        async with tls_broker(tmp_path, server_tls(tls_certs, "permissive")) as broker:
+            await _churn(broker, tls_certs.ca_file)
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main())

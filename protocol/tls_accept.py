@@ -224,7 +224,7 @@ class _HandoverShim(asyncio.Protocol):
         if self._inner is not None:
             return self._inner.eof_received()
         self._eof = True
-        return True         # closing is up to `inner` once it has the transport
+        return None         # (a TLS transport closes after an EOF whatever this returns)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._inner is not None:
@@ -252,7 +252,7 @@ class _HandoverShim(asyncio.Protocol):
         data, self._data = self._data, []
         for chunk in data:
             inner.data_received(chunk)
-        if self._eof and self._lost is None and not inner.eof_received():
-            transport.close()
+        if self._eof and self._lost is None:
+            inner.eof_received()
         if self._lost is not None:
             inner.connection_lost(self._lost[0])

@@ -4,8 +4,10 @@ default per field (see conf/namesrv.toml). Environment variables use the prefix
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from conf.auth import AuthConfig
 
 ENV_PREFIX = "ROCKETQ_NAMESRV__"
 EventLoop = Literal["auto", "asyncio", "uvloop"]
@@ -21,6 +23,9 @@ class NamesrvConfig:
     graceful_shutdown_timeout_ms: int = 5_000          # on SIGTERM, requests in flight get this long
     metrics_port: int = 0                              # 0: no metrics endpoint (5557 is the broker's)
     event_loop: EventLoop = "auto"                     # "auto" (uvloop when installed), "asyncio" or "uvloop"
+    config_dir: str = "~/.rocketq/namesrv"             # the name server's files (auth.json); RocketMQ: ~/namesrv
+    protected_mode: bool = True                        # auth off and listening beyond loopback: refuse others
+    auth: AuthConfig = field(default_factory=AuthConfig)
 
 
 def parse_namesrv_addr(text: str) -> list[str]:

@@ -67,9 +67,11 @@ def _decided_pair(left: Predicate, right: Predicate, decisive: bool) -> Predicat
     def evaluate(properties: Properties) -> bool | None:
         a = left(properties)
         if a is decisive:
-            return decisive
-        b = right(properties)             # `a` is None or not `decisive`
-        return b if b is decisive or a is not None else None
+            return a
+        b = right(properties)
+        if a is None and b is not decisive:
+            return None
+        return b
     return evaluate
 
 
@@ -195,8 +197,14 @@ def compare_numbers(left: NumberOf, compare: Callable[[Number, Number], bool], r
 
 def properties_equal(left: str, right: str, negated: bool) -> Predicate:
     """Two properties compared as strings."""
-    return _both_known(operator.methodcaller("get", left), operator.ne if negated else operator.eq,
-                       operator.methodcaller("get", right))
+    return _both_known(_reader(left), operator.ne if negated else operator.eq, _reader(right))
+
+
+def _reader(name: str) -> Callable[[Properties], str | None]:
+    """The property's text, None when missing."""
+    def read(properties: Properties) -> str | None:
+        return properties.get(name)
+    return read
 
 
 def predicates_equal(left: Predicate, right: Predicate, negated: bool) -> Predicate:

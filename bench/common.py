@@ -21,7 +21,7 @@ from bench.report import BenchResult
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
 from protocol.codes import PullSysFlag
-from protocol.headers import PullMessageRequestHeader, SendBatchMessageRequestHeader
+from protocol.headers import PullMessageRequestHeader, SendBatchMessageRequestHeader, SendMessageRequestHeader
 from protocol.message import Message, encode_batch_body
 
 T = TypeVar("T")
@@ -229,6 +229,38 @@ class CpuMeter:
         return {"broker_cores": round(broker_cores, 3), "client_cores": round(client_cores, 3),
                 "others_cores": round(max(others, 0.0), 3),
                 "broker_rss_mb": round(broker_now.rss_bytes / (1 << 20), 1)}
+
+
+async def send_to_each_queue(senders: Clients, address: str, topics: Sequence[str], queues_per_topic: int,
+                             time_limit_s: float) -> LoadStats:
+    """One small message (tag "held") to every queue of `topics`, 64 in flight; raises
+    RuntimeError when a send fails."""
+    queues = len(topics) * queues_per_topic
+
+    async def send(index: int) -> int:
+        topic, queue_id = topics[index // queues_per_topic], index % queues_per_topic
+        header = SendMessageRequestHeader(producer_group=PRODUCER_GROUP, topic=topic, queue_id=queue_id,
+                                          born_timestamp=0, properties={"TAGS": "held"})
+        await senders[index].send_message(address, header, b"held", timeout_ms=30_000)
+        return 1
+
+    stats = await drive(range(queues), send, workers=64, time_limit_s=time_limit_s)
+    if stats.errors or stats.messages != queues:
+        raise RuntimeError(f"sent {stats.messages} of {queues} messages: {stats.error_samples}")
+    return stats
+
+
+async def settle(usage: Callable[[], Usage], min_s: float, max_s: float) -> float:
+    """Wait `min_s`, then until a 1 s window of `usage()` (a server's) shows at most one 10 ms CPU
+    tick, `max_s` in all at most; returns the seconds waited."""
+    started = time.monotonic()
+    await asyncio.sleep(min_s)
+    while time.monotonic() - started < max_s:
+        before = usage()
+        await asyncio.sleep(1.0)
+        if usage().cores_since(before) <= 0.011:
+            break
+    return time.monotonic() - started
 
 
 def wait_for_quiet(max_wait_s: float = 20.0, threshold_cores: float = 0.3) -> float:

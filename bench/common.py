@@ -8,7 +8,7 @@ import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -111,6 +111,15 @@ async def connected(address: str, count: int) -> AsyncIterator[Clients]:
         await clients.close()
 
 
+@asynccontextmanager
+async def broker_with_clients(opts: Options, connections: int, settings: dict[str, str] | None = None,
+                              command: Sequence[str] | None = None,
+                              ) -> AsyncIterator[tuple[BrokerProcess, Clients]]:
+    """`running_broker` and `connections` connections to it (`connected`), closed on exit."""
+    async with running_broker(opts, settings, command) as broker, connected(broker.address, connections) as clients:
+        yield broker, clients
+
+
 def pull_header(topic: str, queue_id: int, queue_offset: int, *, max_msg_nums: int = 32,
                 suspend_timeout_ms: int = 0, group: str = CONSUMER_GROUP) -> PullMessageRequestHeader:
     """A pull carrying its own "*" subscription (no heartbeat needed); SUSPEND when
@@ -138,6 +147,26 @@ def synthetic_batches(topic: str, body_bytes: int, batch_size: int, distinct: in
                     for i in range(batch_size)]
         bodies.append(encode_batch_body(messages))
     return bodies
+
+
+async def send_batches(clients: Clients, address: str, topic: str, queues: int, bodies: Sequence[bytes], count: int,
+                       *, workers: int, time_limit_s: float,
+                       on_sent: Callable[[int, int, int], None] | None = None) -> LoadStats:
+    """`count` SEND_BATCH_MESSAGE requests to `topic`, request `index` carrying `bodies[index %
+    len(bodies)]` to queue `index % queues` on connection `clients[index]`, `workers` in flight (see
+    `drive`); `on_sent(index, queue_id, messages)` after each acknowledged one."""
+    headers = [batch_header(topic, q) for q in range(queues)]
+
+    async def send(index: int) -> int:
+        queue_id = index % queues
+        sent = await clients[index].send_batch(address, headers[queue_id], bodies[index % len(bodies)],
+                                               timeout_ms=10_000)
+        messages = len(sent.msg_ids)
+        if on_sent is not None:
+            on_sent(index, queue_id, messages)
+        return messages
+
+    return await drive(range(count), send, workers=workers, time_limit_s=time_limit_s)
 
 
 @dataclass(slots=True)
@@ -273,6 +302,18 @@ def wait_for_quiet(max_wait_s: float = 20.0, threshold_cores: float = 0.3) -> fl
         cores = (_system_busy_s() - busy) / (time.monotonic() - started)
         if cores < threshold_cores or time.monotonic() >= deadline:
             return cores
+
+
+@contextmanager
+def cpu_measured(result: BenchResult, broker: BrokerProcess, label: str) -> Iterator[dict[str, float]]:
+    """`CpuMeter.stop`'s numbers over the `with` block, in the dict it gives (filled on a normal
+    exit), with `note_neighbours(result, label, ...)`."""
+    meter = CpuMeter(broker)
+    meter.start()
+    cpu: dict[str, float] = {}
+    yield cpu
+    cpu.update(meter.stop())
+    note_neighbours(result, label, cpu)
 
 
 def note_neighbours(result: BenchResult, label: str, cpu: dict[str, float], limit: float = 0.2) -> None:

@@ -39,13 +39,13 @@ from client.consumer.listener import (
     ListenerResult,
     MessageListener,
 )
+from client.consumer.offset_store import OffsetUpdate
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.sync_workers import SyncWorkers
 from protocol.message import PROPERTY_CONSUME_START_TIME, MessageExt
 from protocol.model import MessageModel, MessageQueue
 
 log = logging.getLogger(__name__)
-OffsetUpdate = Callable[[MessageQueue, int], None]
 JobObserver = Callable[[str, int, float, float], None]
 SendBackFn = Callable[[MessageExt, MessageQueue, int], Awaitable[bool]]   # (message, mq, delay_level)
 SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS

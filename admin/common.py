@@ -5,8 +5,7 @@ run, clear one-line errors (exit code 2 when no broker can be reached or the end
 malformed, 1 when a broker refuses the request), and table or JSON output.
 
     @admin_group.command("example", epilog=example_epilog("rocketq admin example --json"))
-    @endpoints_option
-    @json_option
+    @command_options
     def example(endpoints: str, as_json: bool) -> None:
         rows = run_admin(endpoints, lambda api, address: fetch(api, address))
         emit(rows, as_json, title="Example", columns=["a", "b"])
@@ -149,6 +148,12 @@ def json_option(command: F) -> F:
                         help="Print JSON (for scripts) instead of a table.")(command)
 
 
+def command_options(command: F) -> F:
+    """The options every admin command takes, `--endpoints/-n` then `--json` (`endpoints_option`,
+    `json_option`): the command gets `endpoints: str` and `as_json: bool`."""
+    return endpoints_option(json_option(command))
+
+
 def first_endpoint(endpoints: str) -> str:
     """The first of `"host:port;host:port"`; a usage error when there is none."""
     try:
@@ -212,6 +217,14 @@ def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], tim
 
 def print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def show(as_json: bool, value: Any, *tables: Table) -> None:
+    """A command's answer: `value` as JSON with `as_json` (`print_json`), else `tables` (`print_tables`)."""
+    if as_json:
+        print_json(value)
+    else:
+        print_tables(*tables)
 
 
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:

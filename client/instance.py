@@ -198,6 +198,18 @@ class ClientInstance:
     def unregister_consumer(self, group: str) -> None:
         self.consumers.pop(group, None)
 
+    async def unregister_from_brokers(self, *, producer_group: str | None = None,
+                                      consumer_group: str | None = None) -> None:
+        """UNREGISTER_CLIENT of this client for a producer or consumer group on every broker
+        (`broker_addresses`), one second each; a failure is only logged (a broker drops the client
+        anyway once its heartbeats stop). A producer's or consumer's shutdown, before `release`."""
+        for address in self.broker_addresses():
+            try:
+                await self.api.unregister_client(address, self.client_id, producer_group=producer_group,
+                                                 consumer_group=consumer_group, timeout_ms=1_000)
+            except MQError as exc:
+                log.debug("unregister from %s failed: %s", address, exc)
+
     # -- routes ---------------------------------------------------------------------------------------
 
     async def update_route(self, topic: str) -> TopicRouteData | None:

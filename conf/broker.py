@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import ClassVar, Literal
 
+from conf.auth import AuthConfig
 from conf.ranges import Range, check_ranges
 from conf.store import StoreConfig
 from conf.tls import TlsConfig
@@ -64,8 +65,10 @@ class BrokerConfig:
     sql92_max_depth: int = 64                     # parentheses / NOT / sign nesting of an SQL92 expression
     sql92_max_terms: int = 1_024                  # conditions joined by AND / OR in one SQL92 expression
     sql92_compile_cache_bytes: int = 32 * 1024 * 1024  # compiled SQL92 expressions kept, by estimated size
+    protected_mode: bool = True                   # auth off and listening beyond loopback: refuse non-loopback peers
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
 
     def __post_init__(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from conf.auth import AuthConfig
 from conf.tls import TlsConfig
 
 ENV_PREFIX = "ROCKETQ_NAMESRV__"
@@ -23,6 +24,9 @@ class NamesrvConfig:
     graceful_shutdown_timeout_ms: int = 5_000          # on SIGTERM, requests in flight get this long
     metrics_port: int = 0                              # 0: no metrics endpoint (5557 is the broker's)
     event_loop: EventLoop = "auto"                     # "auto" (uvloop when installed), "asyncio" or "uvloop"
+    config_dir: str = "~/.rocketq/namesrv"             # the name server's files (auth.json); RocketMQ: ~/namesrv
+    protected_mode: bool = True                        # auth off and listening beyond loopback: refuse others
+    auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
 
 

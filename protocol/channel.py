@@ -48,7 +48,9 @@ class Channel:
     `pause_reading(reason)` stops both reading and handling: commands already read wait, in order,
     until every reason is resumed (a connection that does not read its responses must not get
     more of them computed from requests it pipelined earlier). `on_unsent`, when set, is called
-    after a write that left bytes in the transport's buffer (the broker counts them)."""
+    after a write that left bytes in the transport's buffer (the broker counts them). `signer`,
+    when set, signs each request this side sends (`invoke`, `invoke_oneway`) just before it is
+    written: a client with credentials (`protocol.signing`); responses are never signed."""
 
     def __init__(self, transport: asyncio.Transport, *, on_request: RequestHandler | None = None,
                  on_close: CloseHandler | None = None, max_dispatch_per_step: int = 0) -> None:
@@ -84,6 +86,7 @@ class Channel:
         self._more = False                       # whole frames wait undecoded (`take_more` gets them)
         self.take_more: TakeMore | None = None
         self.on_unsent: Callable[[Channel], None] | None = None
+        self.signer: Callable[[RemotingCommand], None] | None = None
 
     def __repr__(self) -> str:
         return f"Channel({self.remote_address})"
@@ -188,6 +191,8 @@ class Channel:
         if deadline < self._sweep_at:
             self._arm_sweep(deadline)
         try:
+            if self.signer is not None:
+                self.signer(cmd)
             self.send(cmd)
             return await future
         finally:
@@ -222,6 +227,8 @@ class Channel:
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = self._opaque()
         cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
+        if self.signer is not None:
+            self.signer(cmd)
         self.send(cmd)
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from protocol.channel import Channel
 from protocol.channel_protocol import connect
 from protocol.command import RemotingCommand
 from protocol.errors import ConnectionClosed
+from protocol.signing import Credentials, signer
 
 log = logging.getLogger(__name__)
 InboundHandler = Callable[[Channel, RemotingCommand], None]
@@ -30,9 +31,11 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 class RemotingClient:
+    """`credentials`, when given, sign every request sent on every channel (`protocol.signing`);
+    with `ssl_context` every connection is TLS, the certificate checked against the address's host."""
+
     def __init__(self, *, connect_timeout_ms: int = 3_000, max_frame_bytes: int = 64 * 1024 * 1024,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
-        """`ssl_context`: every connection is TLS, the certificate checked against the address's host."""
+                 credentials: Credentials | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         self._ssl_context = ssl_context
         self._channels: dict[str, Channel] = {}
         self._connecting: dict[str, asyncio.Future[Channel]] = {}
@@ -41,6 +44,8 @@ class RemotingClient:
         self._max_frame_bytes = max_frame_bytes
         self._closed = False
         self._ever_connected: set[str] = set()
+        self.credentials = credentials
+        self._signer = signer(credentials) if credentials is not None else None
         self.on_disconnect: Callable[[str], None] | None = None
         self.on_reconnect: Callable[[str], None] | None = None   # a new channel to a known address
 
@@ -72,6 +77,7 @@ class RemotingClient:
                                     max_frame_bytes=self._max_frame_bytes, timeout_ms=self._connect_timeout_ms,
                                     ssl_context=self._ssl_context)
             channel.attributes["address"] = address
+            channel.signer = self._signer
             self._channels[address] = channel
             future.set_result(channel)
             if address in self._ever_connected and self.on_reconnect is not None:

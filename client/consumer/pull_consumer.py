@@ -27,7 +27,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from client.consumer.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
+from client.consumer.allocate import AllocateMessageQueueStrategy
+from client.consumer.group_member import GroupMember
 from client.consumer.lite_offsets import LiteOffsets
 from client.consumer.lite_pull_service import (
     MAX_POLL_BATCHES,
@@ -43,12 +44,11 @@ from client.consumer.offset_store import (
     RemoteBrokerOffsetStore,
 )
 from client.consumer.process_queue import ProcessQueue
-from client.consumer.pull_service import TopicSubscription, consumer_data, now_ms
+from client.consumer.pull_service import TopicSubscription, now_ms
 from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.errors import ClientStateError
-from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
+from client.instance import ClientInstance, build_client_id, get_instance
 from conf.client import ClientConfig, with_tls
-from protocol.bodies import ConsumerData
 from protocol.errors import MQError, TopicNotExist
 from protocol.lifecycle import Lifecycle
 from protocol.message import MessageExt
@@ -74,7 +74,7 @@ class _Running:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
-class PullConsumer(Lifecycle):
+class PullConsumer(GroupMember, Lifecycle):
     """Settings are RocketMQ's lite-pull-consumer ones in snake_case with its defaults.
     `offset_store_dir` is where broadcasting offsets live (default ~/.rocketq/offsets);
     `consume_timestamp` (yyyyMMddHHmmss, local time) is CONSUME_FROM_TIMESTAMP's start, by default
@@ -82,6 +82,8 @@ class PullConsumer(Lifecycle):
     `tls=True` connects over TLS, verifying servers with the system's CAs; `ssl_context=`
     (`conf.tls.client_context(ca_file=..., cert_file=..., key_file=...)`) with a CA of your own or a
     client certificate (mutual TLS)."""
+
+    consume_type = ConsumeType.PULL
 
     def __init__(self, consumer_group: str, endpoints: str | Sequence[str], *,
                  message_model: str | MessageModel = "CLUSTERING",
@@ -103,22 +105,16 @@ class PullConsumer(Lifecycle):
                 raise ValueError(f"{name} = {value} is out of range [{low}, {high}]")
         if poll_timeout_ms < 0:
             raise ValueError(f"poll_timeout_ms = {poll_timeout_ms} is negative")
-        self.consumer_group = consumer_group
-        self.endpoints = parse_endpoints(endpoints)
-        self.message_model = MessageModel(message_model)
-        self.consume_from_where = ConsumeFromWhere(consume_from_where)
-        self.allocate_strategy = allocate_strategy or AllocateMessageQueueAveragely()
+        self._init_member(consumer_group, endpoints, message_model, consume_from_where, allocate_strategy)
         self.auto_commit, self.auto_commit_interval_ms = auto_commit, auto_commit_interval_ms
         self.pull_batch_size, self.pull_threshold_for_queue = pull_batch_size, pull_threshold_for_queue
         self.poll_timeout_ms, self.consume_timestamp = poll_timeout_ms, consume_timestamp
         self.offset_store_dir = offset_store_dir
         self.client_config = with_tls(client_config, tls, ssl_context)
-        self._subscriptions: dict[str, TopicSubscription] = {}
         self._assigned: list[MessageQueue] = []
         self._mode: _Mode | None = None       # fixed by the first subscribe() or assign()
         self._run: _Running | None = None
         self._shut_down = False
-        self._rebalance_lock = asyncio.Lock()
 
     # -- configuration ---------------------------------------------------------------------------
 
@@ -247,13 +243,7 @@ class PullConsumer(Lifecycle):
             pq.dropped = True
         run.rebalancer.process_queues.clear()
         if run.registered:
-            instance = run.instance
-            for address in instance.broker_addresses():
-                try:
-                    await instance.api.unregister_client(address, instance.client_id,
-                                                         consumer_group=self.consumer_group, timeout_ms=1_000)
-                except MQError as exc:
-                    log.debug("unregister from %s failed: %s", address, exc)
+            await run.instance.unregister_from_brokers(consumer_group=self.consumer_group)
         await run.instance.release()
 
     _close = shutdown
@@ -342,13 +332,6 @@ class PullConsumer(Lifecycle):
         return self._run.instance.client_id if self._run else None
 
     # -- what the client instance asks (MemberConsumer) ------------------------------------------
-
-    def consumer_data(self) -> ConsumerData:
-        return consumer_data(self.consumer_group, ConsumeType.PULL, self.message_model, self.consume_from_where,
-                             self._subscriptions.values())
-
-    def subscribed_topics(self) -> list[str]:
-        return list(self._subscriptions)
 
     async def do_rebalance(self) -> None:
         """One rebalance (serialised); a changed assignment is announced by a heartbeat at once."""

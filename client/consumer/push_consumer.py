@@ -11,7 +11,6 @@ consumed (at-least-once).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import ssl
 import time
@@ -20,21 +19,22 @@ from dataclasses import fields
 from typing import Any
 
 from client.consumer.admin_hooks import reset_queues, running_info
-from client.consumer.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
+from client.consumer.allocate import AllocateMessageQueueStrategy
 from client.consumer.consume_concurrently import ConcurrentConsumeService
 from client.consumer.consume_orderly import OrderlyConsumeService
+from client.consumer.group_member import GroupMember
 from client.consumer.listener import MessageListener, OrderlyMessageListener
 from client.consumer.message_selector import MessageSelector
 from client.consumer.offset_store import DEFAULT_OFFSET_DIR, LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from client.consumer.process_queue import ProcessQueue
-from client.consumer.pull_service import PullService, TopicSubscription, consumer_data, now_ms
+from client.consumer.pull_service import PullService, TopicSubscription, now_ms
 from client.consumer.queue_locker import LockRenewalService, QueueLocker
 from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.consumer.send_back import SendBack
 from client.errors import ClientStateError
-from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
+from client.instance import ClientInstance, build_client_id, get_instance
 from conf.client import ClientConfig, PushConsumerOptions, with_tls
-from protocol.bodies import ConsumerData, ConsumerRunningInfo
+from protocol.bodies import ConsumerRunningInfo
 from protocol.errors import MQError
 from protocol.lifecycle import Lifecycle
 from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, MessageQueue
@@ -44,13 +44,15 @@ from protocol.topics import check_group, retry_topic
 log = logging.getLogger(__name__)
 
 
-class PushConsumer(Lifecycle):
+class PushConsumer(GroupMember, Lifecycle):
     """Options are RocketMQ's push-consumer settings in snake_case with the same defaults
     (`conf.client.PushConsumerOptions`); an unknown option raises `TypeError` naming the valid
     ones, an out-of-range value `ValueError`.
     `tls=True` connects over TLS, verifying servers with the system's CAs; `ssl_context=`
     (`conf.tls.client_context(ca_file=..., cert_file=..., key_file=...)`) with a CA of your own or a
     client certificate (mutual TLS)."""
+
+    consume_type = ConsumeType.PUSH
 
     def __init__(self, consumer_group: str, endpoints: str | Sequence[str],
                  message_model: str | MessageModel = "CLUSTERING",
@@ -65,14 +67,9 @@ class PushConsumer(Lifecycle):
         unknown = sorted(set(options) - valid)
         if unknown:
             raise TypeError(f"unknown PushConsumer option(s) {unknown}; valid: {sorted(valid)}")
-        self.consumer_group = consumer_group
-        self.endpoints = parse_endpoints(endpoints)
-        self.message_model = MessageModel(message_model)
-        self.consume_from_where = ConsumeFromWhere(consume_from_where)
-        self.allocate_strategy = allocate_strategy or AllocateMessageQueueAveragely()
+        self._init_member(consumer_group, endpoints, message_model, consume_from_where, allocate_strategy)
         self.options = PushConsumerOptions(**options)
         self.client_config = with_tls(client_config, tls, ssl_context)
-        self._subscriptions: dict[str, TopicSubscription] = {}
         self._listener: MessageListener | OrderlyMessageListener | None = None
         self._orderly = False
         self._lock_renewal: LockRenewalService | None = None
@@ -84,7 +81,6 @@ class PushConsumer(Lifecycle):
         self._send_back: SendBack | None = None
         self._expiry: PeriodicService | None = None
         self._paused = False
-        self._rebalance_lock = asyncio.Lock()
 
     # -- configuration ----------------------------------------------------------------------------------
 
@@ -129,13 +125,6 @@ class PushConsumer(Lifecycle):
         self._paused = False
 
     # -- what the instance asks ---------------------------------------------------------------------
-
-    def consumer_data(self) -> ConsumerData:
-        return consumer_data(self.consumer_group, ConsumeType.PUSH, self.message_model, self.consume_from_where,
-                             self._subscriptions.values())
-
-    def subscribed_topics(self) -> list[str]:
-        return list(self._subscriptions)
 
     async def do_rebalance(self) -> None:
         """One rebalance (serialised: the periodic service, a notify and start may ask at once)."""
@@ -305,12 +294,7 @@ class PushConsumer(Lifecycle):
         for pq in self._rebalancer.process_queues.values():
             pq.dropped = True
         self._rebalancer.process_queues.clear()
-        for address in instance.broker_addresses():
-            try:
-                await instance.api.unregister_client(address, instance.client_id,
-                                                     consumer_group=self.consumer_group, timeout_ms=1_000)
-            except MQError as exc:
-                log.debug("unregister from %s failed: %s", address, exc)
+        await instance.unregister_from_brokers(consumer_group=self.consumer_group)
         await instance.release()
 
     _close = shutdown

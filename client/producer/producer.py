@@ -80,12 +80,7 @@ class Producer(Lifecycle):
         if instance is None:
             return
         instance.producer_groups.discard(self.producer_group)
-        for address in instance.broker_addresses():
-            try:
-                await instance.api.unregister_client(address, instance.client_id,
-                                                     producer_group=self.producer_group, timeout_ms=1_000)
-            except MQError as exc:
-                log.debug("unregister from %s failed: %s", address, exc)
+        await instance.unregister_from_brokers(producer_group=self.producer_group)
         await instance.release()
 
     _close = shutdown

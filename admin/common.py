@@ -1,6 +1,8 @@
 """What every admin command shares: the `--endpoints` (`-n`, $ROCKETQ_ENDPOINTS) / `--json` options,
-one client API per command run, clear one-line errors (exit code 2 when no broker can be reached or
-the endpoints are malformed, 1 when a broker refuses the request), and table or JSON output.
+the connection options (`--access-key` / `--secret-key`, $ROCKETQ_ACCESS_KEY / $ROCKETQ_SECRET_KEY,
+before or after the subcommand), one client API per command run, clear one-line errors (exit code
+2 when no broker can be reached or the endpoints are malformed, 1 when a broker refuses the
+request), and table or JSON output.
 
     @admin_group.command("example", epilog=example_epilog("rocketq admin example --json"))
     @endpoints_option
@@ -27,11 +29,14 @@ from rich.table import Table
 from client.admin_api import AdminAPI
 from client.remoting.remoting_client import RemotingClient
 from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseError
+from protocol.signing import Credentials
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ENDPOINTS = "127.0.0.1:10911"
 ENDPOINTS_ENV = "ROCKETQ_ENDPOINTS"
+ACCESS_KEY_ENV = "ROCKETQ_ACCESS_KEY"
+SECRET_KEY_ENV = "ROCKETQ_SECRET_KEY"
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 2
 EXIT_REFUSED = 1
@@ -82,6 +87,78 @@ def parse_endpoints(endpoints: str) -> list[str]:
     return items
 
 
+# -- connection options: how every command's RemotingClient connects (credentials; TLS beside them) --
+
+_META = "rocketq.connection."      # click's ctx.meta is shared by a command and its parent groups
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Keep a connection option given here; one given after the subcommand beats one given before."""
+    if value is not None:
+        ctx.meta[_META + str(param.name)] = value
+
+
+def _connection_option_specs(from_env: bool) -> list[tuple[str, dict[str, Any]]]:
+    also = "" if from_env else f" Also before the subcommand, or ${ACCESS_KEY_ENV}."
+    return [
+        ("--access-key", {"metavar": "USER", "envvar": ACCESS_KEY_ENV if from_env else None,
+                          "help": "Sign every request as this user (brokers and name servers with authentication "
+                                  "on)." + also}),
+        ("--secret-key", {"metavar": "PASSWORD", "envvar": SECRET_KEY_ENV if from_env else None,
+                          "help": f"The user's password; prefer ${SECRET_KEY_ENV} (a command line is visible to "
+                                  "the host's other users)."}),
+    ]
+
+
+def connection_params(*, from_env: bool) -> list[click.Parameter]:
+    """The connection options as click parameters, each remembered in the context's `meta` (read by
+    `connection_settings`): `rocketq admin` and `rocketq top` take them with their environment
+    variables (`from_env`), every admin subcommand again without (`add_connection_options`), so
+    they work before or after the subcommand."""
+    return [click.Option([name], expose_value=False, callback=_remember, show_envvar=from_env, **spec)
+            for name, spec in _connection_option_specs(from_env)]
+
+
+def connection_options(command: F) -> F:
+    """Decorator: the connection options, with their environment variables, on a click group or
+    command function (`rocketq admin`, `rocketq top`)."""
+    for name, spec in reversed(_connection_option_specs(True)):
+        command = click.option(name, expose_value=False, callback=_remember, show_envvar=True, **spec)(command)
+    return command
+
+
+def add_connection_options(group: click.Group) -> None:
+    """Every command below `group` (subgroups included) also takes the connection options, so
+    `rocketq admin topic list --access-key admin` works as `rocketq admin --access-key admin topic
+    list` does. Idempotent."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            add_connection_options(command)
+        elif not any(param.name == "access_key" for param in command.params):
+            command.params.extend(connection_params(from_env=False))
+
+
+def command_credentials() -> Credentials | None:
+    """The credentials of the running command's --access-key / --secret-key (or environment); None
+    when neither is given. One without the other is a usage error: one line, exit 2."""
+    context = click.get_current_context(silent=True)
+    meta = context.meta if context is not None else {}
+    access_key, secret_key = meta.get(_META + "access_key"), meta.get(_META + "secret_key")
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        fail(f"give --access-key and --secret-key together (or ${ACCESS_KEY_ENV} and ${SECRET_KEY_ENV})",
+             EXIT_USAGE)
+    return Credentials(access_key, secret_key)
+
+
+def connection_settings() -> dict[str, Any]:
+    """The `RemotingClient` keyword arguments the command line asks for: `credentials` (from
+    `command_credentials`). Every admin command makes its clients with them; computed before
+    anything is sent, so a usage error comes first."""
+    return {"credentials": command_credentials()}
+
+
 def json_option(command: F) -> F:
     return click.option("--json", "as_json", is_flag=True,
                         help="Print JSON (for scripts) instead of a table.")(command)
@@ -127,8 +204,10 @@ def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], tim
     unreachable line naming the address that failed (a broker behind a name server, too)."""
     address = first_endpoint(endpoints)
 
+    settings = connection_settings()
+
     async def main() -> T:
-        remoting = RemotingClient()
+        remoting = RemotingClient(**settings)
         try:
             async with asyncio.timeout(timeout_s):
                 return await work(AdminAPI(remoting), address)

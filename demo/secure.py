@@ -8,7 +8,7 @@ that allows what the role needs and nothing else:
 | user | ACL |
 |---|---|
 | the producer group's name (`flight-replay`) | `Pub` on `Topic:<topic>` |
-| the consumer group's name (`flight-stats`) | `Sub` on `Topic:<topic>`, `Group:<group>` and `Topic:%RETRY%<group>` |
+| the consumer group's name (`flight-stats`) | `Sub` on `Topic:<topic>` and `Group:<group>` (its retry topic included) |
 
 The producer and both push consumers then run with those credentials. TLS is not switched on by
 the demo yet."""
@@ -22,7 +22,6 @@ from client.admin_api import AdminAPI
 from client.remoting.remoting_client import RemotingClient
 from protocol.bodies import AclEntryData
 from protocol.signing import Credentials
-from protocol.topics import retry_topic
 
 ADMIN = "demo-admin"
 
@@ -51,8 +50,8 @@ def broker_settings(admin: Credentials) -> dict[str, str]:
 def role_acls(topic: str, consumer_group: str) -> tuple[list[AclEntryData], list[AclEntryData]]:
     """(the producer's entries, the consumer's entries): see the module's table."""
     producer = [AclEntryData(resource=f"Topic:{topic}", actions=["Pub"])]
-    consumer = [AclEntryData(resource=resource, actions=["Sub"])
-                for resource in (f"Topic:{topic}", f"Group:{consumer_group}", f"Topic:{retry_topic(consumer_group)}")]
+    consumer = [AclEntryData(resource=resource, actions=["Sub"]) for resource in (f"Topic:{topic}",
+                                                                                 f"Group:{consumer_group}")]
     return producer, consumer
 
 
@@ -80,4 +79,4 @@ def describe(users: DemoUsers, topic: str, consumer_group: str) -> str:
     assert users.producer is not None and users.consumer is not None
     return (f"Authentication and authorization on: user [bold]{users.producer.access_key}[/bold] may Pub to "
             f"Topic:{topic}; user [bold]{users.consumer.access_key}[/bold] may Sub on Topic:{topic}, "
-            f"Group:{consumer_group} and its retry topic")
+            f"Group:{consumer_group}")

@@ -27,7 +27,7 @@ def secured_config(tmp_path: Path, *, lenient: bool = False, **overrides: object
     user; `lenient`: no practical bound on refusals per address (tests that fail on purpose often,
     all from 127.0.0.1, would otherwise lock out the admin too)."""
     auth = replace(SECURED, max_failures_per_address=1_000_000) if lenient else SECURED
-    return broker_config(tmp_path, auth=auth, **overrides)
+    return broker_config(tmp_path, **{"auth": auth, **overrides})
 
 
 @asynccontextmanager

@@ -55,17 +55,18 @@ class Peer:
             self.address = None
 
 
-def allowed(user: User, entries: Sequence[AclEntry], kind: str, name: str, actions: tuple[str, ...],
-            address: IpAddress | None) -> bool:
-    """Whether `entries` allow `user` any one of `actions` on the resource: a Deny entry matching
-    any of them wins over every Allow (RocketMQ's `isMatchAction` takes any of the actions)."""
-    verdict = False
+def refusal(user: User, entries: Sequence[AclEntry], kind: str, name: str, actions: tuple[str, ...],
+            address: IpAddress | None) -> str | None:
+    """None when `entries` allow `user` any one of `actions` on the resource from `address`, else
+    why not (for the audit log): a Deny entry matching any of the actions wins over every Allow
+    (RocketMQ's `isMatchAction` takes any of the actions)."""
+    allowed = False
     for action in actions:
         outcome = authorize(user, entries, kind, name, action, address)
         if outcome.entry is not None and outcome.entry.decision == "Deny":
-            return False
-        verdict = verdict or outcome.allowed
-    return verdict
+            return f"acl: denied by the Deny entry on {outcome.entry.resource}"
+        allowed = allowed or outcome.allowed
+    return None if allowed else "acl: no Allow entry matches"
 
 
 def _printable(name: object) -> str:
@@ -130,17 +131,17 @@ class Enforcer:
             raise NoPermission(f"User:{user.username} has no permission to use request code {code}: {exc}") from None
         entries = self.store.acl(user.username)
         for kind, name, actions in required:
-            if not allowed(user, entries, kind, name, actions, peer.address):
-                self._deny(now_ms, peer, user, code, (kind, name, actions))
+            why = refusal(user, entries, kind, name, actions, peer.address)
+            if why is not None:
+                self._deny(now_ms, peer, user, code, (kind, name, actions), why)
         if self.audit is not None:
             self._record(now_ms, peer, user.username, code, ",".join(describe(k, n) for k, n, _ in required) or "-",
                          ",".join("|".join(a) for _, _, a in required) or "-", "allow", "acl")
 
-    def _deny(self, now_ms: int, peer: Peer, user: User, code: int, requirement: Requirement) -> None:
+    def _deny(self, now_ms: int, peer: Peer, user: User, code: int, requirement: Requirement, why: str) -> None:
         kind, name, actions = requirement
         resource = describe(kind, name)
-        self._record(now_ms, peer, user.username, code, resource, "|".join(actions), "deny",
-                     "acl: no Allow entry matches, or a Deny entry does")
+        self._record(now_ms, peer, user.username, code, resource, "|".join(actions), "deny", why)
         raise NoPermission(f"User:{user.username} has no permission to {' or '.join(actions)} on {resource} "
                            f"(request code {code})")
 

@@ -8,8 +8,8 @@ in dependency order and stops them in reverse (ARCHITECTURE.md "Lifecycle orders
 from __future__ import annotations
 
 import logging
-import socket
 
+from broker.address import advertised_host
 from broker.auth.wiring import auth_handlers, broker_auth
 from broker.filter.filter_manager import FilterManager
 from broker.filter.message_filter import MessageFilter
@@ -61,21 +61,6 @@ from protocol.lifecycle import Lifecycle
 from protocol.topics import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
-
-
-def advertised_host(listen_host: str) -> str:
-    """The listen host, or the first non-loopback IPv4 address when listening on all addresses."""
-    if listen_host not in ("0.0.0.0", "", "::"):
-        return listen_host
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("192.0.2.1", 9))   # TEST-NET: no packet is sent by a UDP connect
-            host = str(s.getsockname()[0])
-            if not host.startswith("127."):
-                return host
-    except OSError:
-        pass
-    return "127.0.0.1"
 
 
 class Broker(Lifecycle):
@@ -288,6 +273,11 @@ class Broker(Lifecycle):
         if self._server is None:
             raise RuntimeError("the broker is not started")
         return self._server.protocol()
+
+    @property
+    def request_codes(self) -> frozenset[int]:
+        """The request codes this broker has handlers for (after `start`)."""
+        return self._dispatcher.request_codes if self._dispatcher is not None else frozenset()
 
     def _connection_count(self) -> int:
         return len(self._server.channels) if self._server is not None else 0

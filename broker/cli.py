@@ -271,6 +271,11 @@ def _start_options(command: _F) -> _F:
             help="Set any config key by its dotted name, e.g. --set long_polling.enable=false or "
                  "--set store.flush_disk_type=ASYNC_FLUSH. Repeatable; overrides the environment "
                  "and the config file."),
+        click.option(
+            "--insecure", is_flag=True,
+            help="Serve clients from any address with authentication off (protected_mode = false). "
+                 "Without it, a broker listening beyond loopback with authentication off refuses "
+                 "non-loopback clients (protected mode)."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -278,9 +283,11 @@ def _start_options(command: _F) -> _F:
 
 
 def _start(config_path: Path | None, listen_host: str | None, listen_port: int | None,
-           store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...]) -> None:
+           store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...], insecure: bool) -> None:
     try:
         config = resolve_config(config_path, listen_host, listen_port, store_dir, sets, os.environ, namesrv_addr)
+        if insecure:
+            config = replace(config, protected_mode=False)
         loop_factory = event_loop_factory(config.event_loop)
     except ConfigError as err:
         raise click.UsageError(str(err)) from None
@@ -300,17 +307,17 @@ def broker_group() -> None:
 @broker_group.command("start", epilog=f"{_PRECEDENCE}\n\n{_START_EXAMPLE}")
 @_start_options
 def start(config_path: Path | None, listen_host: str | None, listen_port: int | None,
-          store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...]) -> None:
+          store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...], insecure: bool) -> None:
     """Start a broker in the foreground and serve until stopped."""
-    _start(config_path, listen_host, listen_port, store_dir, namesrv_addr, sets)
+    _start(config_path, listen_host, listen_port, store_dir, namesrv_addr, sets, insecure)
 
 
 @click.command("mqbroker", context_settings=_CONTEXT_SETTINGS, epilog=f"{_PRECEDENCE}\n\n{_MQBROKER_EXAMPLE}")
 @_start_options
 def mqbroker(config_path: Path | None, listen_host: str | None, listen_port: int | None,
-             store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...]) -> None:
+             store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...], insecure: bool) -> None:
     """Start a broker in the foreground (same as `rocketq broker start`)."""
-    _start(config_path, listen_host, listen_port, store_dir, namesrv_addr, sets)
+    _start(config_path, listen_host, listen_port, store_dir, namesrv_addr, sets, insecure)
 
 
 @main.group("store")

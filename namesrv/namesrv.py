@@ -141,6 +141,11 @@ class NameServer(Lifecycle):
         return int(self._server.sockets[0].getsockname()[1])
 
     @property
+    def request_codes(self) -> frozenset[int]:
+        """The request codes this name server has handlers for (the AUTH_* ones after `start`)."""
+        return frozenset(self._handlers)
+
+    @property
     def address(self) -> str:
         host = self.config.listen_host if self.config.listen_host not in ("0.0.0.0", "", "::") else "127.0.0.1"
         return f"{host}:{self.port}"

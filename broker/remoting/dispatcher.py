@@ -155,6 +155,11 @@ class Dispatcher:
         """Requests waiting in a task or on a future (answered-at-once requests never count)."""
         return len(self._tasks) + len(self._deferred)
 
+    @property
+    def request_codes(self) -> frozenset[int]:
+        """The request codes with a handler."""
+        return frozenset(self._handlers)
+
     def on_request(self, channel: Channel, request: RemotingCommand) -> None:
         started = perf_counter()
         handler = self._handlers.get(request.code)

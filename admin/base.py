@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from admin.common import connection_options, endpoints_option
+from admin.common import endpoints_option
 
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -54,7 +54,6 @@ class AliasedGroup(click.Group):
 @click.group("admin", cls=AliasedGroup, context_settings=CONTEXT_SETTINGS)
 @version_option
 @endpoints_option
-@connection_options
 def admin_group(endpoints: str) -> None:
     """Administer brokers over the wire protocol: topics, groups, offsets, messages, dead letters,
     users and ACLs. --endpoints/-n, --access-key and --secret-key here are the defaults of every

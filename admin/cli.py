@@ -5,7 +5,6 @@ module, which nothing below it imports, puts the two together."""
 from __future__ import annotations
 
 from admin.base import CONTEXT_SETTINGS, AliasedGroup, admin_group, example_epilog, version_option
-from admin.common import add_connection_options
 
 __all__ = ["CONTEXT_SETTINGS", "AliasedGroup", "admin_group", "example_epilog", "main", "register_commands",
            "version_option"]
@@ -23,7 +22,6 @@ def register_commands() -> None:
     import admin.offset
     import admin.topic
     import admin.user  # noqa: F401
-    add_connection_options(admin_group)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.live import Live
 
 from admin.base import example_epilog
-from admin.common import connection_options, endpoints_option, run_admin
+from admin.common import endpoints_option, run_admin
 from admin.consumer import owners, running_infos
 from admin.top_view import SORTS, Snapshot, next_sort, render
 from client.admin_api import AdminAPI
@@ -110,7 +110,6 @@ async def watch(api: AdminAPI, address: str, group: str | None, iterations: int 
               help="Row order: lag (most first), tps (fastest consumed first), topic or group (by name); "
                    "the s key cycles it. E.g. rocketq top --sort tps.")
 @endpoints_option
-@connection_options
 def top(group: str | None, iterations: int | None, sort: str, endpoints: str) -> None:
     """Live view of consumer lag, rates in and out, owners and held pulls; s cycles the sort, q quits."""
     with contextlib.suppress(KeyboardInterrupt):

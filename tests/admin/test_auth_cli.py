@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from broker.broker import Broker
+from broker.cli import resolve_config
 from client import Credentials, Message, NoPermission, Producer
 from conf.namesrv import NamesrvConfig
 from namesrv.namesrv import NameServer
@@ -222,3 +223,10 @@ async def test_top_with_credentials(broker: Broker) -> None:
     assert flags.exit_code == 0 and "watchers" in flags.output, flags.output
     refused = await rocketq("top", "--iterations", "1", "-n", broker.address, env=NO_CREDENTIALS)
     assert refused.exit_code == 1 and "authentication failed for an unsigned request" in refused.stderr
+
+
+def test_a_broker_started_with_the_admin_variables_set_ignores_them() -> None:
+    """`ROCKETQ_ACCESS_KEY` and `ROCKETQ_SECRET_KEY` share the broker's ROCKETQ_ prefix: its config
+    loading skips them (they are no config keys), as it does `ROCKETQ_ENDPOINTS`."""
+    env = {**AS_ADMIN, "ROCKETQ_ENDPOINTS": "127.0.0.1:9876"}
+    assert resolve_config(None, None, None, None, [], env) == resolve_config(None, None, None, None, [], {})

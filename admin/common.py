@@ -197,7 +197,6 @@ def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], tim
     unreachable line naming the address that failed (a broker behind a name server, too).
     Connects as `current_connection()` says (credentials)."""
     address = first_endpoint(endpoints)
-
     connection = current_connection()
 
     async def main() -> T:

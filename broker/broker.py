@@ -8,8 +8,9 @@ in dependency order and stops them in reverse (ARCHITECTURE.md "Lifecycle orders
 from __future__ import annotations
 
 import logging
-import socket
 
+from broker.address import advertised_host
+from broker.auth.wiring import auth_handlers, broker_auth
 from broker.filter.filter_manager import FilterManager
 from broker.filter.message_filter import MessageFilter
 from broker.filter.sql92.bounds import Sql92Limits
@@ -62,21 +63,6 @@ from protocol.topics import SCHEDULE_TOPIC
 log = logging.getLogger(__name__)
 
 
-def advertised_host(listen_host: str) -> str:
-    """The listen host, or the first non-loopback IPv4 address when listening on all addresses."""
-    if listen_host not in ("0.0.0.0", "", "::"):
-        return listen_host
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("192.0.2.1", 9))   # TEST-NET: no packet is sent by a UDP connect
-            host = str(s.getsockname()[0])
-            if not host.startswith("127."):
-                return host
-    except OSError:
-        pass
-    return "127.0.0.1"
-
-
 class Broker(Lifecycle):
     def __init__(self, config: BrokerConfig, *, clock: Clock | None = None) -> None:
         self.config = config
@@ -121,6 +107,7 @@ class Broker(Lifecycle):
                                              config.persist_interval_ms)
         self._dispatcher: Dispatcher | None = None
         self._housekeeping: HousekeepingService | None = None
+        self.auth = broker_auth(config, self.clock.now_ms)
         self.connection_guard = ConnectionGuard(ConnectionLimits(
             max_connections=config.max_connections, max_buffered_bytes=config.max_buffered_bytes,
             frame_read_timeout_ms=config.frame_read_timeout_ms,
@@ -128,7 +115,8 @@ class Broker(Lifecycle):
             max_connections_per_address=config.max_connections_per_address,
             max_unsent_bytes_per_connection=config.max_unsent_bytes_per_connection,
             close_unsent_bytes_per_connection=config.close_unsent_bytes_per_connection,
-            write_stall_timeout_ms=config.write_stall_timeout_ms), self.clock.monotonic_ms)
+            write_stall_timeout_ms=config.write_stall_timeout_ms, protected_remark=self.auth.protected_remark),
+            self.clock.monotonic_ms)
         self._address: str | None = None
         self.metrics_port: int | None = None
         self.started_at_ms = 0
@@ -145,6 +133,7 @@ class Broker(Lifecycle):
         try:
             self._store_lock.acquire()
             self._persist.load()
+            self.auth.start()
             host = advertised_host(config.listen_host)
             # The store host (in every msg_id) needs the port; with port 0 it is known only after
             # binding, so the socket is bound first but accepts nothing before `begin_serving`.
@@ -213,7 +202,7 @@ class Broker(Lifecycle):
             self.metrics.set_request_codes(handlers)
             self._dispatcher = Dispatcher(handlers, self.metrics.observe_request, config.max_in_flight_per_connection,
                                           max_in_flight_bytes_per_channel=config.max_unsent_bytes_per_connection,
-                                          log=self.connection_guard.log)
+                                          log=self.connection_guard.log, enforcer=self.auth.enforcer)
             self.connection_guard.count_in_flight(self._dispatcher.in_flight_bytes)
             await self.connection_guard.start()
             await server.begin_serving()
@@ -261,6 +250,7 @@ class Broker(Lifecycle):
             self.store = None
         await self.metrics.close()
         self._dispatcher = None
+        self.auth.stop()
         self._store_lock.release()
 
     _close = stop
@@ -284,6 +274,11 @@ class Broker(Lifecycle):
             raise RuntimeError("the broker is not started")
         return self._server.protocol()
 
+    @property
+    def request_codes(self) -> frozenset[int]:
+        """The request codes this broker has handlers for (after `start`)."""
+        return self._dispatcher.request_codes if self._dispatcher is not None else frozenset()
+
     def _connection_count(self) -> int:
         return len(self._server.channels) if self._server is not None else 0
 
@@ -300,7 +295,7 @@ class Broker(Lifecycle):
             return [TopicConfigData(topic=t.topic, read_queue_nums=t.read_queue_nums,
                                     write_queue_nums=t.write_queue_nums, perm=t.perm) for t in topics.topics()]
         registration = NamesrvRegistration(parse_namesrv_addr(namesrv_addr), header, topic_configs,
-                                           config.register_name_server_period_ms)
+                                           config.register_name_server_period_ms, self.auth.inner_credentials)
         self.registration = registration
         topics.on_change = registration.wakeup
         await registration.start()
@@ -361,6 +356,7 @@ class Broker(Lifecycle):
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
             RequestCode.LOCK_BATCH_MQ: locks.lock_batch_mq,
             RequestCode.UNLOCK_BATCH_MQ: locks.unlock_batch_mq,
+            **auth_handlers(self.auth),
         }
 
     def _on_request(self, channel: Channel, command: RemotingCommand) -> None:

@@ -48,11 +48,12 @@ from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance
 from conf.client import ClientConfig
-from protocol.errors import MQError, TopicNotExist
+from protocol.errors import MQError, NoPermission, TopicNotExist
 from protocol.lifecycle import Lifecycle
 from protocol.message import MessageExt
 from protocol.model import ConsumeFromWhere, ConsumeType, ExpressionType, MessageModel, MessageQueue
 from protocol.service import PeriodicService
+from protocol.signing import Credentials
 from protocol.topics import check_group
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,9 @@ class PullConsumer(GroupMember, Lifecycle):
     """Settings are RocketMQ's lite-pull-consumer ones in snake_case with its defaults.
     `offset_store_dir` is where broadcasting offsets live (default ~/.rocketq/offsets);
     `consume_timestamp` (yyyyMMddHHmmss, local time) is CONSUME_FROM_TIMESTAMP's start, by default
-    30 minutes before `start()`. Raises `ValueError` for a bad group name or an out-of-range value."""
+    30 minutes before `start()`. Raises `ValueError` for a bad group name or an out-of-range value.
+    `credentials=Credentials(access_key, secret_key)` signs every request; a subscribing consumer
+    whose route query is refused (wrong secret, no ACL) raises `NoPermission` from `start()`."""
 
     consume_type = ConsumeType.PULL
 
@@ -87,7 +90,8 @@ class PullConsumer(GroupMember, Lifecycle):
                  allocate_strategy: AllocateMessageQueueStrategy | None = None, auto_commit: bool = True,
                  auto_commit_interval_ms: int = 5_000, pull_batch_size: int = 10,
                  pull_threshold_for_queue: int = 1_000, poll_timeout_ms: int = 5_000, consume_timestamp: str = "",
-                 offset_store_dir: Path | None = None, client_config: ClientConfig | None = None) -> None:
+                 offset_store_dir: Path | None = None, client_config: ClientConfig | None = None,
+                 credentials: Credentials | None = None) -> None:
         remark = check_group(consumer_group)
         if remark is not None:
             raise ValueError(remark)
@@ -106,6 +110,7 @@ class PullConsumer(GroupMember, Lifecycle):
         self.poll_timeout_ms, self.consume_timestamp = poll_timeout_ms, consume_timestamp
         self.offset_store_dir = offset_store_dir
         self.client_config = client_config or ClientConfig()
+        self.credentials = credentials
         self._assigned: list[MessageQueue] = []
         self._mode: _Mode | None = None       # fixed by the first subscribe() or assign()
         self._run: _Running | None = None
@@ -152,7 +157,7 @@ class PullConsumer(GroupMember, Lifecycle):
             return
         clustering = self.message_model is MessageModel.CLUSTERING
         client_id = build_client_id(self.client_config.instance_name, unique_default=clustering)
-        instance = get_instance(client_id, self.endpoints, self.client_config)
+        instance = get_instance(client_id, self.endpoints, self.client_config, self.credentials)
         store: OffsetStore
         if clustering:
             store = RemoteBrokerOffsetStore(instance.api, instance.routes, instance.endpoints[0],
@@ -199,7 +204,7 @@ class PullConsumer(GroupMember, Lifecycle):
         if self._mode is _Mode.SUBSCRIBE:
             try:
                 await self._join_group(run)
-            except MQError:        # CHECK_CLIENT_CONFIG refused a subscription
+            except MQError:        # CHECK_CLIENT_CONFIG refused a subscription, or NO_PERMISSION
                 await self.shutdown()
                 raise
         elif self._mode is _Mode.ASSIGN:
@@ -369,6 +374,8 @@ class PullConsumer(GroupMember, Lifecycle):
         for topic in self._subscriptions:
             try:
                 await run.instance.update_route(topic)
+            except NoPermission:
+                raise
             except MQError as exc:
                 log.warning("route of %s unavailable: %s", topic, exc)
         await run.instance.check_client_in_broker(

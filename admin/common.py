@@ -1,8 +1,9 @@
 """What every admin command shares: the `--endpoints` (`-n`, $ROCKETQ_ENDPOINTS) / `--json` options,
-how it connects (`--tls`, $ROCKETQ_TLS; `--ca-file`, $ROCKETQ_CA_FILE: `connection_options`, which
-`endpoints_option` adds, so every command and `rocketq top` has them), one client API per command
-run, clear one-line errors (exit code 2 when no broker can be reached or the endpoints are
-malformed, 1 when a broker refuses the request), and table or JSON output.
+how it connects (`--access-key`, $ROCKETQ_ACCESS_KEY; `--secret-key`, $ROCKETQ_SECRET_KEY; `--tls`,
+$ROCKETQ_TLS; `--ca-file`, $ROCKETQ_CA_FILE: `connection_options`, which `endpoints_option` adds, so
+every command and `rocketq top` has them), one client API per command run, clear one-line errors
+(exit code 2 when no broker can be reached or the endpoints are malformed, 1 when a broker refuses
+the request), and table or JSON output.
 
     @admin_group.command("example", epilog=example_epilog("rocketq admin example --json"))
     @command_options
@@ -17,7 +18,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -31,11 +32,14 @@ from client.remoting.remoting_client import RemotingClient
 from conf.client import CLIENT_ENV
 from conf.tls import client_context
 from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseError
+from protocol.signing import Credentials
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ENDPOINTS = "127.0.0.1:10911"
-ENDPOINTS_ENV, TLS_ENV, CA_FILE_ENV = CLIENT_ENV["endpoints"], CLIENT_ENV["tls"], CLIENT_ENV["ca_file"]
+ENDPOINTS_ENV, ACCESS_KEY_ENV, SECRET_KEY_ENV = (CLIENT_ENV["endpoints"], CLIENT_ENV["access_key"],
+                                                  CLIENT_ENV["secret_key"])
+TLS_ENV, CA_FILE_ENV = CLIENT_ENV["tls"], CLIENT_ENV["ca_file"]
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 2
 EXIT_REFUSED = 1
@@ -59,14 +63,22 @@ class Connection:
     environment). Add a shared connection setting here, in `connection_options` and in
     `remoting_client`; commands get it through `run_admin` / `current_connection` unchanged."""
 
+    access_key: str = ""
+    secret_key: str = field(default="", repr=False)
     tls: bool = False
     ca_file: str = ""       # implies tls
 
+    @property
+    def credentials(self) -> Credentials | None:
+        """The user every request is signed as; None without one (`current_connection` has
+        checked that both or neither are given)."""
+        return Credentials(self.access_key, self.secret_key) if self.access_key else None
+
     def remoting_client(self, *, connect_timeout_ms: int = 3_000) -> RemotingClient:
-        """Connections as these settings say; raises `TlsError` (an `OSError`) for an unreadable
-        CA file."""
+        """Connections as these settings say: every request signed with `credentials`, over TLS
+        when `tls` or `ca_file`; raises `TlsError` (an `OSError`) for an unreadable CA file."""
         tls = self.tls or bool(self.ca_file)
-        return RemotingClient(connect_timeout_ms=connect_timeout_ms,
+        return RemotingClient(connect_timeout_ms=connect_timeout_ms, credentials=self.credentials,
                               ssl_context=client_context(self.ca_file) if tls else None)
 
 
@@ -74,9 +86,17 @@ _CONNECTION_META = "rocketq.connection"    # click's ctx.meta is shared by a com
 
 
 def connection_options(command: F) -> F:
-    """`--tls` ($ROCKETQ_TLS=1) and `--ca-file PATH` ($ROCKETQ_CA_FILE), recorded for
+    """`--access-key USER` ($ROCKETQ_ACCESS_KEY), `--secret-key PASSWORD` ($ROCKETQ_SECRET_KEY),
+    `--tls` ($ROCKETQ_TLS=1) and `--ca-file PATH` ($ROCKETQ_CA_FILE), recorded for
     `current_connection()` instead of passed to the command."""
     options = [
+        click.option("--access-key", metavar="USER", default=None, envvar=ACCESS_KEY_ENV, show_envvar=True,
+                     expose_value=False, callback=_remember_connection,
+                     help="Sign every request as this user (brokers and name servers with authentication on)."),
+        click.option("--secret-key", metavar="PASSWORD", default=None, envvar=SECRET_KEY_ENV, show_envvar=True,
+                     expose_value=False, callback=_remember_connection,
+                     help=f"The user's password; prefer ${SECRET_KEY_ENV} (a command line is visible to the "
+                          "host's other users)."),
         click.option("--tls", is_flag=True, envvar=TLS_ENV, show_envvar=True, expose_value=False,
                      callback=_remember_connection,
                      help="Connect over TLS, verifying the servers' certificates (the system's CAs "
@@ -93,7 +113,7 @@ def connection_options(command: F) -> F:
 
 def _remember_connection(ctx: click.Context, param: click.Parameter, value: object) -> None:
     """Keep `value` for `current_connection`; a subcommand's default or environment value does not
-    undo one given on the command line before it (`rocketq admin --tls topic list`)."""
+    undo one given on the command line before it (`rocketq admin --access-key admin topic list`)."""
     settings: dict[str, object] = ctx.meta.setdefault(_CONNECTION_META, {})
     name = param.name or ""
     if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE or name not in settings:
@@ -101,10 +121,16 @@ def _remember_connection(ctx: click.Context, param: click.Parameter, value: obje
 
 
 def current_connection() -> Connection:
-    """The connection settings of the running click command (defaults outside one)."""
+    """The connection settings of the running click command (defaults outside one). An access key
+    without a secret key, or the reverse, is a usage error: one line, exit code 2."""
     ctx = click.get_current_context(silent=True)
     settings = ctx.meta.get(_CONNECTION_META, {}) if ctx is not None else {}
-    return Connection(tls=bool(settings.get("tls", False)), ca_file=str(settings.get("ca_file") or ""))
+    access_key, secret_key = str(settings.get("access_key") or ""), str(settings.get("secret_key") or "")
+    if bool(access_key) != bool(secret_key):
+        fail(f"give --access-key and --secret-key together (or ${ACCESS_KEY_ENV} and ${SECRET_KEY_ENV})",
+             EXIT_USAGE)
+    return Connection(access_key=access_key, secret_key=secret_key, tls=bool(settings.get("tls", False)),
+                      ca_file=str(settings.get("ca_file") or ""))
 
 
 def resolve_endpoints(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -192,7 +218,7 @@ def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], tim
     """`run` for commands that need the admin requests: `work(admin_api, address)` with the first
     endpoint's address; the same one-line errors and exit codes (2 unreachable, 1 refused), the
     unreachable line naming the address that failed (a broker behind a name server, too).
-    Connects as `current_connection()` says (TLS)."""
+    Connects as `current_connection()` says (credentials, TLS)."""
     address = first_endpoint(endpoints)
     connection = current_connection()
 

@@ -8,8 +8,9 @@ in dependency order and stops them in reverse (ARCHITECTURE.md "Lifecycle orders
 from __future__ import annotations
 
 import logging
-import socket
 
+from broker.address import advertised_host
+from broker.auth.wiring import auth_handlers, broker_auth
 from broker.filter.filter_manager import FilterManager
 from broker.filter.message_filter import MessageFilter
 from broker.filter.sql92.bounds import Sql92Limits
@@ -64,21 +65,6 @@ from protocol.topics import SCHEDULE_TOPIC
 log = logging.getLogger(__name__)
 
 
-def advertised_host(listen_host: str) -> str:
-    """The listen host, or the first non-loopback IPv4 address when listening on all addresses."""
-    if listen_host not in ("0.0.0.0", "", "::"):
-        return listen_host
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("192.0.2.1", 9))   # TEST-NET: no packet is sent by a UDP connect
-            host = str(s.getsockname()[0])
-            if not host.startswith("127."):
-                return host
-    except OSError:
-        pass
-    return "127.0.0.1"
-
-
 class Broker(Lifecycle):
     def __init__(self, config: BrokerConfig, *, clock: Clock | None = None) -> None:
         self.config = config
@@ -123,6 +109,7 @@ class Broker(Lifecycle):
                                              config.persist_interval_ms)
         self._dispatcher: Dispatcher | None = None
         self._housekeeping: HousekeepingService | None = None
+        self.auth = broker_auth(config, self.clock.now_ms)
         self.connection_guard = ConnectionGuard(ConnectionLimits(
             max_connections=config.max_connections, max_buffered_bytes=config.max_buffered_bytes,
             frame_read_timeout_ms=config.frame_read_timeout_ms,
@@ -130,7 +117,8 @@ class Broker(Lifecycle):
             max_connections_per_address=config.max_connections_per_address,
             max_unsent_bytes_per_connection=config.max_unsent_bytes_per_connection,
             close_unsent_bytes_per_connection=config.close_unsent_bytes_per_connection,
-            write_stall_timeout_ms=config.write_stall_timeout_ms), self.clock.monotonic_ms)
+            write_stall_timeout_ms=config.write_stall_timeout_ms, protected_remark=self.auth.protected_remark),
+            self.clock.monotonic_ms)
         self._address: str | None = None
         self.metrics_port: int | None = None
         self.started_at_ms = 0
@@ -147,6 +135,7 @@ class Broker(Lifecycle):
         try:
             self._store_lock.acquire()
             self._persist.load()
+            self.auth.start()
             tls_context = server_context(config.tls)        # None: TLS disabled
             tls = TlsAcceptor(config.tls.mode, tls_context, config.tls.handshake_timeout_ms) if tls_context else None
             host = advertised_host(config.listen_host)
@@ -217,7 +206,7 @@ class Broker(Lifecycle):
             self.metrics.set_request_codes(handlers)
             self._dispatcher = Dispatcher(handlers, self.metrics.observe_request, config.max_in_flight_per_connection,
                                           max_in_flight_bytes_per_channel=config.max_unsent_bytes_per_connection,
-                                          log=self.connection_guard.log)
+                                          log=self.connection_guard.log, enforcer=self.auth.enforcer)
             self.connection_guard.count_in_flight(self._dispatcher.in_flight_bytes)
             await self.connection_guard.start()
             await server.begin_serving()
@@ -266,6 +255,7 @@ class Broker(Lifecycle):
             self.store = None
         await self.metrics.close()
         self._dispatcher = None
+        self.auth.stop()
         self._store_lock.release()
 
     _close = stop
@@ -289,6 +279,11 @@ class Broker(Lifecycle):
             raise RuntimeError("the broker is not started")
         return self._server.protocol()
 
+    @property
+    def request_codes(self) -> frozenset[int]:
+        """The request codes this broker has handlers for (after `start`)."""
+        return self._dispatcher.request_codes if self._dispatcher is not None else frozenset()
+
     def _connection_count(self) -> int:
         return len(self._server.channels) if self._server is not None else 0
 
@@ -305,7 +300,7 @@ class Broker(Lifecycle):
             return [TopicConfigData(topic=t.topic, read_queue_nums=t.read_queue_nums,
                                     write_queue_nums=t.write_queue_nums, perm=t.perm) for t in topics.topics()]
         registration = NamesrvRegistration(parse_namesrv_addr(namesrv_addr), header, topic_configs,
-                                           config.register_name_server_period_ms,
+                                           config.register_name_server_period_ms, self.auth.inner_credentials,
                                            ssl_context=broker_client_context(config.tls))
         self.registration = registration
         topics.on_change = registration.wakeup
@@ -367,6 +362,7 @@ class Broker(Lifecycle):
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
             RequestCode.LOCK_BATCH_MQ: locks.lock_batch_mq,
             RequestCode.UNLOCK_BATCH_MQ: locks.unlock_batch_mq,
+            **auth_handlers(self.auth),
         }
 
     def _on_request(self, channel: Channel, command: RemotingCommand) -> None:

@@ -74,8 +74,8 @@ def resolve_config(
     working directory when None and it exists) < `env` (`ROCKETQ_*`) < `sets` (`KEY=VALUE`) <
     `listen_host` / `listen_port` / `store_dir` / `namesrv_addr` (None: not given). The name
     server's `ROCKETQ_NAMESRV__*` variables and the command-line clients' (`ROCKETQ_ENDPOINTS`,
-    `ROCKETQ_TLS`, ...: `conf.client.CLIENT_ENV`) are not the broker's and are skipped. Raises
-    `ConfigError`."""
+    `ROCKETQ_ACCESS_KEY`, `ROCKETQ_TLS`, ...: `conf.client.CLIENT_ENV`) are not the broker's and are
+    skipped. Raises `ConfigError`."""
     if config_path is None and DEFAULT_CONFIG_PATH.is_file():
         config_path = DEFAULT_CONFIG_PATH
     client_env = set(CLIENT_ENV.values())
@@ -275,6 +275,11 @@ def _start_options(command: _F) -> _F:
             help="Set any config key by its dotted name, e.g. --set long_polling.enable=false or "
                  "--set store.flush_disk_type=ASYNC_FLUSH. Repeatable; overrides the environment "
                  "and the config file."),
+        click.option(
+            "--insecure", is_flag=True,
+            help="Serve clients from any address with authentication off (protected_mode = false). "
+                 "Without it, a broker listening beyond loopback with authentication off refuses "
+                 "non-loopback clients (protected mode)."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -282,9 +287,11 @@ def _start_options(command: _F) -> _F:
 
 
 def _start(config_path: Path | None, listen_host: str | None, listen_port: int | None,
-           store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...]) -> None:
+           store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...], insecure: bool) -> None:
     try:
         config = resolve_config(config_path, listen_host, listen_port, store_dir, sets, os.environ, namesrv_addr)
+        if insecure:
+            config = replace(config, protected_mode=False)
         loop_factory = event_loop_factory(config.event_loop)
     except ConfigError as err:
         raise click.UsageError(str(err)) from None
@@ -304,17 +311,17 @@ def broker_group() -> None:
 @broker_group.command("start", epilog=f"{_PRECEDENCE}\n\n{_START_EXAMPLE}")
 @_start_options
 def start(config_path: Path | None, listen_host: str | None, listen_port: int | None,
-          store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...]) -> None:
+          store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...], insecure: bool) -> None:
     """Start a broker in the foreground and serve until stopped."""
-    _start(config_path, listen_host, listen_port, store_dir, namesrv_addr, sets)
+    _start(config_path, listen_host, listen_port, store_dir, namesrv_addr, sets, insecure)
 
 
 @click.command("mqbroker", context_settings=_CONTEXT_SETTINGS, epilog=f"{_PRECEDENCE}\n\n{_MQBROKER_EXAMPLE}")
 @_start_options
 def mqbroker(config_path: Path | None, listen_host: str | None, listen_port: int | None,
-             store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...]) -> None:
+             store_dir: Path | None, namesrv_addr: str | None, sets: tuple[str, ...], insecure: bool) -> None:
     """Start a broker in the foreground (same as `rocketq broker start`)."""
-    _start(config_path, listen_host, listen_port, store_dir, namesrv_addr, sets)
+    _start(config_path, listen_host, listen_port, store_dir, namesrv_addr, sets, insecure)
 
 
 @main.group("store")

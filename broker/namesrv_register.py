@@ -3,8 +3,9 @@ REFERENCE.md §15). Registers with every name server of `namesrv_addr` at start,
 `register_name_server_period_ms` after, and at once when a topic is created, changed or deleted
 (`wakeup`); unregisters at a clean stop. A name server that does not answer is tried again every
 second until it does (a warning when it goes down, an info line when it is back), so brokers and
-name servers can start in any order; the broker serves regardless. With `ssl_context` (the broker's
-`[tls]` on) every connection to a name server is TLS."""
+name servers can start in any order; the broker serves regardless. With `credentials` (the
+broker's `auth.inner_credentials`) every request is signed, as a name server with authentication
+on requires; with `ssl_context` (the broker's `[tls]` on) every connection to a name server is TLS."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from protocol.errors import MQError, error_for
 from protocol.headers import RegisterBrokerRequestHeader
 from protocol.remoting_client import RemotingClient
 from protocol.service import Service
+from protocol.signing import Credentials
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_MS = 3_000
@@ -31,12 +33,13 @@ class NamesrvRegistration(Service):
     name = "namesrv-registration"
 
     def __init__(self, namesrv_addrs: Sequence[str], header: RegisterBrokerRequestHeader,
-                 topic_configs: Callable[[], list[TopicConfigData]], period_ms: int, *,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 topic_configs: Callable[[], list[TopicConfigData]], period_ms: int,
+                 credentials: Credentials | None = None, *, ssl_context: ssl.SSLContext | None = None) -> None:
         super().__init__()
         self._addrs, self._header, self._topic_configs = list(namesrv_addrs), header, topic_configs
         self._period_ms = period_ms
-        self._remoting = RemotingClient(connect_timeout_ms=REQUEST_TIMEOUT_MS, ssl_context=ssl_context)
+        self._remoting = RemotingClient(connect_timeout_ms=REQUEST_TIMEOUT_MS, credentials=credentials,
+                                        ssl_context=ssl_context)
         self._down: set[str] = set()
         self._after_next: list[Callable[[], None]] = []
         self.registrations = 0

@@ -4,8 +4,12 @@ the response code, `RequestTimeout` or `ConnectionClosed`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from client.api import DEFAULT_TIMEOUT_MS, ClientAPI
 from protocol.bodies import (
+    AclEntryData,
+    AclInfo,
     BrokerRuntimeInfo,
     ConsumerConnection,
     ConsumerRunningInfo,
@@ -16,21 +20,32 @@ from protocol.bodies import (
     TopicConfigData,
     TopicConfigTable,
     TopicStatsTable,
+    UserInfo,
     decode_body,
+    decode_body_list,
+    encode_body,
 )
 from protocol.codes import RequestCode
 from protocol.command import request
 from protocol.headers import (
     ConsumerGroupRequestHeader,
     CreateTopicRequestHeader,
+    CreateUserRequestHeader,
+    DeleteAclRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
+    GetAclRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsRequestHeader,
+    ListAclsRequestHeader,
+    ListUsersRequestHeader,
     QueryMessageRequestHeader,
     ResetOffsetRequestHeader,
     TopicRequestHeader,
+    UpdateUserRequestHeader,
+    UserRequestHeader,
 )
 from protocol.message import MessageExt, decode_message_batch
+from protocol.signing import signing_key
 
 
 class AdminAPI(ClientAPI):
@@ -99,3 +114,74 @@ class AdminAPI(ClientAPI):
     async def get_broker_runtime_info(self, address: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> BrokerRuntimeInfo:
         response = await self._call(address, request(RequestCode.GET_BROKER_RUNTIME_INFO), timeout_ms)
         return decode_body(BrokerRuntimeInfo, response.body_bytes())
+
+    # -- users and ACLs (AUTH_* codes; the same on a broker and a name server) ------------------------
+    # Errors: `NoPermission` unless the caller is a Super user (or allowed Update/Get on Cluster);
+    # `SystemError_` whose remark names a bad value, an existing user or ACL, or a missing one.
+
+    async def create_user(self, address: str, username: str, password: str, user_type: str = "Normal",
+                          timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        """AUTH_CREATE_USER. Sends the signing key derived from the password (PBKDF2, ~5 ms here),
+        never the password; `user_type` "Super" or "Normal"."""
+        header = CreateUserRequestHeader(username=username, signing_key=signing_key(username, password).hex(),
+                                         user_type=user_type)
+        await self._call(address, request(RequestCode.AUTH_CREATE_USER, header), timeout_ms)
+
+    async def update_user(self, address: str, username: str, password: str | None = None,
+                          user_type: str | None = None, user_status: str | None = None,
+                          timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        """AUTH_UPDATE_USER: what is None stays as it is; `user_status` "enable" or "disable"."""
+        key = signing_key(username, password).hex() if password is not None else None
+        header = UpdateUserRequestHeader(username=username, signing_key=key, user_type=user_type,
+                                         user_status=user_status)
+        await self._call(address, request(RequestCode.AUTH_UPDATE_USER, header), timeout_ms)
+
+    async def delete_user(self, address: str, username: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        """AUTH_DELETE_USER (its ACL goes with it)."""
+        await self._call(address, request(RequestCode.AUTH_DELETE_USER, UserRequestHeader(username=username)),
+                         timeout_ms)
+
+    async def get_user(self, address: str, username: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> UserInfo:
+        response = await self._call(address, request(RequestCode.AUTH_GET_USER, UserRequestHeader(username=username)),
+                                    timeout_ms)
+        return decode_body(UserInfo, response.body_bytes())
+
+    async def list_users(self, address: str, name_filter: str = "",
+                         timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[UserInfo]:
+        """AUTH_LIST_USER: users whose name contains `name_filter`, by name."""
+        header = ListUsersRequestHeader(filter=name_filter or None)
+        response = await self._call(address, request(RequestCode.AUTH_LIST_USER, header), timeout_ms)
+        return decode_body_list(UserInfo, response.body_bytes())
+
+    async def create_acl(self, address: str, subject: str, entries: Sequence[AclEntryData],
+                         timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        """AUTH_CREATE_ACL: add `entries` to `subject`'s ("User:billing") ACL; refused when it
+        already has an entry for one of those resources (and source networks)."""
+        body = encode_body(AclInfo(subject=subject, entries=list(entries)))
+        await self._call(address, request(RequestCode.AUTH_CREATE_ACL, body=body), timeout_ms)
+
+    async def update_acl(self, address: str, subject: str, entries: Sequence[AclEntryData],
+                         timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        """AUTH_UPDATE_ACL: replace (or add) those resources' entries of an existing ACL."""
+        body = encode_body(AclInfo(subject=subject, entries=list(entries)))
+        await self._call(address, request(RequestCode.AUTH_UPDATE_ACL, body=body), timeout_ms)
+
+    async def delete_acl(self, address: str, subject: str, resources: Sequence[str] = (),
+                         timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        """AUTH_DELETE_ACL: the entries of `resources` (patterns as written, e.g. "Topic:orders-*"),
+        or the whole ACL when none is given."""
+        header = DeleteAclRequestHeader(subject=subject, resources=",".join(resources) if resources else None)
+        await self._call(address, request(RequestCode.AUTH_DELETE_ACL, header), timeout_ms)
+
+    async def get_acl(self, address: str, subject: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> AclInfo:
+        response = await self._call(address, request(RequestCode.AUTH_GET_ACL, GetAclRequestHeader(subject=subject)),
+                                    timeout_ms)
+        return decode_body(AclInfo, response.body_bytes())
+
+    async def list_acls(self, address: str, subject_filter: str = "", resource_filter: str = "",
+                        timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[AclInfo]:
+        """AUTH_LIST_ACL: ACLs of subjects containing `subject_filter`, with their entries whose
+        resource contains `resource_filter`."""
+        header = ListAclsRequestHeader(subject_filter=subject_filter or None, resource_filter=resource_filter or None)
+        response = await self._call(address, request(RequestCode.AUTH_LIST_ACL, header), timeout_ms)
+        return decode_body_list(AclInfo, response.body_bytes())

@@ -42,6 +42,7 @@ from protocol.errors import ConnectionClosed, MQError, RequestCodeNotSupported, 
 from protocol.headers import ResetConsumerClientOffsetRequestHeader
 from protocol.model import ExpressionType, MessageQueue
 from protocol.service import PeriodicService
+from protocol.signing import Credentials
 
 log = logging.getLogger(__name__)
 ROUTE_REFRESH_ON_ERROR_MIN_S = 1.0
@@ -88,17 +89,20 @@ def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
     return result
 
 
-_INSTANCES: dict[tuple[int, str], ClientInstance] = {}
+_INSTANCES: dict[tuple[int, str, Credentials | None], ClientInstance] = {}
 
 
-def get_instance(client_id: str, endpoints: Sequence[str], config: ClientConfig) -> ClientInstance:
-    """The process's instance for `client_id` on the running loop, created on first use (RocketMQ's
-    `MQClientManager`; the issue's contract is one instance per client id in a process). Raises
-    `ValueError` when the instance exists with other TLS settings (its connections are shared)."""
-    key = (id(asyncio.get_running_loop()), client_id)
+def get_instance(client_id: str, endpoints: Sequence[str], config: ClientConfig,
+                 credentials: Credentials | None = None) -> ClientInstance:
+    """The process's instance for `client_id` and `credentials` on the running loop, created on
+    first use (RocketMQ's `MQClientManager`; the issue's contract is one instance per client id in
+    a process). Clients with other credentials (or none) never share an instance, so every request
+    is signed as its own client asked, even under one `instance_name`. Raises `ValueError` when the
+    instance exists with other TLS settings (its connections are shared)."""
+    key = (id(asyncio.get_running_loop()), client_id, credentials)
     instance = _INSTANCES.get(key)
     if instance is None or instance.closed:
-        instance = _INSTANCES[key] = ClientInstance(client_id, endpoints, config)
+        instance = _INSTANCES[key] = ClientInstance(client_id, endpoints, config, credentials)
     else:
         if (instance.config.tls, instance.config.ssl_context) != (config.tls, config.ssl_context):
             raise ValueError(f"client id {client_id!r} is in use with other TLS settings (tls, ssl_context): "
@@ -108,11 +112,15 @@ def get_instance(client_id: str, endpoints: Sequence[str], config: ClientConfig)
 
 
 class ClientInstance:
-    def __init__(self, client_id: str, endpoints: Sequence[str], config: ClientConfig) -> None:
+    """`credentials`: every request of the instance is signed with them (`protocol.signing`)."""
+
+    def __init__(self, client_id: str, endpoints: Sequence[str], config: ClientConfig,
+                 credentials: Credentials | None = None) -> None:
         self.client_id = client_id
         self.config = config
         self.endpoints: list[str] = list(endpoints)
-        self.remoting = RemotingClient(connect_timeout_ms=config.connect_timeout_ms,
+        self.credentials = credentials
+        self.remoting = RemotingClient(connect_timeout_ms=config.connect_timeout_ms, credentials=credentials,
                                        ssl_context=config.connection_ssl_context())
         self.api = ClientAPI(self.remoting)
         self.routes = RouteTable()

@@ -48,7 +48,8 @@ class ClientConfig:
 # The environment variables of the command-line clients (`rocketq admin`, `rocketq top`), by option.
 # Broker and name-server configuration loading skips them: they share the ROCKETQ_ prefix.
 CLIENT_ENV: Mapping[str, str] = MappingProxyType({
-    "endpoints": "ROCKETQ_ENDPOINTS", "tls": "ROCKETQ_TLS", "ca_file": "ROCKETQ_CA_FILE"})
+    "endpoints": "ROCKETQ_ENDPOINTS", "access_key": "ROCKETQ_ACCESS_KEY", "secret_key": "ROCKETQ_SECRET_KEY",
+    "tls": "ROCKETQ_TLS", "ca_file": "ROCKETQ_CA_FILE"})
 
 
 def with_tls(config: ClientConfig | None, tls: bool, ssl_context: ssl.SSLContext | None) -> ClientConfig:

@@ -78,6 +78,10 @@ def _start_options(command: _F) -> _F:
                      help=f"TCP port; 0 picks a free one (the log shows which). [default: {defaults.listen_port}]"),
         click.option("--set", "sets", metavar="KEY=VALUE", multiple=True,
                      help="Set any config key, e.g. --set broker_channel_expired_time_ms=30000. Repeatable."),
+        click.option("--insecure", is_flag=True,
+                     help="Serve brokers and clients from any address with authentication off (protected_mode = "
+                          "false). Without it, listening beyond loopback with authentication off refuses "
+                          "non-loopback peers (protected mode)."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -85,9 +89,11 @@ def _start_options(command: _F) -> _F:
 
 
 def _start(config_path: Path | None, listen_host: str | None, listen_port: int | None,
-           sets: tuple[str, ...]) -> None:
+           sets: tuple[str, ...], insecure: bool) -> None:
     try:
         config = resolve_namesrv_config(config_path, listen_host, listen_port, sets, os.environ)
+        if insecure:
+            config = replace(config, protected_mode=False)
         loop_factory = event_loop_factory(config.event_loop)
     except ConfigError as err:
         raise click.UsageError(str(err)) from None
@@ -102,14 +108,14 @@ def namesrv_group() -> None:
 @namesrv_group.command("start", epilog=f"{_PRECEDENCE}\n\n{_START_EXAMPLE}")
 @_start_options
 def start(config_path: Path | None, listen_host: str | None, listen_port: int | None,
-          sets: tuple[str, ...]) -> None:
+          sets: tuple[str, ...], insecure: bool) -> None:
     """Start a name server in the foreground and serve until stopped."""
-    _start(config_path, listen_host, listen_port, sets)
+    _start(config_path, listen_host, listen_port, sets, insecure)
 
 
 @click.command("mqnamesrv", context_settings=_CONTEXT_SETTINGS, epilog=f"{_PRECEDENCE}\n\n{_MQNAMESRV_EXAMPLE}")
 @_start_options
 def mqnamesrv(config_path: Path | None, listen_host: str | None, listen_port: int | None,
-              sets: tuple[str, ...]) -> None:
+              sets: tuple[str, ...], insecure: bool) -> None:
     """Start a name server in the foreground (same as `rocketq namesrv start`)."""
-    _start(config_path, listen_host, listen_port, sets)
+    _start(config_path, listen_host, listen_port, sets, insecure)

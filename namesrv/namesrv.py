@@ -2,8 +2,12 @@
 (the same frames as the broker), answers REGISTER_BROKER, UNREGISTER_BROKER, GET_ROUTEINFO_BY_TOPIC,
 GET_BROKER_CLUSTER_INFO and GET_ALL_TOPIC_LIST_FROM_NAMESERVER from a `RouteInfoManager`, and drops
 brokers silent for `broker_channel_expired_time_ms`. Stateless: nothing is persisted; brokers
-register with every name server, so several run side by side with nothing shared. With `[tls]` on,
-the port speaks TLS (and plaintext too when permissive) and /metrics is HTTPS only.
+register with every name server, so several run side by side with nothing shared. The one file is
+its users and ACLs (`<config_dir>/auth.json`, or `auth.store_file`), with the AUTH_* codes to
+change them; with authentication on, every request is checked by an `auth.Enforcer` first
+(`namesrv.auth_codes`), and with it off while listening beyond loopback, protected mode serves
+loopback peers only. With `[tls]` on, the port speaks TLS (and plaintext too when permissive) and
+/metrics is HTTPS only.
 
     async with NameServer(NamesrvConfig(listen_port=0)) as namesrv:
         ... namesrv.address ...
@@ -13,13 +17,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from auth.admin import ADMIN_HANDLERS
+from auth.enforcer import Peer
+from auth.server import ServerAuth
 from conf.namesrv import NamesrvConfig
 from conf.tls import server_context
+from namesrv.auth_codes import NAMESRV_CODE_MAP
+from namesrv.protected import LoopbackOnlyProtocol
 from namesrv.route_info import RouteInfoManager
 from protocol.bodies import RegisterBrokerBody, TopicList, decode_body, encode_body
 from protocol.channel import Channel
@@ -27,7 +38,7 @@ from protocol.channel_protocol import ChannelProtocol
 from protocol.clock import Clock, SystemClock
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import ConnectionClosed, ResponseError, SystemError_, TopicNotExist
+from protocol.errors import ConnectionClosed, NoPermission, ResponseError, SystemError_, TopicNotExist
 from protocol.headers import GetRouteInfoRequestHeader, RegisterBrokerRequestHeader
 from protocol.lifecycle import Lifecycle
 from protocol.metrics_http import MetricsHttpServer
@@ -89,19 +100,35 @@ class NameServer(Lifecycle):
             RequestCode.GET_BROKER_CLUSTER_INFO: self._get_cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._get_all_topics,
         }
+        config_dir = Path(config.config_dir).expanduser()
+        store_file = Path(config.auth.store_file).expanduser() if config.auth.store_file else config_dir / "auth.json"
+        self.auth = ServerAuth(config.auth, store_path=store_file, base_dir=config_dir, code_map=NAMESRV_CODE_MAP,
+                               clock_ms=self.clock.now_ms, server="name server", listen_host=config.listen_host,
+                               protected_mode=config.protected_mode)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Listen (raises `OSError` when the address is taken, `TlsError` when a `[tls]` file
         cannot be loaded), start the scan and the metrics."""
+        self.auth.start()
+        store = self.auth.store
+        assert store is not None
+        for code, handler in ADMIN_HANDLERS.items():     # (rare, small writes: answered inline)
+            self._handlers[code] = functools.partial(handler, store)
         config, loop = self.config, asyncio.get_running_loop()
         context = server_context(config.tls)
         tls = self._tls = TlsAcceptor(config.tls.mode, context, config.tls.handshake_timeout_ms) if context else None
+        remark = self.auth.protected_remark
 
         def accept() -> asyncio.Protocol:
-            inner = ChannelProtocol(on_request=self._on_request, on_close=self._channels.discard,
-                                    on_connect=self._channels.add, max_frame_bytes=config.max_frame_bytes)
+            inner: ChannelProtocol
+            if remark is None:
+                inner = ChannelProtocol(on_request=self._on_request, on_close=self._channels.discard,
+                                        on_connect=self._channels.add, max_frame_bytes=config.max_frame_bytes)
+            else:
+                inner = LoopbackOnlyProtocol(remark, on_request=self._on_request, on_close=self._channels.discard,
+                                             on_connect=self._channels.add, max_frame_bytes=config.max_frame_bytes)
             return inner if tls is None else tls.wrap(inner)
         self._server = await loop.create_server(accept, config.listen_host, config.listen_port, reuse_address=True)
         await self._scan.start()
@@ -120,6 +147,7 @@ class NameServer(Lifecycle):
             await self._server.wait_closed()
             self._server = None
         await self.metrics.close()
+        self.auth.stop()
 
     _close = stop
 
@@ -130,6 +158,11 @@ class NameServer(Lifecycle):
         return int(self._server.sockets[0].getsockname()[1])
 
     @property
+    def request_codes(self) -> frozenset[int]:
+        """The request codes this name server has handlers for (the AUTH_* ones after `start`)."""
+        return frozenset(self._handlers)
+
+    @property
     def address(self) -> str:
         host = self.config.listen_host if self.config.listen_host not in ("0.0.0.0", "", "::") else "127.0.0.1"
         return f"{host}:{self.port}"
@@ -137,9 +170,22 @@ class NameServer(Lifecycle):
     # -- requests -------------------------------------------------------------------------------------
 
     def _on_request(self, channel: Channel, request: RemotingCommand) -> None:
-        """Every request is answered inline: the tables are in memory and nothing waits."""
+        """Every request is answered inline: the tables are in memory and nothing waits. With
+        authentication on, the enforcer checks it first (NO_PERMISSION: no handler runs)."""
         handler = self._handlers.get(request.code)
-        if handler is None:
+        enforcer = self.auth.enforcer
+        refusal = None
+        if enforcer is not None and enforcer.enabled:
+            peer = channel.attributes.get("auth_peer")
+            if peer is None:
+                peer = channel.attributes["auth_peer"] = Peer(channel.remote_address)
+            try:
+                enforcer.check(request, peer)
+            except NoPermission as exc:
+                refusal = request.response(exc.code, remark=exc.remark)
+        if refusal is not None:
+            response = refusal
+        elif handler is None:
             response = request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                         remark=f"request code {request.code} is not supported by a name server")
         else:

@@ -300,3 +300,45 @@ def decode_body(cls: type[T], raw: bytes) -> T:
     except Exception as exc:
         raise MissingHeaderField("body", f"msgpack {cls.__name__}", exc) from None
     return from_value(cls, value, "body")
+
+
+# -- users and ACLs (AUTH_* codes, issue #37) -----------------------------------------------------
+
+
+@body
+class UserInfo:
+    """AUTH_GET_USER's body (and each item of AUTH_LIST_USER's array): never the signing key."""
+
+    username: str
+    user_type: str
+    user_status: str
+
+
+@body
+class AclEntryData:
+    """One ACL entry on the wire: `resource` a pattern (`Topic:orders-*`), `actions` names
+    (`Pub`, `Sub`, ...), `decision` "Allow" or "Deny", `source_ips` networks (empty: anywhere)."""
+
+    resource: str
+    actions: list[str]
+    decision: str = "Allow"
+    source_ips: list[str] = field(default_factory=list)
+
+
+@body
+class AclInfo:
+    """AUTH_CREATE_ACL / AUTH_UPDATE_ACL request body, AUTH_GET_ACL's body, an item of AUTH_LIST_ACL's."""
+
+    subject: str
+    entries: list[AclEntryData] = field(default_factory=list)
+
+
+def decode_body_list(cls: type[T], raw: bytes) -> list[T]:
+    """A msgpack array of `cls` maps (AUTH_LIST_USER, AUTH_LIST_ACL); raises `MissingHeaderField`."""
+    try:
+        value = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise MissingHeaderField("body", f"msgpack array of {cls.__name__}", exc) from None
+    if not isinstance(value, list):
+        raise MissingHeaderField("body", f"msgpack array of {cls.__name__}")
+    return [from_value(cls, item, f"body[{index}]") for index, item in enumerate(value)]

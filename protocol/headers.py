@@ -297,3 +297,65 @@ class ResetConsumerClientOffsetRequestHeader(Header):
     topic: str
     group: str
     timestamp: int = -1
+
+
+# -- users and ACLs (AUTH_* codes, issue #37; the same on brokers and name servers) ---------------
+
+
+@header
+class CreateUserRequestHeader(Header):
+    """AUTH_CREATE_USER: `signing_key` is 64 hex digits, `protocol.signing.signing_key(username,
+    password)` computed by the admin client, so the password never travels."""
+
+    username: str
+    signing_key: str
+    user_type: str = "Normal"       # "Super" or "Normal"
+
+
+@header
+class UpdateUserRequestHeader(Header):
+    """AUTH_UPDATE_USER: a field left out (None) is left unchanged."""
+
+    username: str
+    signing_key: str | None = None
+    user_type: str | None = None
+    user_status: str | None = None  # "enable" or "disable"
+
+
+@header
+class UserRequestHeader(Header):
+    """AUTH_DELETE_USER and AUTH_GET_USER: one user."""
+
+    username: str
+
+
+DeleteUserRequestHeader = GetUserRequestHeader = UserRequestHeader
+
+
+@header
+class ListUsersRequestHeader(Header):
+    """AUTH_LIST_USER: users whose name contains `filter` (None: all)."""
+
+    filter: str | None = None
+
+
+@header
+class DeleteAclRequestHeader(Header):
+    """AUTH_DELETE_ACL: `resources` comma-separated resource patterns (None: the whole ACL)."""
+
+    subject: str
+    resources: str | None = None
+
+
+@header
+class GetAclRequestHeader(Header):
+    subject: str
+
+
+@header
+class ListAclsRequestHeader(Header):
+    """AUTH_LIST_ACL: subjects containing `subject_filter`, entries whose resource contains
+    `resource_filter` (None: all)."""
+
+    subject_filter: str | None = None
+    resource_filter: str | None = None

@@ -12,7 +12,11 @@ task. Both kinds count towards the connection's in-flight cap and are waited for
 
 A `ResponseError` becomes a response with its code and remark; any other exception becomes
 SYSTEM_ERROR (logged with the request code, rate limited); an unknown code is answered
-REQUEST_CODE_NOT_SUPPORTED. One-way requests get no response."""
+REQUEST_CODE_NOT_SUPPORTED. One-way requests get no response.
+
+With an `enforcer` (authentication or authorization on, issue #37) every request is checked by it
+before its handler is looked up: a refusal is answered NO_PERMISSION and the handler never runs.
+Without one, `on_request` is the plain method: not even a test is added to the hot path."""
 
 from __future__ import annotations
 
@@ -23,12 +27,13 @@ from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any, cast
 
+from auth.enforcer import Enforcer, Peer
 from broker.remoting.context import RequestContext
 from broker.remoting.ratelimit import RateLimitedLog
 from protocol.channel import Channel
 from protocol.codes import FLAG_ONEWAY, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import ConnectionClosed, ResponseError
+from protocol.errors import ConnectionClosed, NoPermission, ResponseError
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +117,7 @@ def settle_written(answers: list[Deferred]) -> None:
 
 _IN_FLIGHT = "in-flight"         # the pause reason while a connection has too much waiting
 _CONTEXT = "request_context"     # the channel attribute holding its `RequestContext`
+_PEER = "auth_peer"              # the channel attribute holding its `auth.enforcer.Peer`
 
 
 def _monotonic_ms() -> int:
@@ -128,8 +134,11 @@ class Dispatcher:
 
     def __init__(self, handlers: dict[int, Handler], observe: Observer | None = None,
                  max_in_flight_per_channel: int = 4096, *, max_in_flight_bytes_per_channel: int = 1 << 30,
-                 log: RateLimitedLog | None = None) -> None:
+                 log: RateLimitedLog | None = None, enforcer: Enforcer | None = None) -> None:
         self._handlers = handlers
+        self._enforcer = enforcer
+        if enforcer is not None and enforcer.enabled:
+            self.on_request = self._on_request_checked  # type: ignore[method-assign]
         self._observe = observe
         self._tasks: set[asyncio.Task[None]] = set()
         self._deferred: set[Deferred] = set()                 # answers that resolve themselves
@@ -145,6 +154,11 @@ class Dispatcher:
     def in_flight(self) -> int:
         """Requests waiting in a task or on a future (answered-at-once requests never count)."""
         return len(self._tasks) + len(self._deferred)
+
+    @property
+    def request_codes(self) -> frozenset[int]:
+        """The request codes with a handler."""
+        return frozenset(self._handlers)
 
     def on_request(self, channel: Channel, request: RemotingCommand) -> None:
         started = perf_counter()
@@ -167,6 +181,23 @@ class Dispatcher:
                     return
                 response = answer
         self._reply(channel, request, response, started)
+
+    def _on_request_checked(self, channel: Channel, request: RemotingCommand) -> None:
+        """`on_request` after the enforcer's check (authentication, rate limit, ACL)."""
+        enforcer = self._enforcer
+        assert enforcer is not None
+        peer = channel.attributes.get(_PEER)
+        if peer is None:
+            peer = channel.attributes[_PEER] = Peer(channel.remote_address)
+        try:
+            enforcer.check(request, peer)
+        except NoPermission as exc:
+            self._reply(channel, request, request.response(exc.code, remark=exc.remark), perf_counter())
+            return
+        except Exception as exc:        # a bug in a check refuses, never lets the request through
+            self._reply(channel, request, self._error_response(channel, request, exc), perf_counter())
+            return
+        Dispatcher.on_request(self, channel, request)
 
     def _reply(self, channel: Channel, request: RemotingCommand, response: Reply, started: float) -> None:
         if self._observe is not None:

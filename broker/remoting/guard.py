@@ -2,6 +2,8 @@
 the broker's memory or connection slots (issues 12 and 35). RocketMQ bounds these with Netty's idle
 handler, its fixed thread pools and Netty's write-buffer water marks; we bound them explicitly:
 
+- `protected_remark` (protected mode, `auth.protected`): a connection from a non-loopback peer
+  gets one NO_PERMISSION frame (opaque 0) with that remark, and is closed.
 - `max_connections` / `max_connections_per_address`: a connection past either gets one SYSTEM_BUSY
   frame (opaque 0) whose remark says why, and is closed; a rocketq client reports that remark as
   its `ConnectionClosed` reason. The per-address cap counts connections by peer IP (loopback too).
@@ -37,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from auth.protected import is_loopback
 from broker.remoting.memory import release_freed_memory
 from broker.remoting.ratelimit import RateLimitedLog
 from protocol.channel import Channel, CloseHandler, RequestHandler
@@ -54,7 +57,7 @@ _UNREAD = "unread responses"     # the pause reason while the transport's write 
 _REFUSED_LINGER_S = 0.5     # a refused connection is read (and discarded) this long before closing
 _TRIM_AFTER_FREED_BYTES = 16 * 1024 * 1024     # closed connections freed this much: trim the heap
 CLOSE_REASONS = ("refused", "refused_per_address", "frame_timeout", "expired", "unsent_limit", "write_stall",
-                 "tls_plaintext", "tls_handshake")
+                 "protected_mode", "tls_plaintext", "tls_handshake")
 InFlightBytes = Callable[[Channel], int]        # request bytes the dispatcher holds for a channel
 
 
@@ -68,6 +71,7 @@ class ConnectionLimits:
     max_unsent_bytes_per_connection: int = 4 << 20
     close_unsent_bytes_per_connection: int = 64 << 20
     write_stall_timeout_ms: int = 60_000
+    protected_remark: str | None = None            # protected mode: non-loopback peers get this and are closed
 
     @property
     def check_interval_ms(self) -> int:
@@ -137,26 +141,32 @@ class ConnectionGuard(Service):
         limits = self.limits
         peer = transport.get_extra_info("peername")
         address = _host(peer)
+        if limits.protected_remark is not None and not is_loopback(address):
+            self._refuse(transport, "protected_mode", limits.protected_remark, ResponseCode.NO_PERMISSION)
+            self.log.warning("refused connection from %s: protected mode (authentication off, listening beyond "
+                             "loopback)", peer)
+            return False
         count = len(self.connections) + self.pending
         if count >= limits.max_connections:
-            self._refuse(transport, "refused", f"the broker has {count} connections "
-                         f"(max_connections {limits.max_connections})")
+            self._refuse(transport, "refused", f"connection refused: the broker has {count} "
+                         f"connections (max_connections {limits.max_connections}); retry later")
             self.log.warning("refused connection from %s: %d connections open (max_connections %d)",
                              peer, count, limits.max_connections)
             return False
         per_address = limits.max_connections_per_address
         if per_address and self.per_address[address] >= per_address:
-            self._refuse(transport, "refused_per_address", f"{address} has {self.per_address[address]} "
-                         f"connections to the broker (max_connections_per_address {per_address})")
+            self._refuse(transport, "refused_per_address", f"connection refused: {address} has "
+                         f"{self.per_address[address]} connections to the broker (max_connections_per_address "
+                         f"{per_address}); retry later")
             self.log.warning("refused connection from %s: %d connections from that address "
                              "(max_connections_per_address %d)", peer, self.per_address[address], per_address)
             return False
         return True
 
-    def _refuse(self, transport: asyncio.Transport, reason: str, why: str) -> None:
-        remark = f"connection refused: {why}; retry later"
-        transport.write(encode_frame_bytes(RemotingCommand(
-            code=ResponseCode.SYSTEM_BUSY, opaque=0, flag=CommandFlag.RESPONSE, remark=remark)))
+    def _refuse(self, transport: asyncio.Transport, reason: str, remark: str,
+                code: ResponseCode = ResponseCode.SYSTEM_BUSY) -> None:
+        transport.write(encode_frame_bytes(RemotingCommand(code=code, opaque=0, flag=CommandFlag.RESPONSE,
+                                                           remark=remark)))
         # Half-close and keep discarding what the client already sent: closing a socket with unread
         # input sends a reset, which can destroy the refusal frame before the client reads it.
         if transport.can_write_eof():

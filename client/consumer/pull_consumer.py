@@ -49,11 +49,12 @@ from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance
 from conf.client import ClientConfig, with_tls
-from protocol.errors import MQError, TopicNotExist
+from protocol.errors import MQError, NoPermission, TopicNotExist
 from protocol.lifecycle import Lifecycle
 from protocol.message import MessageExt
 from protocol.model import ConsumeFromWhere, ConsumeType, ExpressionType, MessageModel, MessageQueue
 from protocol.service import PeriodicService
+from protocol.signing import Credentials
 from protocol.topics import check_group
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ class PullConsumer(GroupMember, Lifecycle):
     `offset_store_dir` is where broadcasting offsets live (default ~/.rocketq/offsets);
     `consume_timestamp` (yyyyMMddHHmmss, local time) is CONSUME_FROM_TIMESTAMP's start, by default
     30 minutes before `start()`. Raises `ValueError` for a bad group name or an out-of-range value.
+    `credentials=Credentials(access_key, secret_key)` signs every request; a subscribing consumer
+    whose route query is refused (wrong secret, no ACL) raises `NoPermission` from `start()`.
     `tls=True` connects over TLS, verifying servers with the system's CAs; `ssl_context=`
     (`conf.tls.client_context(ca_file=..., cert_file=..., key_file=...)`) with a CA of your own or a
     client certificate (mutual TLS)."""
@@ -92,7 +95,8 @@ class PullConsumer(GroupMember, Lifecycle):
                  auto_commit_interval_ms: int = 5_000, pull_batch_size: int = 10,
                  pull_threshold_for_queue: int = 1_000, poll_timeout_ms: int = 5_000, consume_timestamp: str = "",
                  offset_store_dir: Path | None = None, client_config: ClientConfig | None = None,
-                 tls: bool = False, ssl_context: ssl.SSLContext | None = None) -> None:
+                 credentials: Credentials | None = None, tls: bool = False,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         remark = check_group(consumer_group)
         if remark is not None:
             raise ValueError(remark)
@@ -111,6 +115,7 @@ class PullConsumer(GroupMember, Lifecycle):
         self.poll_timeout_ms, self.consume_timestamp = poll_timeout_ms, consume_timestamp
         self.offset_store_dir = offset_store_dir
         self.client_config = with_tls(client_config, tls, ssl_context)
+        self.credentials = credentials
         self._assigned: list[MessageQueue] = []
         self._mode: _Mode | None = None       # fixed by the first subscribe() or assign()
         self._run: _Running | None = None
@@ -157,7 +162,7 @@ class PullConsumer(GroupMember, Lifecycle):
             return
         clustering = self.message_model is MessageModel.CLUSTERING
         client_id = build_client_id(self.client_config.instance_name, unique_default=clustering)
-        instance = get_instance(client_id, self.endpoints, self.client_config)
+        instance = get_instance(client_id, self.endpoints, self.client_config, self.credentials)
         store: OffsetStore
         if clustering:
             store = RemoteBrokerOffsetStore(instance.api, instance.routes, instance.endpoints[0],
@@ -204,7 +209,7 @@ class PullConsumer(GroupMember, Lifecycle):
         if self._mode is _Mode.SUBSCRIBE:
             try:
                 await self._join_group(run)
-            except MQError:        # CHECK_CLIENT_CONFIG refused a subscription
+            except MQError:        # CHECK_CLIENT_CONFIG refused a subscription, or NO_PERMISSION
                 await self.shutdown()
                 raise
         elif self._mode is _Mode.ASSIGN:
@@ -374,6 +379,8 @@ class PullConsumer(GroupMember, Lifecycle):
         for topic in self._subscriptions:
             try:
                 await run.instance.update_route(topic)
+            except NoPermission:
+                raise
             except MQError as exc:
                 log.warning("route of %s unavailable: %s", topic, exc)
         await run.instance.check_client_in_broker(

@@ -35,10 +35,11 @@ from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance
 from conf.client import ClientConfig, PushConsumerOptions, with_tls
 from protocol.bodies import ConsumerRunningInfo
-from protocol.errors import MQError
+from protocol.errors import MQError, NoPermission
 from protocol.lifecycle import Lifecycle
 from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, MessageQueue
 from protocol.service import PeriodicService
+from protocol.signing import Credentials
 from protocol.topics import check_group, retry_topic
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,8 @@ log = logging.getLogger(__name__)
 class PushConsumer(GroupMember, Lifecycle):
     """Options are RocketMQ's push-consumer settings in snake_case with the same defaults
     (`conf.client.PushConsumerOptions`); an unknown option raises `TypeError` naming the valid
-    ones, an out-of-range value `ValueError`.
+    ones, an out-of-range value `ValueError`. `credentials=Credentials(access_key, secret_key)` signs
+    every request (see `start` for a refusal).
     `tls=True` connects over TLS, verifying servers with the system's CAs; `ssl_context=`
     (`conf.tls.client_context(ca_file=..., cert_file=..., key_file=...)`) with a CA of your own or a
     client certificate (mutual TLS)."""
@@ -58,8 +60,8 @@ class PushConsumer(GroupMember, Lifecycle):
                  message_model: str | MessageModel = "CLUSTERING",
                  consume_from_where: str | ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
                  allocate_strategy: AllocateMessageQueueStrategy | None = None, *,
-                 client_config: ClientConfig | None = None, tls: bool = False,
-                 ssl_context: ssl.SSLContext | None = None, **options: Any) -> None:
+                 client_config: ClientConfig | None = None, credentials: Credentials | None = None,
+                 tls: bool = False, ssl_context: ssl.SSLContext | None = None, **options: Any) -> None:
         remark = check_group(consumer_group)
         if remark is not None:
             raise ValueError(remark)
@@ -70,6 +72,7 @@ class PushConsumer(GroupMember, Lifecycle):
         self._init_member(consumer_group, endpoints, message_model, consume_from_where, allocate_strategy)
         self.options = PushConsumerOptions(**options)
         self.client_config = with_tls(client_config, tls, ssl_context)
+        self.credentials = credentials
         self._listener: MessageListener | OrderlyMessageListener | None = None
         self._orderly = False
         self._lock_renewal: LockRenewalService | None = None
@@ -161,7 +164,11 @@ class PushConsumer(GroupMember, Lifecycle):
         compile, or `SystemError_` when the broker has SQL92 disabled (the consumer is then shut down).
         As RocketMQ's, it does not fail when no broker or name server can be reached: it logs a
         warning and returns, and the periodic heartbeat, route refresh and rebalance (intervals of
-        `client_config`) start the pulls once one answers."""
+        `client_config`) start the pulls once one answers. With authentication on, a route query
+        refused (a wrong secret, an unknown user, no permission on a topic) raises `NoPermission`
+        (the consumer is then shut down) instead of retrying for ever; a refusal after start (the
+        user deleted, an ACL changed) is logged at WARNING and the pulls retry every
+        `pull_time_delay_when_exception_ms`, as RocketMQ's."""
         if self._instance is not None:
             return
         if self._listener is None:
@@ -173,7 +180,7 @@ class PushConsumer(GroupMember, Lifecycle):
             retry = retry_topic(self.consumer_group)
             self._subscriptions.setdefault(retry, TopicSubscription.by_tags(retry, "*"))
         client_id = build_client_id(self.client_config.instance_name, unique_default=clustering)
-        instance = get_instance(client_id, self.endpoints, self.client_config)
+        instance = get_instance(client_id, self.endpoints, self.client_config, self.credentials)
         if clustering:
             self._offsets = RemoteBrokerOffsetStore(instance.api, instance.routes, instance.endpoints[0],
                                                     self.consumer_group, self.client_config.request_timeout_ms)
@@ -236,6 +243,9 @@ class PushConsumer(GroupMember, Lifecycle):
         for topic in self._subscriptions:
             try:
                 await instance.update_route(topic)
+            except NoPermission:
+                await self.shutdown()
+                raise
             except MQError as exc:
                 log.warning("route of %s unavailable at start: %s", topic, exc)
         try:

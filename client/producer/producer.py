@@ -23,6 +23,7 @@ from protocol.headers import SendBatchMessageRequestHeader
 from protocol.lifecycle import Lifecycle
 from protocol.message import PROPERTY_UNIQ_KEY, BatchItem, Message, encode_batch_items
 from protocol.model import MessageQueue
+from protocol.signing import Credentials
 from protocol.topics import check_group, check_topic
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,10 @@ class Producer(Lifecycle):
 
     Raises `ClientStateError` when used before `start()` or after `shutdown()`, `ValueError` for a
     bad topic or group name, and the last send error when every attempt failed.
+
+    `credentials=Credentials(access_key, secret_key)` signs every request (brokers and name servers
+    with authentication on refuse unsigned ones); a refusal, wrong secret or missing ACL, is
+    `NoPermission` (code 16) from `send`, its remark saying which and, for an ACL, the resource.
     `tls=True` connects over TLS, verifying servers with the system's CAs; `ssl_context=`
     (`conf.tls.client_context(ca_file=..., cert_file=..., key_file=...)`) with a CA of your own or a
     client certificate (mutual TLS)."""
@@ -43,8 +48,8 @@ class Producer(Lifecycle):
                  retry_times_when_send_failed: int = 2, send_msg_timeout_ms: int = 3_000,
                  default_topic_queue_nums: int = 4, max_message_bytes: int = 4 * 1024 * 1024,
                  send_latency_fault_enable: bool = False, metrics_port: int = 0,
-                 client_config: ClientConfig | None = None, tls: bool = False,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 client_config: ClientConfig | None = None, credentials: Credentials | None = None,
+                 tls: bool = False, ssl_context: ssl.SSLContext | None = None) -> None:
         remark = check_group(producer_group)
         if remark is not None:
             raise ValueError(remark)
@@ -55,6 +60,7 @@ class Producer(Lifecycle):
         self.default_topic_queue_nums = default_topic_queue_nums
         self.max_message_bytes = max_message_bytes
         self.client_config = with_tls(client_config, tls, ssl_context)
+        self.credentials = credentials
         self._instance: ClientInstance | None = None
         self._round_robin = itertools.count()
         self.send_latency_fault_enable = send_latency_fault_enable
@@ -67,7 +73,7 @@ class Producer(Lifecycle):
         if self._instance is not None:
             return
         client_id = build_client_id(self.client_config.instance_name, unique_default=True)
-        instance = get_instance(client_id, self.endpoints, self.client_config)
+        instance = get_instance(client_id, self.endpoints, self.client_config, self.credentials)
         instance.producer_groups.add(self.producer_group)
         if self.metrics_port > 0:
             self._metrics = instance.serve_metrics(self.metrics_port)

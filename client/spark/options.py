@@ -18,6 +18,7 @@ from enum import Enum
 
 from client.instance import parse_endpoints
 from protocol.model import ExpressionType
+from protocol.signing import Credentials
 from protocol.subscription import SUB_ALL, is_subscribe_all, parse_tags
 
 EARLIEST = -2            # in an offsets JSON, as the Kafka source: the queue's min offset
@@ -63,6 +64,17 @@ def _bool_option(options: dict[str, str], name: str, default: bool) -> bool:
     if raw.lower() in ("false", "0", "no"):
         return False
     raise ValueError(f"option {name} must be true or false, not {raw!r}")
+
+
+def credentials_option(options: dict[str, str]) -> Credentials | None:
+    """`accessKey` and `secretKey` (a user and its password: every request is then signed), None
+    when neither is given; raises `ValueError` when only one is."""
+    access_key, secret_key = options.get("accesskey") or "", options.get("secretkey") or ""
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise ValueError("options accessKey and secretKey go together")
+    return Credentials(access_key, secret_key)
 
 
 def parse_offset_spec(name: str, raw: str) -> OffsetSpec:
@@ -151,7 +163,8 @@ class PullSettings:
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     """Everything the source reads from its options. `starting` is None when `starting_timestamp_ms`
-    is set; `ending` applies to batch reads only."""
+    is set; `ending` applies to batch reads only; `credentials` (accessKey, secretKey) sign every
+    request of the driver and of each task (Spark pickles them into the tasks)."""
 
     endpoints: tuple[str, ...]
     topic: str
@@ -163,6 +176,7 @@ class SourceOptions:
     max_records_per_trigger: int | None
     commit_to_group: str | None
     pull: PullSettings
+    credentials: Credentials | None = None
     tls: TlsSettings = NO_TLS
 
     @classmethod
@@ -211,7 +225,8 @@ class SourceOptions:
                    max_records_per_partition=_int_option(opts, "maxRecordsPerPartition",
                                                          DEFAULT_MAX_RECORDS_PER_PARTITION),
                    max_records_per_trigger=max_per_trigger or None,
-                   commit_to_group=opts.get("committogroup") or None, pull=pull, tls=TlsSettings.parse(opts))
+                   commit_to_group=opts.get("committogroup") or None, pull=pull,
+                   credentials=credentials_option(opts), tls=TlsSettings.parse(opts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,13 +237,14 @@ class SinkOptions:
     send_batch_size: int
     sends_in_flight: int
     send_timeout_ms: int
+    credentials: Credentials | None = None
     tls: TlsSettings = NO_TLS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         """Options of a write: endpoints, topic, producerGroup (default "spark-sink"),
         sendBatchSize messages per SEND_BATCH_MESSAGE (32), sendsInFlight (8), sendTimeoutMs,
-        tls and caFile (as the source's)."""
+        accessKey and secretKey (the producer's credentials), tls and caFile (as the source's)."""
         opts = _lower(options)
         endpoints, topic = opts.get("endpoints", ""), opts.get("topic", "")
         if not endpoints:
@@ -239,7 +255,8 @@ class SinkOptions:
                    producer_group=opts.get("producergroup") or "spark-sink",
                    send_batch_size=_int_option(opts, "sendBatchSize", 32),
                    sends_in_flight=_int_option(opts, "sendsInFlight", 8),
-                   send_timeout_ms=_int_option(opts, "sendTimeoutMs", 10_000), tls=TlsSettings.parse(opts))
+                   send_timeout_ms=_int_option(opts, "sendTimeoutMs", 10_000),
+                   credentials=credentials_option(opts), tls=TlsSettings.parse(opts))
 
 
 # -- pure offset arithmetic --------------------------------------------------------------------------

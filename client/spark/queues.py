@@ -31,6 +31,7 @@ from protocol.errors import MQError, TopicNotExist
 from protocol.headers import PullMessageRequestHeader
 from protocol.message import F_STORE_TIMESTAMP, STORED_FIELD_COUNT
 from protocol.model import PullStatus
+from protocol.signing import Credentials
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -43,17 +44,19 @@ class DataLoss(RuntimeError):
     range goes past the queue's end; with failOnDataLoss=false the reader skips instead."""
 
 
-def remoting_client(tls: TlsSettings) -> RemotingClient:
-    """Connections over TLS when `tls.enabled` (servers verified against `tls.ca_file`, or the
-    system's CAs); raises `TlsError` when the CA file cannot be read."""
-    return RemotingClient(ssl_context=client_context(tls.ca_file) if tls.enabled else None)
+def remoting_client(tls: TlsSettings, credentials: Credentials | None = None) -> RemotingClient:
+    """Connections signing every request with `credentials` when given, over TLS when `tls.enabled`
+    (servers verified against `tls.ca_file`, or the system's CAs); raises `TlsError` when the CA
+    file cannot be read."""
+    return RemotingClient(credentials=credentials, ssl_context=client_context(tls.ca_file) if tls.enabled else None)
 
 
-def run_on_private_loop(work: Callable[[ClientAPI], Awaitable[T]], tls: TlsSettings = NO_TLS) -> T:
-    """`work(api)` on a new uvloop event loop with its own connections (TLS as `tls` says), all
-    closed afterwards."""
+def run_on_private_loop(work: Callable[[ClientAPI], Awaitable[T]], credentials: Credentials | None = None,
+                        tls: TlsSettings = NO_TLS) -> T:
+    """`work(api)` on a new uvloop event loop with its own connections (signing every request with
+    `credentials` when given, TLS as `tls` says), all closed afterwards."""
     async def main() -> T:
-        remoting = remoting_client(tls)
+        remoting = remoting_client(tls, credentials)
         try:
             return await work(ClientAPI(remoting))
         finally:

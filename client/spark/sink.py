@@ -104,7 +104,8 @@ def send_partition(options: SinkOptions, batches: Iterator[pa.RecordBatch], key_
     async def main() -> int:
         ssl_context = client_context(options.tls.ca_file) if options.tls.enabled else None
         producer = Producer(options.producer_group, list(options.endpoints),
-                            send_msg_timeout_ms=options.send_timeout_ms, ssl_context=ssl_context)
+                            send_msg_timeout_ms=options.send_timeout_ms, credentials=options.credentials,
+                            ssl_context=ssl_context)
         gate = asyncio.Semaphore(options.sends_in_flight)
         sent = 0
         async with producer:

@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 
 from client.spark.options import SinkOptions, SourceOptions, TlsSettings
 from tests.client.spark.conftest import BrokerThread
+from tests.conftest import broker_config
 from tests.tls_certs import CertFiles, server_tls
 
 pytestmark = pytest.mark.timeout(300)   # the first Spark test also starts the JVM and Python workers
@@ -26,7 +27,7 @@ def test_tls_options() -> None:
 
 
 def test_write_and_read_through_spark_over_tls(spark: SparkSession, tmp_path: Path, tls_certs: CertFiles) -> None:
-    broker = BrokerThread(tmp_path, tls=server_tls(tls_certs, "enforcing"))
+    broker = BrokerThread(tmp_path, broker_config(tmp_path, tls=server_tls(tls_certs, "enforcing")))
     broker.start()
     try:
         tls = {"endpoints": broker.address, "topic": "spark_tls", "tls": "true", "caFile": tls_certs.ca_file}

@@ -24,7 +24,8 @@ from client import (
 )
 from conf.client import ClientConfig, with_tls
 from conf.tls import TlsConfig, client_context
-from protocol.errors import ConnectionClosed
+from protocol.errors import ConnectionClosed, NoPermission
+from tests.auth.servers import ROOT, secured_broker
 from tests.client.test_push_consumer import FAST, consumer
 from tests.conftest import broker_config
 from tests.helpers import free_port, wait_until
@@ -110,3 +111,16 @@ async def test_metrics_over_https_without_client_certificates(tmp_path: Path, tl
     async with Broker(broker_config(tmp_path, tls=tls, metrics_port=free_port())) as broker:
         url = f"https://localhost:{broker.metrics_port}/metrics"
         assert "rocketq_" in await asyncio.to_thread(scrape, url, client_context(tls_certs.ca_file))
+
+
+async def test_credentials_and_tls_together(tmp_path: Path, tls_certs: CertFiles) -> None:
+    """Signed requests (#37's authentication) over mutual TLS: both layers apply, independently."""
+    tls = server_tls(tls_certs, "enforcing", require_client_cert=True)
+    async with secured_broker(tmp_path, tls=tls) as broker:
+        context = client_ssl(tls_certs)
+        async with Producer("pg-signed-tls", broker.address, credentials=ROOT, ssl_context=context) as producer:
+            assert (await producer.send(Message("signed-tls", b"x"))).queue_offset == 0
+        async with Producer("pg-unsigned-tls", broker.address, ssl_context=context,
+                            retry_times_when_send_failed=0) as unsigned:
+            with pytest.raises(NoPermission):
+                await unsigned.send(Message("signed-tls", b"x"))

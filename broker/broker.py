@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 
 from broker.address import advertised_host
-from broker.auth.wiring import auth_handlers, broker_auth
+from broker.auth.wiring import broker_auth
 from broker.filter.filter_manager import FilterManager
 from broker.filter.message_filter import MessageFilter
 from broker.filter.sql92.bounds import Sql92Limits
+from broker.handlers import build_handlers
 from broker.lag_collector import BrokerStateCollector, LagCollector
 from broker.locks.lock_manager import LockManager
 from broker.longpoll.hold_service import HoldService
@@ -21,23 +22,12 @@ from broker.metrics import BrokerMetrics
 from broker.namesrv_register import NamesrvRegistration
 from broker.offset.consumer_offset_manager import ConsumerOffsetManager
 from broker.persist import ConfigPersistService
-from broker.processors.admin import AdminProcessor
-from broker.processors.client_manage import ClientManageProcessor
-from broker.processors.consumer_admin import ConsumerAdminProcessor
-from broker.processors.consumer_manage import ConsumerManageProcessor
-from broker.processors.pull_message import PullMessageProcessor
-from broker.processors.query_message import QueryMessageProcessor
-from broker.processors.queue_lock import QueueLockProcessor
-from broker.processors.runtime_info import RuntimeInfoProcessor
-from broker.processors.send_back import SendBackProcessor
-from broker.processors.send_message import SendMessageProcessor
-from broker.processors.topic_group_admin import TopicGroupAdminProcessor
 from broker.registry.consumer_manager import ConsumerManager
 from broker.registry.housekeeping import HousekeepingService
 from broker.registry.ids_changed import IdsChangedNotifier
 from broker.registry.limits import ClientIdTable
 from broker.registry.producer_manager import ProducerManager
-from broker.remoting.dispatcher import Dispatcher, Handler
+from broker.remoting.dispatcher import Dispatcher
 from broker.remoting.guard import ConnectionGuard, ConnectionLimits, GuardedProtocol
 from broker.remoting.server import RemotingServer
 from broker.schedule.schedule_service import DelayOffsets, ScheduleService
@@ -47,7 +37,6 @@ from broker.store.results import GetMessageStatus
 from broker.topics.recovery import recover_topic_configs
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
-from broker.topics.system_topics import SystemTopics
 from broker.topics.topic_config_manager import TopicConfigManager
 from conf.broker import BrokerConfig
 from conf.namesrv import parse_namesrv_addr
@@ -55,7 +44,6 @@ from conf.tls import broker_client_context, server_context
 from protocol.bodies import TopicConfigData
 from protocol.channel import Channel
 from protocol.clock import Clock, SystemClock
-from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.headers import RegisterBrokerRequestHeader
 from protocol.lifecycle import Lifecycle
@@ -202,7 +190,7 @@ class Broker(Lifecycle):
             self.metrics.track_schedule(len(store.delay_levels), schedule.backlog)
             if config.metrics_port > 0:
                 self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port, tls)
-            handlers = self._handlers(store, hold)
+            handlers = build_handlers(self, store, hold)
             self.metrics.set_request_codes(handlers)
             self._dispatcher = Dispatcher(handlers, self.metrics.observe_request, config.max_in_flight_per_connection,
                                           max_in_flight_bytes_per_channel=config.max_unsent_bytes_per_connection,
@@ -305,65 +293,6 @@ class Broker(Lifecycle):
         self.registration = registration
         topics.on_change = registration.wakeup
         await registration.start()
-
-    def _handlers(self, store: MessageStore, hold: HoldService) -> dict[int, Handler]:
-        config = self.config
-        system_topics = SystemTopics(cluster_name=config.cluster_name, broker_name=config.broker_name)
-        send = SendMessageProcessor(store, self.topics, self.address, config.store.max_message_bytes,
-                                    self.metrics.on_stored, self.retry_topics, self.metrics.on_dlq,
-                                    config.max_properties_bytes)
-        send_back = SendBackProcessor(store, self.retry_topics, self.address, self.metrics.on_dlq,
-                                      config.max_properties_bytes)
-        pull = PullMessageProcessor(store, self.topics, self.groups, self.consumers, self.offsets, hold,
-                                    config.long_polling, self.metrics.on_pulled, filters=self.filters,
-                                    filter_support_retry=config.filter_support_retry)
-        client = ClientManageProcessor(self.consumers, self.producers, self.groups, self.topics, self.clock,
-                                       self._notify_enabled, self.filters, self.client_ids)
-        consumer = ConsumerManageProcessor(self.consumers, self.offsets, self.topics, store)
-        admin = AdminProcessor(store, self.topics, self.groups, config.broker_name, config.cluster_name,
-                               self.address, system_topics)
-        locks = QueueLockProcessor(self.locks)
-        topic_group = TopicGroupAdminProcessor(store, self.topics, self.groups, self.offsets, config.broker_name,
-                                               system_topics)
-        consumer_admin = ConsumerAdminProcessor(store, self.topics, self.consumers, self.offsets, config.broker_name,
-                                                self.clock.now_ms, self.clock.monotonic_ms)
-        runtime = RuntimeInfoProcessor(config, store, self.topics, self.groups, self.address, self.started_at_ms,
-                                       self.clock.now_ms, lambda: hold.held_count, self._connection_count)
-        return {
-            RequestCode.GET_ALL_TOPIC_CONFIG: topic_group.get_all_topic_config,
-            RequestCode.DELETE_TOPIC_IN_BROKER: topic_group.delete_topic,
-            RequestCode.GET_TOPIC_STATS_INFO: topic_group.get_topic_stats_info,
-            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: topic_group.get_all_subscription_group_config,
-            RequestCode.DELETE_SUBSCRIPTIONGROUP: topic_group.delete_subscription_group,
-            RequestCode.GET_CONSUMER_CONNECTION_LIST: consumer_admin.get_consumer_connection_list,
-            RequestCode.GET_CONSUME_STATS: consumer_admin.get_consume_stats,
-            RequestCode.GET_CONSUMER_RUNNING_INFO: consumer_admin.get_consumer_running_info,
-            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: consumer_admin.reset_offset,
-            RequestCode.GET_BROKER_RUNTIME_INFO: runtime.get_broker_runtime_info,
-            RequestCode.QUERY_MESSAGE: QueryMessageProcessor(store).query_message,
-            RequestCode.SEND_MESSAGE: send.process,
-            RequestCode.SEND_BATCH_MESSAGE: send.process_batch,
-            RequestCode.PULL_MESSAGE: pull.process,
-            RequestCode.CONSUMER_SEND_MSG_BACK: send_back.process,
-            RequestCode.HEART_BEAT: client.heart_beat,
-            RequestCode.UNREGISTER_CLIENT: client.unregister_client,
-            RequestCode.CHECK_CLIENT_CONFIG: client.check_client_config,
-            RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.get_consumer_list,
-            RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_consumer_offset,
-            RequestCode.UPDATE_CONSUMER_OFFSET: consumer.update_consumer_offset,
-            RequestCode.GET_MAX_OFFSET: admin.get_max_offset,
-            RequestCode.GET_MIN_OFFSET: admin.get_min_offset,
-            RequestCode.GET_EARLIEST_MSG_STORETIME: admin.get_earliest_msg_storetime,
-            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
-            RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message_by_id,
-            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
-            RequestCode.GET_ROUTEINFO_BY_TOPIC: admin.get_route_info,
-            RequestCode.GET_BROKER_CLUSTER_INFO: admin.get_broker_cluster_info,
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
-            RequestCode.LOCK_BATCH_MQ: locks.lock_batch_mq,
-            RequestCode.UNLOCK_BATCH_MQ: locks.unlock_batch_mq,
-            **auth_handlers(self.auth),
-        }
 
     def _on_request(self, channel: Channel, command: RemotingCommand) -> None:
         dispatcher = self._dispatcher

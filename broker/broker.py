@@ -34,6 +34,7 @@ from broker.schedule.schedule_service import DelayOffsets, ScheduleService
 from broker.store.lock import StoreLock
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageStatus
+from broker.timer.timer_store import TimerMessageStore
 from broker.topics.recovery import recover_topic_configs
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
@@ -48,7 +49,7 @@ from protocol.command import RemotingCommand
 from protocol.headers import RegisterBrokerRequestHeader
 from protocol.lifecycle import Lifecycle
 from protocol.tls_accept import TlsAcceptor
-from protocol.topics import SCHEDULE_TOPIC
+from protocol.topics import SCHEDULE_TOPIC, TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class Broker(Lifecycle):
         self.store: MessageStore | None = None
         self.hold_service: HoldService | None = None
         self.schedule: ScheduleService | None = None
+        self.timer: TimerMessageStore | None = None
         self.registration: NamesrvRegistration | None = None
         self._server: RemotingServer | None = None
         self._store_lock = StoreLock(config.store.path)
@@ -152,13 +154,16 @@ class Broker(Lifecycle):
             self.delay_offsets.flushed_offset = lambda: store.flushed_offset
             schedule = ScheduleService(store, self.delay_offsets, self.clock.now_ms)
             self.schedule = schedule
+            timer = self.timer = TimerMessageStore(store, config.store.path / "timer", now_ms=self.clock.now_ms,
+                                                   precision_ms=config.timer_precision_ms,
+                                                   max_delay_ms=config.timer_max_delay_sec * 1000)
             notify_hold = hold.notify_message_arriving if config.long_polling.enable else None
             index_arrival = self.filters.index.on_arrival      # SQL92 matches of registered subscriptions
 
             def on_arrival(topic: str, queue_id: int, max_offset: int, tags_code: int,
                            properties: dict[str, str]) -> None:
-                if topic == SCHEDULE_TOPIC:
-                    schedule.on_arrival(topic, queue_id)
+                if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
+                    schedule.on_arrival(topic, queue_id) if topic == SCHEDULE_TOPIC else timer.on_arrival()
                     return
                 index_arrival(topic, queue_id, max_offset - 1, properties)
                 if notify_hold is not None:
@@ -168,14 +173,15 @@ class Broker(Lifecycle):
 
             def on_arrival_run(topic: str, queue_id: int, queue_offset: int, units: list[tuple[int, int, int]],
                                properties: list[dict[str, str]]) -> None:
-                if topic == SCHEDULE_TOPIC:
-                    schedule.on_arrival(topic, queue_id)
+                if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
+                    schedule.on_arrival(topic, queue_id) if topic == SCHEDULE_TOPIC else timer.on_arrival()
                     return
                 index_run(topic, queue_id, queue_offset, properties)
                 if notify_hold_run is not None:
                     notify_hold_run(topic, queue_id, queue_offset, units, properties)
             store.set_arrival_listener(on_arrival, on_arrival_run)
             await schedule.start()
+            await timer.start()
             await hold.start()
             self._housekeeping = HousekeepingService(
                 self.consumers, self.producers, self.clock, config.channel_expired_timeout_ms,
@@ -232,6 +238,9 @@ class Broker(Lifecycle):
         if self._housekeeping is not None:
             await self._housekeeping.stop()
             self._housekeeping = None
+        if self.timer is not None:
+            await self.timer.stop()
+            self.timer = None
         if self.schedule is not None:
             await self.schedule.stop()
             self.schedule = None

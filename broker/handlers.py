@@ -28,6 +28,7 @@ from broker.registry.limits import ClientIdTable
 from broker.registry.producer_manager import ProducerManager
 from broker.remoting.dispatcher import Handler
 from broker.store.message_store import MessageStore
+from broker.timer.timer_send import TimerSends
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.system_topics import SystemTopics
@@ -70,7 +71,8 @@ def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService) 
     system_topics = SystemTopics(cluster_name=config.cluster_name, broker_name=config.broker_name)
     send = SendMessageProcessor(store, broker.topics, broker.address, config.store.max_message_bytes,
                                 broker.metrics.on_stored, broker.retry_topics, broker.metrics.on_dlq,
-                                config.max_properties_bytes)
+                                config.max_properties_bytes, timer=TimerSends(
+                                    broker.clock.now_ms, config.timer_max_delay_sec * 1000))
     send_back = SendBackProcessor(store, broker.retry_topics, broker.address, broker.metrics.on_dlq,
                                   config.max_properties_bytes)
     pull = PullMessageProcessor(store, broker.topics, broker.groups, broker.consumers, broker.offsets, hold,

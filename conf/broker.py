@@ -24,7 +24,9 @@ class LongPollingConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfig:
-    RANGES: ClassVar[Mapping[str, Range]] = MappingProxyType({"max_requests_per_step": Range(low=0)})
+    RANGES: ClassVar[Mapping[str, Range]] = MappingProxyType({
+        "max_requests_per_step": Range(low=0), "timer_max_delay_sec": Range(low=1, high=400 * 86_400),
+        "timer_precision_ms": Range(low=1, high=1_000)})
 
     listen_host: str = "127.0.0.1"                # address clients connect to; "0.0.0.0" for all interfaces
     listen_port: int = 10911                      # TCP port (RocketMQ's default); 0 picks a free port
@@ -65,6 +67,8 @@ class BrokerConfig:
     sql92_max_depth: int = 64                     # parentheses / NOT / sign nesting of an SQL92 expression
     sql92_max_terms: int = 1_024                  # conditions joined by AND / OR in one SQL92 expression
     sql92_compile_cache_bytes: int = 32 * 1024 * 1024  # compiled SQL92 expressions kept, by estimated size
+    timer_max_delay_sec: int = 259_200            # timer messages: latest deliver time ahead (3 days); more: refused
+    timer_precision_ms: int = 100                 # timer wheel slot (timerPrecisionMs); changing it needs a new wheel
     protected_mode: bool = True                   # auth off and listening beyond loopback: refuse non-loopback peers
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
     store: StoreConfig = field(default_factory=StoreConfig)

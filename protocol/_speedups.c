@@ -869,6 +869,7 @@ fallback:
 /* -- batch bodies ---------------------------------------------------------------------------- */
 
 static PyObject *key_delay;     /* "DELAY" */
+static PyObject *key_timer[3];  /* "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC" */
 
 /* The UTF-8 length of a str (ASCII: its length), or -1 (no exception set) when it has none. */
 static Py_ssize_t
@@ -887,7 +888,7 @@ utf8_length(PyObject *text)
 /* read_batch_body(raw, max_messages, max_message_bytes[, max_properties_bytes=32767]) ->
  * (items, body_bytes) | None: a SEND_BATCH_MESSAGE body (an array of [properties, flag, body])
  * when it is plainly well formed: 1..max_messages items, each a list of a dict of str to str
- * without DELAY whose size as RocketMQ's properties string (UTF-8 key and value, 2 separators an
+ * without DELAY or a TIMER_* key whose size as RocketMQ's properties string (UTF-8 key and value, 2 separators an
  * entry) is at most max_properties_bytes, an int (not a bool) within int32, and bytes that with
  * the properties make at most max_message_bytes. None for anything else: the broker's Python
  * check then names what is wrong (broker/processors/send_message.py decode_batch_py). */
@@ -902,6 +903,15 @@ read_batch_body(PyObject *module, PyObject *args)
     if (key_delay == NULL && (key_delay = PyUnicode_InternFromString("DELAY")) == NULL) {
         PyBuffer_Release(&raw);
         return NULL;
+    }
+    if (key_timer[0] == NULL) {
+        static const char *names[3] = {"TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC"};
+        for (int k = 0; k < 3; k++) {
+            if ((key_timer[k] = PyUnicode_InternFromString(names[k])) == NULL) {
+                PyBuffer_Release(&raw);
+                return NULL;
+            }
+        }
     }
     PyObject *value = mp_read_all(raw.buf, raw.len);
     PyBuffer_Release(&raw);
@@ -941,6 +951,8 @@ read_batch_body(PyObject *module, PyObject *args)
         if (PyBytes_GET_SIZE(body) > max_body_bytes - properties_bytes)
             goto fallback;
         int delayed = PyDict_Contains(properties, key_delay);
+        for (int k = 0; k < 3 && delayed == 0; k++)
+            delayed = PyDict_Contains(properties, key_timer[k]);
         if (delayed != 0) {
             if (delayed < 0)
                 PyErr_Clear();

@@ -37,6 +37,11 @@ PROPERTY_MIN_OFFSET = "MIN_OFFSET"
 PROPERTY_MAX_OFFSET = "MAX_OFFSET"
 PROPERTY_DLQ_REASON = "DLQ_REASON"          # rocketq's: why the broker stored it in %DLQ%<group>
 PROPERTY_DLQ_RESENT_FROM = "DLQ_RESENT_FROM"  # rocketq's: the DLQ msg id `admin dlq resend` copied
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # timer message: deliver at this epoch ms (RocketMQ 5)
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"      # timer message: deliver this many ms after the send
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"    # timer message: deliver this many seconds after the send
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"          # the broker's: the due time of a message in the timer topic
+TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC)
 KEY_SEPARATOR = " "
 
 MAX_PROPERTIES_BYTES = 32_767       # RocketMQ's limit (Short.MAX_VALUE) on the properties string
@@ -70,7 +75,12 @@ def stored_origin(fields: Sequence[Any]) -> tuple[int, str, int, int]:
 @dataclass(slots=True, kw_only=False)
 class Message:
     """A message to send. `tags`, `keys` and `delay_level` are stored as the TAGS, KEYS and DELAY
-    properties; `keys` may be one string or several (sent space-separated, as RocketMQ does)."""
+    properties; `keys` may be one string or several (sent space-separated, as RocketMQ does).
+
+    A timer message (RocketMQ 5): `deliver_time_ms` (epoch ms) is sent as TIMER_DELIVER_MS,
+    `delay_time_ms` (ms after the broker stores it) as TIMER_DELAY_MS; the broker delivers it no
+    earlier than that, at most its `timer_max_delay_sec` ahead (else MESSAGE_ILLEGAL). A
+    `delay_level` wins over both, as in RocketMQ. Sent one at a time: a batch refuses them."""
 
     topic: str
     body: bytes
@@ -79,6 +89,8 @@ class Message:
     properties: dict[str, str] | None = None
     delay_level: int = 0
     flag: int = 0
+    deliver_time_ms: int | None = None
+    delay_time_ms: int | None = None
 
     @property
     def delay_time_level(self) -> int:
@@ -99,6 +111,10 @@ class Message:
             props[PROPERTY_KEYS] = self.keys if isinstance(self.keys, str) else KEY_SEPARATOR.join(self.keys)
         if self.delay_level > 0:
             props[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
+        if self.deliver_time_ms is not None:
+            props[PROPERTY_TIMER_DELIVER_MS] = str(self.deliver_time_ms)
+        if self.delay_time_ms is not None:
+            props[PROPERTY_TIMER_DELAY_MS] = str(self.delay_time_ms)
         return props
 
 

@@ -8,6 +8,7 @@ import re
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TIMER_TOPIC = "rmq_sys_wheel_timer"     # timer messages wait here (RocketMQ 5 TimerMessageStore.TIMER_TOPIC)
 MAX_TOPIC_LENGTH = 127
 MAX_GROUP_LENGTH = 255
 _NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")

@@ -18,6 +18,7 @@ from broker.remoting.context import RequestContext
 from broker.remoting.dispatcher import Deferred
 from broker.store.message_store import MessageStore
 from broker.store.results import PutMessageResult, PutMessageStatus
+from broker.timer.timer_send import TimerSends
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.system_topics import require_sendable
 from broker.topics.topic_config_manager import TopicConfigManager
@@ -36,6 +37,9 @@ from protocol.headers import (
 from protocol.message import (
     MAX_PROPERTIES_BYTES,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
     make_msg_id,
     msg_id_prefix,
     offset_msg_ids,
@@ -134,12 +138,14 @@ class SendMessageProcessor:
 
     def __init__(self, store: MessageStore, topics: TopicConfigManager, store_host: str,
                  max_message_bytes: int, on_stored: MessagesIn, retry_topics: RetryTopics,
-                 on_dlq: DlqCounter, max_properties_bytes: int = MAX_PROPERTIES_BYTES) -> None:
+                 on_dlq: DlqCounter, max_properties_bytes: int = MAX_PROPERTIES_BYTES,
+                 timer: TimerSends | None = None) -> None:
         self._store, self._topics, self._store_host = store, topics, store_host
         self._max_message_bytes = max_message_bytes
         self._max_properties_bytes = max_properties_bytes
         self._on_stored = on_stored
         self._retry_topics, self._on_dlq = retry_topics, on_dlq
+        self._timer = timer or TimerSends(lambda: 0, 0)
         self._msg_id_prefix = msg_id_prefix(store_host)
         self._checked: set[tuple[str, int, str]] = set()
         self._checked_version = -1
@@ -170,6 +176,8 @@ class SendMessageProcessor:
                 # the int32 / int64 ranges of the header (literals: this runs for every send)
                 or not -0x80000000 <= flag <= 0x7FFFFFFF or not 0 <= born_timestamp <= 0x7FFFFFFFFFFFFFFF
                 or not 0 <= reconsume_times <= 0x7FFFFFFF or PROPERTY_DELAY_TIME_LEVEL in properties
+                or PROPERTY_TIMER_DELIVER_MS in properties or PROPERTY_TIMER_DELAY_MS in properties
+                or PROPERTY_TIMER_DELAY_SEC in properties
                 or (topic, queue_id, group) not in self._checked_sends()):
             return self._process_typed(ctx, request)
         max_reconsume_times = fields.get("max_reconsume_times")
@@ -222,6 +230,9 @@ class SendMessageProcessor:
                 topic, queue_id, header.reconsume_times, header.max_reconsume_times, properties)
         if PROPERTY_DELAY_TIME_LEVEL in properties:
             _check_delay_level(properties[PROPERTY_DELAY_TIME_LEVEL])
+        timer_due_ms = self._timer.due_ms(properties)     # raises MessageIllegal; None: not a timer message
+        if timer_due_ms is None:
+            properties = self._timer.plain(properties)
         topics = self._topics
         topics.for_send(topic, queue_id)
         if (dlq_group is None and topic[0] != "%" and topics.is_durable(topic)
@@ -229,8 +240,9 @@ class SendMessageProcessor:
             self._checked.add((topic, queue_id, header.producer_group))
 
         def put() -> tuple[RemotingCommand, int]:
+            put_topic, put_queue_id, put_properties = self._timer.route(topic, queue_id, properties, timer_due_ms)
             result = self._store.put_message(
-                topic=topic, queue_id=queue_id, body=body, properties=properties,
+                topic=put_topic, queue_id=put_queue_id, body=body, properties=put_properties,
                 flag=header.flag, born_timestamp=header.born_timestamp, born_host=ctx.client_addr,
                 reconsume_times=header.reconsume_times)
             check_put(result)
@@ -340,6 +352,10 @@ def decode_batch_py(raw: bytes, max_message_bytes: int,
         if PROPERTY_DELAY_TIME_LEVEL in properties:
             raise MessageIllegal(f"batch message {i} has a DELAY level: delayed messages are sent one "
                                  f"at a time, not in a batch (as RocketMQ)")
+        if (PROPERTY_TIMER_DELIVER_MS in properties or PROPERTY_TIMER_DELAY_MS in properties
+                or PROPERTY_TIMER_DELAY_SEC in properties):
+            raise MessageIllegal(f"batch message {i} is a timer message (TIMER_DELIVER_MS, TIMER_DELAY_MS or "
+                                 f"TIMER_DELAY_SEC): timer messages are sent one at a time, not in a batch")
         check_message_size(len(body), properties, max_bytes, max_properties_bytes, f"batch message {i}")
         body_bytes += len(body)
     # Each item is a 3-element list; the store unpacks it like the tuple it is typed as.

@@ -19,6 +19,7 @@ from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from broker.store.key_index import KeyIndex
 from broker.store.record import RecordError, decode_stored_fields
+from broker.timer.deliver_time import timer_due_of
 from protocol.message import (
     F_PROPERTIES,
     F_QUEUE_ID,
@@ -28,7 +29,7 @@ from protocol.message import (
     PROPERTY_TAGS,
 )
 from protocol.service import Service
-from protocol.topics import SCHEDULE_TOPIC
+from protocol.topics import SCHEDULE_TOPIC, TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +212,8 @@ class ReputService(Service):
                 properties: dict[str, str] = fields[F_PROPERTIES]
                 if topic == SCHEDULE_TOPIC:     # the unit holds the due time (REFERENCE.md §10)
                     tags_code = deliver_at_ms(fields[F_STORE_TIMESTAMP], queue_id + 1, self._delay_levels)
+                elif topic == TIMER_TOPIC:      # and the timer message's (TIMER_OUT_MS)
+                    tags_code = timer_due_of(properties)
                 else:
                     tags_code = self._tags_code(properties.get(PROPERTY_TAGS))
                 queue = self._consume_queues.get_or_create(topic, queue_id)

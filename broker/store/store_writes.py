@@ -25,6 +25,7 @@ from broker.store.results import (
     PutMessageResult,
     PutMessageStatus,
 )
+from broker.timer.deliver_time import timer_due_of
 from conf.store import StoreConfig
 from protocol.message import (
     F_BODY,
@@ -42,7 +43,7 @@ from protocol.message import (
     PROPERTY_TAGS,
 )
 from protocol.subscription import tags_code
-from protocol.topics import SCHEDULE_TOPIC
+from protocol.topics import SCHEDULE_TOPIC, TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -179,6 +180,7 @@ class StoreWrites:
         tags_cache = self._tags_cache
         codes: list[int] = []
         schedule = topic == SCHEDULE_TOPIC
+        timer = topic == TIMER_TOPIC
         for properties, _, _ in messages:
             tag = properties.get(PROPERTY_TAGS)
             code = tags_cache.get(tag) if tag else 0
@@ -186,6 +188,8 @@ class StoreWrites:
                 code = self._tags_code(tag)
             if schedule:        # the due time stands in the tags code (RocketMQ, REFERENCE.md §10)
                 code = deliver_at_ms(store_timestamp, queue_id + 1, self.delay_levels)
+            elif timer:         # so does a timer message's (TIMER_OUT_MS)
+                code = timer_due_of(properties)
             codes.append(code)
         self._reput.hand_off_run(topic, queue_id, first_queue_offset, list(zip(offsets, sizes, codes, strict=True)),
                                  store_timestamp, [properties for properties, _, _ in messages])
@@ -285,6 +289,8 @@ class StoreWrites:
         tag = properties.get(PROPERTY_TAGS)
         if topic == SCHEDULE_TOPIC:     # the due time stands in the tags code (RocketMQ, REFERENCE.md §10)
             code = deliver_at_ms(store_timestamp, queue_id + 1, self.delay_levels)
+        elif topic == TIMER_TOPIC:
+            code = timer_due_of(properties)
         elif not tag:
             code = 0
         else:

@@ -19,11 +19,11 @@ from broker.topics.retry_topics import DLQ_PERM
 from broker.topics.topic_config_manager import TopicConfig, TopicConfigManager
 from protocol.codes import Perm
 from protocol.errors import ServiceNotAvailable, SystemError_
-from protocol.topics import SCHEDULE_TOPIC, is_dlq_topic, is_retry_topic
+from protocol.topics import SCHEDULE_TOPIC, TIMER_TOPIC, is_dlq_topic, is_retry_topic
 
 log = logging.getLogger(__name__)
 
-INTERNAL_TOPICS = frozenset({SCHEDULE_TOPIC})
+INTERNAL_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
 MAX_QUEUE_NUMS = 1024
 
 

@@ -14,12 +14,12 @@ tell a refusal from a failure. Pure."""
 from __future__ import annotations
 
 from protocol.errors import NoPermission
-from protocol.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC
+from protocol.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC, TIMER_TOPIC
 
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 NOT_ALLOWED_SEND_TOPICS = frozenset({
-    SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-    "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
+    SCHEDULE_TOPIC, TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
 SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {AUTO_CREATE_TOPIC_KEY_TOPIC, "BenchmarkTest", "RMQ_SYS_TRACE_TOPIC"}
 SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_", RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
 
@@ -45,5 +45,6 @@ def require_sendable(topic: str) -> None:
     """Raises `NoPermission` for a topic no client may send to (`NOT_ALLOWED_SEND_TOPICS`, RocketMQ
     `isNotAllowedSendTopic`: "Sending message to topic[..] is forbidden")."""
     if topic in NOT_ALLOWED_SEND_TOPICS:
-        hint = ": set a DELAY level on the message instead" if topic == SCHEDULE_TOPIC else ""
+        hint = {SCHEDULE_TOPIC: ": set a DELAY level on the message instead",
+                TIMER_TOPIC: ": set TIMER_DELIVER_MS (deliver_time_ms) on the message instead"}.get(topic, "")
         raise NoPermission(f"sending to {topic} is forbidden: it is a system topic{hint}")

@@ -256,6 +256,8 @@ class Producer(Lifecycle):
                 raise ValueError("all messages of a batch must have the same topic")
             if m.delay_level:
                 raise ValueError("batched messages cannot have a delay level")
+            if m.deliver_time_ms is not None or m.delay_time_ms is not None:
+                raise ValueError("batched messages cannot have a deliver or delay time: send timer messages one by one")
             if type(body) is not bytes and not isinstance(body, bytes | bytearray):
                 raise TypeError("message body must be bytes")
             if len(body) > max_bytes:

@@ -1,0 +1,161 @@
+"""`TimerMessageStore`: the timer store's services (RocketMQ 5 `TimerMessageStore`'s enqueue,
+dequeue and flush threads, as three `Service`s over one `TimerState`).
+
+- `TimerEnqueueService` tails consume queue 0 of `rmq_sys_wheel_timer` from the enqueue mark,
+  woken by each arrival there (`on_arrival`); units already due are delivered at once.
+- `TimerDequeueService` sleeps until the next slot opens or the next record of the open slot is
+  due (not a poll: a timer to that instant, or a wake-up when the open slot gets a record) and
+  delivers what is due.
+- `TimerCheckpointService` every `CHECKPOINT_INTERVAL_MS`: takes both marks, fsyncs the commit log
+  (the deliveries before the marks), the timer log and the wheel, then writes the marks. After a
+  crash both resume from the last marks: what was enqueued or delivered since is done again, so a
+  message may be delivered twice, but none is lost, skipped or delivered before its time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from broker.store.message_store import MessageStore
+from broker.timer.timer_deliver import deliver
+from broker.timer.timer_wheel_state import TimerState
+from protocol.service import Service
+from protocol.topics import TIMER_TOPIC
+
+log = logging.getLogger(__name__)
+
+UNITS_PER_READ = 4_096          # consume-queue units enqueued per step
+MAX_DELIVERIES_PER_STEP = 4_096   # then a service yields so sends and pulls are served in between
+MAX_SKIPS_PER_STEP = 100_000    # empty slots passed per step while catching up
+RETRY_AFTER_FAILURE_MS = 100
+CHECKPOINT_INTERVAL_MS = 1_000
+IDLE_WAIT_MS = 60_000           # the enqueue sleeps until an arrival; this is a safety net only
+
+
+class TimerEnqueueService(Service):
+    name = "timer-enqueue"
+
+    def __init__(self, state: TimerState, store: MessageStore, now_ms: Callable[[], int],
+                 wake_dequeue: Callable[[], None]) -> None:
+        super().__init__()
+        self._state, self._store, self._now_ms, self._wake_dequeue = state, store, now_ms, wake_dequeue
+        self.delivered_at_once = 0
+
+    async def run(self) -> None:
+        while True:
+            wait_ms = self.step()
+            if not await self.wait(wait_ms):
+                return
+
+    def step(self) -> int:
+        """Enqueue one read of units; returns ms to wait (0: more to do)."""
+        state, store = self._state, self._store
+        min_offset = store.get_min_offset(TIMER_TOPIC, 0)
+        if state.enqueue_queue_offset < min_offset:
+            log.warning("timer: enqueue offset %d is below the timer queue's min %d (files cleaned); moving on",
+                        state.enqueue_queue_offset, min_offset)
+            state.enqueue_queue_offset = min_offset
+        units = store.read_queue_units(TIMER_TOPIC, 0, state.enqueue_queue_offset, UNITS_PER_READ)
+        if not units:
+            return IDLE_WAIT_MS
+        offset = state.enqueue_queue_offset
+        due_now, wake = state.enqueue(units, self._now_ms())
+        if due_now and deliver(store, due_now) is None:
+            state.enqueue_queue_offset = offset     # the wheel's records stay: a retry may add twins
+            return RETRY_AFTER_FAILURE_MS
+        self.delivered_at_once += len(due_now)
+        if wake:
+            self._wake_dequeue()
+        return 0
+
+
+class TimerDequeueService(Service):
+    name = "timer-dequeue"
+
+    def __init__(self, state: TimerState, store: MessageStore, now_ms: Callable[[], int]) -> None:
+        super().__init__()
+        self._state, self._store, self._now_ms = state, store, now_ms
+        self.delivered = 0
+
+    async def run(self) -> None:
+        while True:
+            wait_ms = self.step()
+            if not await self.wait(wait_ms):
+                return
+
+    def step(self) -> int:
+        cursor = self._state.dequeue
+        delivered = 0
+        while delivered < MAX_DELIVERIES_PER_STEP:
+            records, wait_ms = cursor.next_due(self._now_ms(), MAX_DELIVERIES_PER_STEP - delivered,
+                                               MAX_SKIPS_PER_STEP)
+            if not records:
+                return wait_ms
+            if deliver(self._store, [(r.commit_log_offset, r.size) for r in records]) is None:
+                return RETRY_AFTER_FAILURE_MS
+            cursor.delivered(len(records))
+            delivered += len(records)
+            self.delivered += len(records)
+        return 0
+
+
+class TimerCheckpointService(Service):
+    name = "timer-checkpoint"
+
+    def __init__(self, state: TimerState, store: MessageStore) -> None:
+        super().__init__()
+        self._state, self._store = state, store
+        self._saved: tuple[int, int] | None = None
+
+    async def run(self) -> None:
+        while await self.wait(CHECKPOINT_INTERVAL_MS):
+            await self.checkpoint()
+
+    async def checkpoint(self) -> None:
+        """Save the marks as they are now once what they cover is durable; raises `OSError`."""
+        progress = self._state.progress()
+        if progress == self._saved:
+            return
+        await self._store.flush()
+        await asyncio.to_thread(self._state.save, progress)
+        self._saved = progress
+
+
+class TimerMessageStore:
+    """The timer store of one broker: files in `<store>/timer/`. `start()` after the message
+    store has started, `stop()` before it stops (a last checkpoint is written). Raises what
+    `TimerState` raises on start."""
+
+    def __init__(self, store: MessageStore, directory: Path, *, precision_ms: int, max_delay_ms: int,
+                 now_ms: Callable[[], int]) -> None:
+        self.state = TimerState(directory, precision_ms, max_delay_ms, now_ms())
+        self.max_delay_ms = max_delay_ms
+        self.dequeue = TimerDequeueService(self.state, store, now_ms)
+        self.enqueue = TimerEnqueueService(self.state, store, now_ms, self.dequeue.wakeup)
+        self.checkpointer = TimerCheckpointService(self.state, store)
+
+    async def start(self) -> None:
+        await self.enqueue.start()
+        await self.dequeue.start()
+        await self.checkpointer.start()
+
+    async def stop(self) -> None:
+        await self.checkpointer.stop()
+        await self.dequeue.stop()
+        await self.enqueue.stop()
+        try:
+            await self.checkpointer.checkpoint()
+        except OSError:
+            log.exception("timer: the last checkpoint could not be written; the next start redoes work")
+        self.state.close()
+
+    def on_arrival(self) -> None:
+        """A message reached the timer topic's consume queue."""
+        self.enqueue.wakeup()
+
+    @property
+    def delivered(self) -> int:
+        return self.dequeue.delivered + self.enqueue.delivered_at_once

@@ -15,6 +15,7 @@ dequeue and flush threads, as three `Service`s over one `TimerState`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +32,8 @@ UNITS_PER_READ = 4_096          # consume-queue units enqueued per step
 MAX_DELIVERIES_PER_STEP = 4_096   # then a service yields so sends and pulls are served in between
 MAX_SKIPS_PER_STEP = 100_000    # empty slots passed per step while catching up
 RETRY_AFTER_FAILURE_MS = 100
-CHECKPOINT_INTERVAL_MS = 1_000
+CHECKPOINT_INTERVAL_MS = 200
+DRAIN_GRACE_MS = 2_000         # a stop waits this long (beyond the slot) for the open slot to finish
 IDLE_WAIT_MS = 60_000           # the enqueue sleeps until an arrival; this is a safety net only
 
 
@@ -79,6 +81,7 @@ class TimerDequeueService(Service):
         super().__init__()
         self._state, self._store, self._now_ms = state, store, now_ms
         self.delivered = 0
+        self.drained = asyncio.Event()      # set once a draining cursor has closed its slot
 
     async def run(self) -> None:
         while True:
@@ -93,6 +96,8 @@ class TimerDequeueService(Service):
             records, wait_ms = cursor.next_due(self._now_ms(), MAX_DELIVERIES_PER_STEP - delivered,
                                                MAX_SKIPS_PER_STEP)
             if not records:
+                if cursor.draining and not cursor.opened:
+                    self.drained.set()
                 return wait_ms
             if deliver(self._store, [(r.commit_log_offset, r.size) for r in records]) is None:
                 return RETRY_AFTER_FAILURE_MS
@@ -143,6 +148,15 @@ class TimerMessageStore:
         await self.checkpointer.start()
 
     async def stop(self) -> None:
+        """Let the dequeue finish the slot it has open (at most `precision_ms` + `DRAIN_GRACE_MS`:
+        what it leaves is delivered again after the restart), stop the services, checkpoint."""
+        cursor = self.state.dequeue
+        cursor.set_draining()
+        self.dequeue.wakeup()
+        if cursor.opened:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout((self.state.precision_ms + DRAIN_GRACE_MS) / 1000):
+                    await self.dequeue.drained.wait()
         await self.checkpointer.stop()
         await self.dequeue.stop()
         await self.enqueue.stop()

@@ -115,6 +115,12 @@ class DequeueCursor:
         self.opened = False
         self.walk_from = self.stop_at = self.seen_head = NO_POS
         self.batch: list[TimerRecord] = []
+        self.draining = False       # stopping: finish the open slot, open no other
+
+    def set_draining(self) -> None:
+        """Open no further slot (a clean stop finishes the open one first, so the checkpoint
+        after it repeats nothing)."""
+        self.draining = True
 
     def next_due(self, now_ms: int, max_records: int, max_skips: int) -> tuple[list[TimerRecord], int]:
         """Advance the cursor; returns (records due now, to deliver: at most `max_records`, and
@@ -126,6 +132,8 @@ class DequeueCursor:
         skips = 0
         while True:
             if not self.opened:
+                if self.draining:
+                    return [], 60_000
                 if self.slot > now_slot:
                     return [], self.slot * precision - now_ms
                 head = state.wheel.get(self.slot)
@@ -142,7 +150,7 @@ class DequeueCursor:
                 head_pos = state.wheel.get(self.slot).head_pos
                 if head_pos > self.seen_head:
                     self.stop_at, self.seen_head, self.walk_from = self.seen_head, head_pos, head_pos
-            if self.walk_from != NO_POS and len(self.batch) < CHUNK:
+            if self.walk_from != NO_POS and len(self.batch) <= CHUNK // 2:
                 self._read_chunk()
                 continue
             batch = self.batch
@@ -165,7 +173,8 @@ class DequeueCursor:
         read = self._state.log.read
         chunk: list[TimerRecord] = []
         pos = self.walk_from
-        while pos != NO_POS and pos > self.stop_at and len(chunk) < CHUNK:
+        limit = CHUNK - len(self.batch)
+        while pos != NO_POS and pos > self.stop_at and len(chunk) < limit:
             record = read(pos)
             if record is None:
                 log.error("timer: slot %d: the chain breaks at log position %d (not a valid record); "

@@ -28,6 +28,7 @@ from bench import (
     send,
     spark,
     sql92,
+    timer,
     tls,
 )
 from bench.common import Options, run, wait_for_quiet
@@ -53,6 +54,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "filtered_pull": filtered_pull.filtered_pull,
     "spark_batch_read": spark.spark_batch_read,
     "spark_stream_latency": spark.spark_stream_latency,
+    "timer": timer.timer,
 }
 
 

@@ -90,4 +90,9 @@ def timer_due_of(properties: Mapping[str, str]) -> int:
 
 
 def has_delay_level(properties: Mapping[str, str]) -> bool:
-    return PROPERTY_DELAY_TIME_LEVEL in properties
+    """True when `properties` carry a DELAY level > 0 (a delayed message: the level wins over the
+    timer properties); a DELAY of 0 or less is no delay, as the store reads it."""
+    try:
+        return int(properties.get(PROPERTY_DELAY_TIME_LEVEL, "0")) > 0
+    except ValueError:
+        return False

@@ -7,9 +7,11 @@ import asyncio
 import time
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from broker.broker import Broker
+from broker.processors.send_message import decode_batch, decode_batch_py
 from client.api import ClientAPI
 from protocol.errors import MessageIllegal, NoPermission
 from protocol.model import PullStatus
@@ -97,3 +99,18 @@ async def test_a_delay_level_wins_over_timer_properties(broker: Broker, client_a
     await send(client_api, broker.address, "t", b"x", properties={"DELAY": "1", "TIMER_DELIVER_MS": "garbage"})
     [(body, properties, _)] = await pull_all(client_api, broker.address, "t", 1, 3)
     assert body == b"x" and "TIMER_DELIVER_MS" not in properties
+
+
+async def test_a_delay_level_of_zero_leaves_the_timer_in_charge(broker: Broker, client_api: ClientAPI) -> None:
+    due = int(time.time() * 1000) + 400
+    await send(client_api, broker.address, "t", b"x", properties={"DELAY": "0", "TIMER_DELIVER_MS": str(due)})
+    [(_, _, received_at)] = await pull_all(client_api, broker.address, "t", 1, 3)
+    assert received_at * 1000 >= due
+
+
+@pytest.mark.parametrize("key", ["TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC"])
+def test_a_batch_with_a_timer_property_is_refused_by_both_decoders(key: str) -> None:
+    body = msgpack.packb([[{"a": "b"}, 0, b"x"], [{key: "5"}, 0, b"y"]])
+    for decode in (decode_batch, decode_batch_py):
+        with pytest.raises(MessageIllegal, match="batch message 1 is a timer message"):
+            decode(body, 1 << 20)

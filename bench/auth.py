@@ -5,7 +5,9 @@ the topic: HMAC-SHA256 on both sides, the nonce cache and the ACL check on the b
 - `auth.send_one.128B.<flush>.{off,on}`: one SEND_MESSAGE per request, `one_workers` in flight;
 - `auth.send_batch.128B.<flush>.{off,on}`: SEND_BATCH_MESSAGE of 32, `batch_workers` in flight;
 - `....on_vs_off`: throughput with auth on as a percentage of off (issue #37's targets: batched
-  sends ≥ 90 %, single sends ≥ 75 %), and `.broker_us_per_msg.{off,on}`: broker CPU per message.
+  sends ≥ 90 %, single sends ≥ 75 %); `.broker_us_per_msg.{off,on}` and `.client_us_per_msg.*`:
+  CPU per message of the broker and of this (client) process. A broker or client that is less busy
+  writes fewer responses per system call, so its CPU per message grows when the other side slows.
 
 Off and on alternate `rounds` times, each on its own fresh broker (the median of each is kept), so
 a neighbour's load or a warm-up drift hits both alike. The client's connections are two
@@ -112,8 +114,8 @@ def sender(kind: str, apis: list[ClientAPI], address: str, params: AuthParams) -
 
 
 async def measure(result: BenchResult, broker: BrokerProcess, kind: str, on: bool,
-                  params: AuthParams) -> tuple[float, float]:
-    """One run: messages/s and broker CPU µs per message."""
+                  params: AuthParams) -> tuple[float, float, float]:
+    """One run: messages/s, and broker and client CPU µs per message."""
     await prepare(broker.address, params, on)
     async with clients(broker.address, params.connections, PRODUCER if on else None) as apis:
         call = sender(kind, apis, broker.address, params)
@@ -131,8 +133,8 @@ async def measure(result: BenchResult, broker: BrokerProcess, kind: str, on: boo
     if stats.errors:
         result.ok = False
         result.error = f"auth.{kind}: {stats.errors} failed sends, e.g. {stats.error_samples[:1]}"
-    broker_us = cpu["broker_cores"] * stats.elapsed_s / max(stats.messages, 1) * 1e6
-    return stats.rate, broker_us
+    per_message_us = stats.elapsed_s / max(stats.messages, 1) * 1e6
+    return stats.rate, cpu["broker_cores"] * per_message_us, cpu["client_cores"] * per_message_us
 
 
 async def auth_cost(result: BenchResult, opts: Options) -> None:
@@ -143,13 +145,15 @@ async def auth_cost(result: BenchResult, opts: Options) -> None:
         for kind in ("send_one", "send_batch"):
             rates: dict[bool, list[float]] = {False: [], True: []}
             cpu_us: dict[bool, list[float]] = {False: [], True: []}
+            client_us: dict[bool, list[float]] = {False: [], True: []}
             for _ in range(params.rounds):
                 for on in (False, True):
                     settings = {"store.flush_disk_type": flush, **(AUTH_ON if on else {})}
                     async with running_broker(opts, settings) as broker:
-                        rate, us = await measure(result, broker, kind, on, params)
+                        rate, us, client = await measure(result, broker, kind, on, params)
                     rates[on].append(rate)
                     cpu_us[on].append(us)
+                    client_us[on].append(client)
             label = f"auth.{kind}.{params.body_bytes}B.{flush}"
             off, on_rate = statistics.median(rates[False]), statistics.median(rates[True])
             result.add(f"{label}.off", round(off), "msg/s")
@@ -158,8 +162,13 @@ async def auth_cost(result: BenchResult, opts: Options) -> None:
             for on in (False, True):
                 result.add(f"{label}.broker_us_per_msg.{'on' if on else 'off'}",
                            round(statistics.median(cpu_us[on]), 2), "µs")
+            for on in (False, True):
+                result.add(f"{label}.client_us_per_msg.{'on' if on else 'off'}",
+                           round(statistics.median(client_us[on]), 2), "µs")
             result.details[label] = {"rates_off": [round(r) for r in rates[False]],
                                      "rates_on": [round(r) for r in rates[True]],
                                      "broker_us_off": [round(u, 2) for u in cpu_us[False]],
                                      "broker_us_on": [round(u, 2) for u in cpu_us[True]],
+                                     "client_us_off": [round(u, 2) for u in client_us[False]],
+                                     "client_us_on": [round(u, 2) for u in client_us[True]],
                                      "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}

@@ -29,6 +29,7 @@ body digest, the nonce and the timestamp make a captured frame useless to replay
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -130,9 +131,27 @@ def canonical_bytes_py(code: int, fields: Mapping[str, Any], digest: bytes) -> b
     return packed
 
 
+_IPAD = bytes(x ^ 0x36 for x in range(256))     # RFC 2104's pads, as `bytes.translate` tables
+_OPAD = bytes(x ^ 0x5C for x in range(256))
+
+
+@functools.lru_cache(maxsize=1_024)
+def _hmac_pads(key: bytes) -> tuple[Any, Any]:
+    """SHA-256 states after `key` XOR ipad and XOR opad (RFC 2104): each signature copies them
+    instead of starting HMAC over (~1 µs of the ~2 µs hmac.new costs); a key is a user's."""
+    block = (key if len(key) <= 64 else hashlib.sha256(key).digest()).ljust(64, b"\0")
+    return hashlib.sha256(block.translate(_IPAD)), hashlib.sha256(block.translate(_OPAD))
+
+
 def signature(key: bytes, code: int, fields: Mapping[str, Any], body: Buffer | Iterable[Buffer]) -> str:
     """HMAC-SHA256 of the canonical bytes under `key`, as 64 lower-case hex digits."""
-    return hmac.new(key, canonical_bytes(code, fields, body), hashlib.sha256).hexdigest()
+    inner_pad, outer_pad = _hmac_pads(key)
+    inner = inner_pad.copy()
+    inner.update(canonical_bytes(code, fields, body))
+    outer = outer_pad.copy()
+    outer.update(inner.digest())
+    digest: str = outer.hexdigest()
+    return digest
 
 
 def sign(cmd: RemotingCommand, credentials: Credentials, *, now_ms: int | None = None,

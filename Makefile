@@ -93,6 +93,7 @@ sanitize: $(STAMP)
 sanitize-thread: $(STAMP)
 	$(BIN)/python -m chaos.sanitize --thread $(SANITIZE_ARGS)
 
+# DEMO_SECURE=1: with authentication and authorization on (a user and an ACL per role; docs/security.md)
 demo: $(STAMP)
 	$(BIN)/python -m demo
 

@@ -55,6 +55,7 @@ class AliasedGroup(click.Group):
 @version_option
 @endpoints_option
 def admin_group(endpoints: str) -> None:
-    """Administer brokers over the wire protocol: topics, groups, offsets, messages, dead letters.
-    --endpoints/-n here is the default of every subcommand (mqadmin topicList -n 127.0.0.1:9876
-    and mqadmin -n 127.0.0.1:9876 topicList are the same)."""
+    """Administer brokers over the wire protocol: topics, groups, offsets, messages, dead letters,
+    users and ACLs. --endpoints/-n, --access-key and --secret-key here are the defaults of every
+    subcommand (mqadmin topicList -n 127.0.0.1:9876 and mqadmin -n 127.0.0.1:9876 topicList are
+    the same)."""

@@ -9,17 +9,7 @@ from rich.table import Table
 
 from admin.base import admin_group, example_epilog
 from admin.cluster import on_each_broker
-from admin.common import (
-    endpoints_option,
-    format_bytes,
-    format_duration_ms,
-    format_time_ms,
-    json_option,
-    print_json,
-    print_tables,
-    run_admin,
-    table,
-)
+from admin.common import command_options, format_bytes, format_duration_ms, format_time_ms, run_admin, show, table
 from protocol.bodies import BrokerRuntimeInfo
 
 
@@ -52,18 +42,15 @@ def status_tables(info: BrokerRuntimeInfo) -> list[Table]:
 
 
 @broker_group.command("status", epilog=example_epilog("rocketq admin broker status -n 127.0.0.1:9876"))
-@endpoints_option
-@json_option
+@command_options
 def status(endpoints: str, as_json: bool) -> None:
     """Version, uptime, store and disk, held pulls, connections, config changed from defaults;
     through a name server (e.g. --endpoints 127.0.0.1:9876) a block per broker of the cluster
     (with --json, a list)."""
     found = run_admin(endpoints, lambda api, address: on_each_broker(api, address, api.get_broker_runtime_info))
     infos = found.values()
-    if as_json:
-        print_json([dataclasses.asdict(i) for i in infos] if found.via_name_server else dataclasses.asdict(infos[0]))
-        return
-    print_tables(*(block for info in infos for block in status_tables(info)))
+    show(as_json, [dataclasses.asdict(i) for i in infos] if found.via_name_server else dataclasses.asdict(infos[0]),
+         *(block for info in infos for block in status_tables(info)))
 
 
 admin_group.aliases.update({"brokerStatus": ["broker", "status"]})

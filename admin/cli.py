@@ -12,6 +12,7 @@ __all__ = ["CONTEXT_SETTINGS", "AliasedGroup", "admin_group", "example_epilog", 
 
 def register_commands() -> None:
     """Import each command family so that it adds itself to `admin_group`. Called once by `main`."""
+    import admin.acl
     import admin.broker_status
     import admin.consumer
     import admin.dlq
@@ -19,7 +20,8 @@ def register_commands() -> None:
     import admin.group
     import admin.message
     import admin.offset
-    import admin.topic  # noqa: F401
+    import admin.topic
+    import admin.user  # noqa: F401
 
 
 def main() -> None:

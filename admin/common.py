@@ -1,10 +1,11 @@
 """What every admin command shares: the `--endpoints` (`-n`, $ROCKETQ_ENDPOINTS) / `--json` options,
-one client API per command run, clear one-line errors (exit code 2 when no broker can be reached or
-the endpoints are malformed, 1 when a broker refuses the request), and table or JSON output.
+how it connects (`--access-key`, $ROCKETQ_ACCESS_KEY; `--secret-key`, $ROCKETQ_SECRET_KEY:
+`connection_options`, which `endpoints_option` adds, so every command and `rocketq top` has them),
+one client API per command run, clear one-line errors (exit code 2 when no broker can be reached
+or the endpoints are malformed, 1 when a broker refuses the request), and table or JSON output.
 
     @admin_group.command("example", epilog=example_epilog("rocketq admin example --json"))
-    @endpoints_option
-    @json_option
+    @command_options
     def example(endpoints: str, as_json: bool) -> None:
         rows = run_admin(endpoints, lambda api, address: fetch(api, address))
         emit(rows, as_json, title="Example", columns=["a", "b"])
@@ -16,6 +17,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -26,24 +28,91 @@ from rich.table import Table
 
 from client.admin_api import AdminAPI
 from client.remoting.remoting_client import RemotingClient
+from conf.client import CLIENT_ENV
 from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseError
+from protocol.signing import Credentials
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ENDPOINTS = "127.0.0.1:10911"
-ENDPOINTS_ENV = "ROCKETQ_ENDPOINTS"
+ENDPOINTS_ENV, ACCESS_KEY_ENV, SECRET_KEY_ENV = (CLIENT_ENV["endpoints"], CLIENT_ENV["access_key"],
+                                                  CLIENT_ENV["secret_key"])
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 2
 EXIT_REFUSED = 1
 
 
 def endpoints_option(command: F) -> F:
-    """`--endpoints/-n HOST:PORT[;...]`, resolved by `resolve_endpoints`."""
+    """`--endpoints/-n HOST:PORT[;...]`, resolved by `resolve_endpoints`, and `connection_options`."""
     return click.option(
         "--endpoints", "-n", "endpoints", default=DEFAULT_ENDPOINTS, show_default=True, envvar=ENDPOINTS_ENV,
         show_envvar=True, metavar="HOST:PORT[;...]", callback=resolve_endpoints,
         help="Broker or name server address(es); the first is used. Also before the subcommand "
-             "(rocketq admin -n 127.0.0.1:9876 topic list).")(command)
+             "(rocketq admin -n 127.0.0.1:9876 topic list).")(connection_options(command))
+
+
+# -- how to connect: the shared options that are not the command's own arguments ------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """How a command connects, from `connection_options` (before or after the subcommand, or the
+    environment). Add a shared connection setting here, in `connection_options` and in
+    `remoting_client`; commands get it through `run_admin` / `current_connection` unchanged."""
+
+    access_key: str = ""
+    secret_key: str = field(default="", repr=False)
+
+    @property
+    def credentials(self) -> Credentials | None:
+        """The user every request is signed as; None without one (`current_connection` has
+        checked that both or neither are given)."""
+        return Credentials(self.access_key, self.secret_key) if self.access_key else None
+
+    def remoting_client(self, *, connect_timeout_ms: int = 3_000) -> RemotingClient:
+        """Connections as these settings say: every request signed with `credentials`."""
+        return RemotingClient(connect_timeout_ms=connect_timeout_ms, credentials=self.credentials)
+
+
+_CONNECTION_META = "rocketq.connection"    # click's ctx.meta is shared by a command and its groups
+
+
+def connection_options(command: F) -> F:
+    """`--access-key USER` ($ROCKETQ_ACCESS_KEY) and `--secret-key PASSWORD` ($ROCKETQ_SECRET_KEY),
+    recorded for `current_connection()` instead of passed to the command."""
+    options = [
+        click.option("--access-key", metavar="USER", default=None, envvar=ACCESS_KEY_ENV, show_envvar=True,
+                     expose_value=False, callback=_remember_connection,
+                     help="Sign every request as this user (brokers and name servers with authentication on)."),
+        click.option("--secret-key", metavar="PASSWORD", default=None, envvar=SECRET_KEY_ENV, show_envvar=True,
+                     expose_value=False, callback=_remember_connection,
+                     help=f"The user's password; prefer ${SECRET_KEY_ENV} (a command line is visible to the "
+                          "host's other users)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _remember_connection(ctx: click.Context, param: click.Parameter, value: object) -> None:
+    """Keep `value` for `current_connection`; a subcommand's default or environment value does not
+    undo one given on the command line before it (`rocketq admin --access-key admin topic list`)."""
+    settings: dict[str, object] = ctx.meta.setdefault(_CONNECTION_META, {})
+    name = param.name or ""
+    if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE or name not in settings:
+        settings[name] = value
+
+
+def current_connection() -> Connection:
+    """The connection settings of the running click command (defaults outside one). An access key
+    without a secret key, or the reverse, is a usage error: one line, exit code 2."""
+    ctx = click.get_current_context(silent=True)
+    settings = ctx.meta.get(_CONNECTION_META, {}) if ctx is not None else {}
+    access_key, secret_key = str(settings.get("access_key") or ""), str(settings.get("secret_key") or "")
+    if bool(access_key) != bool(secret_key):
+        fail(f"give --access-key and --secret-key together (or ${ACCESS_KEY_ENV} and ${SECRET_KEY_ENV})",
+             EXIT_USAGE)
+    return Connection(access_key=access_key, secret_key=secret_key)
 
 
 def resolve_endpoints(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -87,6 +156,12 @@ def json_option(command: F) -> F:
                         help="Print JSON (for scripts) instead of a table.")(command)
 
 
+def command_options(command: F) -> F:
+    """The options every admin command takes, `--endpoints/-n` then `--json` (`endpoints_option`,
+    `json_option`): the command gets `endpoints: str` and `as_json: bool`."""
+    return endpoints_option(json_option(command))
+
+
 def first_endpoint(endpoints: str) -> str:
     """The first of `"host:port;host:port"`; a usage error when there is none."""
     try:
@@ -124,11 +199,13 @@ def emit(rows: Sequence[dict[str, Any]], as_json: bool, *, title: str, columns: 
 def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], timeout_s: float | None = 60.0) -> T:
     """`run` for commands that need the admin requests: `work(admin_api, address)` with the first
     endpoint's address; the same one-line errors and exit codes (2 unreachable, 1 refused), the
-    unreachable line naming the address that failed (a broker behind a name server, too)."""
+    unreachable line naming the address that failed (a broker behind a name server, too).
+    Connects as `current_connection()` says (credentials)."""
     address = first_endpoint(endpoints)
+    connection = current_connection()
 
     async def main() -> T:
-        remoting = RemotingClient()
+        remoting = connection.remoting_client()
         try:
             async with asyncio.timeout(timeout_s):
                 return await work(AdminAPI(remoting), address)
@@ -148,6 +225,14 @@ def run_admin(endpoints: str, work: Callable[[AdminAPI, str], Awaitable[T]], tim
 
 def print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def show(as_json: bool, value: Any, *tables: Table) -> None:
+    """A command's answer: `value` as JSON with `as_json` (`print_json`), else `tables` (`print_tables`)."""
+    if as_json:
+        print_json(value)
+    else:
+        print_tables(*tables)
 
 
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:

@@ -18,14 +18,12 @@ from admin.base import admin_group, example_epilog
 from admin.cluster import BrokerAnswers, on_each_broker
 from admin.common import (
     CommandError,
-    endpoints_option,
+    command_options,
     format_bytes,
     format_duration_ms,
     format_time_ms,
-    json_option,
-    print_json,
-    print_tables,
     run_admin,
+    show,
     table,
 )
 from client.admin_api import AdminAPI
@@ -97,8 +95,7 @@ async def _online(api: AdminAPI, address: str, group: str) -> tuple[ConsumerConn
 @consumer_group.command("progress", epilog=example_epilog("rocketq admin consumer progress --group billing"))
 @click.option("--group", "-g", required=True, help="Consumer group name.")
 @click.option("--topic", "-t", default=None, help="Only this topic.")
-@endpoints_option
-@json_option
+@command_options
 def progress(group: str, topic: str | None, endpoints: str, as_json: bool) -> None:
     """Per queue: broker offset, consumer offset, lag (messages and time) and owning client, with
     totals; through a name server (e.g. --endpoints 127.0.0.1:9876) the queues of every broker."""
@@ -108,49 +105,38 @@ def progress(group: str, topic: str | None, endpoints: str, as_json: bool) -> No
     rows = [dataclasses.asdict(q) | {"lag": max(0, q.broker_offset - q.consumer_offset),
                                      "owner": owner.get((q.broker_name, q.topic, q.queue_id), "")} for q in queues]
     total_lag = sum(int(r["lag"]) for r in rows)
-    if as_json:
-        print_json({"consumer_group": group, "queues": rows, "total_lag": total_lag, "consume_tps": consume_tps})
-        return
     lines = [[q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset, row["lag"],
               format_duration_ms(q.lag_latency_ms), format_time_ms(q.last_timestamp), row["owner"]]
              for q, row in zip(queues, rows, strict=True)]
     max_latency = max((q.lag_latency_ms for q in queues), default=0)
-    print_tables(table(f"group {group}: total lag {total_lag}, oldest unconsumed {format_duration_ms(max_latency)}",
-                       ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "lag time",
-                        "last consumed", "owner"], lines))
+    show(as_json, {"consumer_group": group, "queues": rows, "total_lag": total_lag, "consume_tps": consume_tps},
+         table(f"group {group}: total lag {total_lag}, oldest unconsumed {format_duration_ms(max_latency)}",
+               ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "lag time",
+                "last consumed", "owner"], lines))
 
 
 @consumer_group.command("connection", epilog=example_epilog("rocketq admin consumer connection --group billing"))
 @click.option("--group", "-g", required=True, help="Consumer group name.")
-@endpoints_option
-@json_option
+@command_options
 def connection(group: str, endpoints: str, as_json: bool) -> None:
     """The group's connected clients, its subscriptions and message model."""
     data = run_admin(endpoints, lambda api, address: api.get_consumer_connection_list(address, group))
-    if as_json:
-        print_json(dataclasses.asdict(data))
-        return
-    print_tables(
-        table(f"group {group}: {len(data.connection_set)} client(s), {data.consume_type} {data.message_model}, "
-              f"{data.consume_from_where}", ["client id", "address", "language", "version", "last heartbeat"],
-              [[c.client_id, c.client_addr, c.language, c.version, format_time_ms(c.last_heartbeat_ms)]
-               for c in data.connection_set]),
-        table("subscriptions", ["topic", "expression", "type", "version"],
-              [[s.topic, s.sub_string, s.expression_type, s.sub_version] for s in data.subscription_table]))
+    show(as_json, dataclasses.asdict(data),
+         table(f"group {group}: {len(data.connection_set)} client(s), {data.consume_type} {data.message_model}, "
+               f"{data.consume_from_where}", ["client id", "address", "language", "version", "last heartbeat"],
+               [[c.client_id, c.client_addr, c.language, c.version, format_time_ms(c.last_heartbeat_ms)]
+                for c in data.connection_set]),
+         table("subscriptions", ["topic", "expression", "type", "version"],
+               [[s.topic, s.sub_string, s.expression_type, s.sub_version] for s in data.subscription_table]))
 
 
 @consumer_group.command("status", epilog=example_epilog("rocketq admin consumer status --group billing --json"))
 @click.option("--group", "-g", required=True, help="Consumer group name.")
-@endpoints_option
-@json_option
+@command_options
 def status(group: str, endpoints: str, as_json: bool) -> None:
     """Each client's subscriptions and process queues: cached messages and bytes, locked, last
     pull and last consume time."""
     connection_data, infos = run_admin(endpoints, lambda api, address: _online(api, address, group))
-    if as_json:
-        print_json({"consumer_group": group, "message_model": connection_data.message_model,
-                    "clients": [dataclasses.asdict(i) for i in infos]})
-        return
     now_ms = int(time.time() * 1000)
     tables = []
     for info in infos:
@@ -163,7 +149,8 @@ def status(group: str, endpoints: str, as_json: bool) -> None:
         tables.append(table(f"client {info.client_id} ({info.message_model}) subscribes {subscriptions}",
                             ["topic", "queue", "committed", "cached msgs", "cached bytes", "locked", "dropped",
                              "last pull", "last consume"], rows))
-    print_tables(*tables)
+    show(as_json, {"consumer_group": group, "message_model": connection_data.message_model,
+                   "clients": [dataclasses.asdict(i) for i in infos]}, *tables)
 
 
 admin_group.aliases.update({

@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 from admin.base import admin_group, example_epilog
-from admin.common import CommandError, emit, endpoints_option, json_option, run_admin
+from admin.common import CommandError, command_options, emit, run_admin
 from client.admin_api import AdminAPI
 from protocol.codes import PullSysFlag
 from protocol.errors import QueryNotFound, TopicNotExist
@@ -187,8 +187,7 @@ def dlq_group() -> None:
 @click.option("--group", "-g", required=True, help="Consumer group whose dead-letter queue to read.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000),
               help="Show at most this many messages, oldest first.")
-@endpoints_option
-@json_option
+@command_options
 def list_command(group: str, limit: int, endpoints: str, as_json: bool) -> None:
     """List the messages in the group's dead-letter queue, oldest first: original topic, why it is
     there (e.g. "failed 17 times (max reconsume times 16)"), keys, a body preview, whether resent."""
@@ -206,8 +205,7 @@ def list_command(group: str, limit: int, endpoints: str, as_json: bool) -> None:
               help="Resend every message after the group's resend mark, then move the mark.")
 @click.option("--force", is_flag=True,
               help="Resend a message even if it was resent before (e.g. dlq resend -g G --msg-id ID --force).")
-@endpoints_option
-@json_option
+@command_options
 def resend_command(group: str, msg_id: str | None, resend_all: bool, force: bool, endpoints: str,
                    as_json: bool) -> None:
     """Send dead letters back to their original topics with reconsume_times reset to 0. A message

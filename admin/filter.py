@@ -23,10 +23,9 @@ from rich.console import Console
 from rich.table import Table
 
 from admin.base import admin_group, example_epilog
-from admin.common import endpoints_option, first_endpoint
+from admin.common import Connection, current_connection, endpoints_option, first_endpoint
 from broker.filter.sql92 import FilterSyntaxError, compile_expression
 from client.api import ClientAPI
-from client.remoting.remoting_client import RemotingClient
 from protocol.bodies import CheckClientRequestBody, SubscriptionData
 from protocol.codes import PullSysFlag
 from protocol.errors import MQError, ResponseError
@@ -101,7 +100,7 @@ def filter_test(topic: str, expression: str, expression_type: str, last: int, en
     report = Report(topic, expression, kind, parsed, reads)
     address = first_endpoint(endpoints)
     try:
-        asyncio.run(_sample(address, report, matcher, last))
+        asyncio.run(_sample(current_connection(), address, report, matcher, last))
     except ResponseError as exc:
         _fail(as_json, 1, f"broker {address}: {exc}")
     except MQError as exc:
@@ -125,8 +124,8 @@ def _compile(kind: str, expression: str) -> tuple[str, list[str], Matcher]:
     return " || ".join(sorted(tags)), ["TAGS"], lambda properties: properties.get("TAGS") in tags
 
 
-async def _sample(address: str, report: Report, matcher: Matcher, last: int) -> None:
-    remoting = RemotingClient(connect_timeout_ms=TIMEOUT_MS)
+async def _sample(connection: Connection, address: str, report: Report, matcher: Matcher, last: int) -> None:
+    remoting = connection.remoting_client(connect_timeout_ms=TIMEOUT_MS)
     api = ClientAPI(remoting)
     try:
         report.broker_check = await _broker_check(api, address, report)

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from admin.base import admin_group, example_epilog
-from admin.common import endpoints_option, json_option, print_json, print_tables, run_admin, table
+from admin.common import command_options, print_json, run_admin, show, table
 from client.admin_api import AdminAPI
 from protocol.errors import SystemError_
 from protocol.headers import CreateSubscriptionGroupRequestHeader
@@ -64,35 +64,34 @@ def _print_written(header: CreateSubscriptionGroupRequestHeader, as_json: bool, 
                    f"{header.retry_queue_nums} retry queue(s), retry max {header.retry_max_times}")
 
 
-@group_group.command("create", epilog=example_epilog("rocketq admin group create --group billing --retry-max-times 5"))
-@_group_options
-@endpoints_option
-@json_option
-def create(group: str, consume_enable: bool | None, broadcast_enable: bool | None, retry_queues: int | None,
-           retry_max_times: int | None, endpoints: str, as_json: bool) -> None:
-    """Create a subscription group (refused when it exists)."""
-    header = run_admin(endpoints, lambda api, address: _write_group(
-        api, address, group, consume_enable, broadcast_enable, retry_queues, retry_max_times, refuse_existing=True))
-    _print_written(header, as_json, "created")
+def _write_command(name: str, example: str, *, refuse_existing: bool, summary: str) -> click.Command:
+    """`group create` (`refuse_existing`) or `group update`: the same options and the same write."""
+    verb = "created" if refuse_existing else "updated"
+
+    @group_group.command(name, help=summary, epilog=example_epilog(example))
+    @_group_options
+    @command_options
+    def write(group: str, consume_enable: bool | None, broadcast_enable: bool | None, retry_queues: int | None,
+              retry_max_times: int | None, endpoints: str, as_json: bool) -> None:
+        header = run_admin(endpoints, lambda api, address: _write_group(
+            api, address, group, consume_enable, broadcast_enable, retry_queues, retry_max_times,
+            refuse_existing=refuse_existing))
+        _print_written(header, as_json, verb)
+    return write
 
 
-@group_group.command("update", epilog=example_epilog("rocketq admin group update --group billing --consume-disable"))
-@_group_options
-@endpoints_option
-@json_option
-def update(group: str, consume_enable: bool | None, broadcast_enable: bool | None, retry_queues: int | None,
-           retry_max_times: int | None, endpoints: str, as_json: bool) -> None:
-    """Create a subscription group or change it (what is not given is kept)."""
-    header = run_admin(endpoints, lambda api, address: _write_group(
-        api, address, group, consume_enable, broadcast_enable, retry_queues, retry_max_times, refuse_existing=False))
-    _print_written(header, as_json, "updated")
+create = _write_command(
+    "create", "rocketq admin group create --group billing --retry-max-times 5", refuse_existing=True,
+    summary="Create a subscription group (refused when it exists).")
+update = _write_command(
+    "update", "rocketq admin group update --group billing --consume-disable", refuse_existing=False,
+    summary="Create a subscription group or change it (what is not given is kept).")
 
 
 @group_group.command("delete", epilog=example_epilog("rocketq admin group delete --group billing"))
 @click.option("--group", "-g", required=True, help="Consumer group name.")
 @click.option("--keep-offsets", is_flag=True, help="Keep the group's committed offsets.")
-@endpoints_option
-@json_option
+@command_options
 def delete(group: str, keep_offsets: bool, endpoints: str, as_json: bool) -> None:
     """Delete a subscription group (and, unless --keep-offsets, its committed offsets)."""
     run_admin(endpoints,
@@ -104,18 +103,14 @@ def delete(group: str, keep_offsets: bool, endpoints: str, as_json: bool) -> Non
 
 
 @group_group.command("list", epilog=example_epilog("rocketq admin group list --json"))
-@endpoints_option
-@json_option
+@command_options
 def list_groups(endpoints: str, as_json: bool) -> None:
     """Every subscription group of the broker."""
     groups = run_admin(endpoints, lambda api, address: api.get_all_subscription_groups(address))
-    if as_json:
-        print_json([dataclasses.asdict(g) for g in groups])
-        return
     rows = [[g.group_name, "on" if g.consume_enable else "off", "on" if g.consume_broadcast_enable else "off",
              g.retry_queue_nums, g.retry_max_times] for g in groups]
-    print_tables(table(f"{len(groups)} groups", ["group", "consume", "broadcast", "retry queues", "retry max times"],
-                       rows))
+    show(as_json, [dataclasses.asdict(g) for g in groups],
+         table(f"{len(groups)} groups", ["group", "consume", "broadcast", "retry queues", "retry max times"], rows))
 
 
 admin_group.aliases.update({

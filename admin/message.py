@@ -11,16 +11,7 @@ from __future__ import annotations
 import click
 
 from admin.base import admin_group, example_epilog
-from admin.common import (
-    CommandError,
-    endpoints_option,
-    format_time_ms,
-    json_option,
-    print_json,
-    print_tables,
-    run_admin,
-    table,
-)
+from admin.common import CommandError, command_options, format_time_ms, run_admin, show, table
 from client.admin_api import AdminAPI
 from protocol.codes import PullSysFlag
 from protocol.errors import QueryNotFound, SystemError_
@@ -48,9 +39,6 @@ def _as_dict(msg: MessageExt) -> dict[str, object]:
 
 
 def _show(messages: list[MessageExt], as_json: bool, title: str) -> None:
-    if as_json:
-        print_json([_as_dict(m) for m in messages])
-        return
     rows = []
     for msg in messages:
         item = _as_dict(msg)
@@ -58,7 +46,8 @@ def _show(messages: list[MessageExt], as_json: bool, title: str) -> None:
         rows.append([msg.msg_id, msg.topic, msg.queue_id, msg.queue_offset, msg.properties.get("TAGS", ""),
                      msg.properties.get("KEYS", ""), format_time_ms(msg.store_timestamp),
                      body if len(body) <= 60 else body[:57] + "..."])
-    print_tables(table(title, ["msg id", "topic", "queue", "offset", "tags", "keys", "stored", "body"], rows))
+    show(as_json, [_as_dict(m) for m in messages],
+         table(title, ["msg id", "topic", "queue", "offset", "tags", "keys", "stored", "body"], rows))
 
 
 async def _by_id(api: AdminAPI, address: str, msg_id: str, topic: str | None) -> list[MessageExt]:
@@ -95,8 +84,7 @@ async def _by_id(api: AdminAPI, address: str, msg_id: str, topic: str | None) ->
 @click.option("--topic", "-t", default=None, help="Topic (needed with --key, and to find a UNIQ_KEY with --id).")
 @click.option("--max", "max_num", type=click.IntRange(1, 64), default=32, show_default=True,
               help="Most messages to show for --key.")
-@endpoints_option
-@json_option
+@command_options
 def query(msg_id: str | None, key: str | None, topic: str | None, max_num: int, endpoints: str,
           as_json: bool) -> None:
     """Find messages by id, or by key within a topic (newest first)."""
@@ -132,8 +120,7 @@ async def _read(api: AdminAPI, address: str, topic: str, queue_id: int, queue_of
 @click.option("--queue", "-q", "queue_id", type=click.IntRange(0), required=True, help="Queue id.")
 @click.option("--offset", "-o", "queue_offset", type=click.IntRange(0), required=True, help="Queue offset.")
 @click.option("--count", "-c", type=click.IntRange(1, 32), default=1, show_default=True, help="Messages to print.")
-@endpoints_option
-@json_option
+@command_options
 def print_messages(topic: str, queue_id: int, queue_offset: int, count: int, endpoints: str, as_json: bool) -> None:
     """Print the message(s) at a queue offset (nothing is committed)."""
     found = run_admin(endpoints, lambda api, address: _read(api, address, topic, queue_id, queue_offset, count))

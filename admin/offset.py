@@ -11,7 +11,7 @@ from datetime import datetime
 import click
 
 from admin.base import admin_group, example_epilog
-from admin.common import endpoints_option, json_option, print_json, print_tables, run_admin, table
+from admin.common import command_options, run_admin, show, table
 from protocol.headers import ResetOffsetRequestHeader
 
 
@@ -47,8 +47,7 @@ def parse_timestamp_ms(value: str) -> int:
 @click.option("--offset", "-o", "queue_offset", type=click.IntRange(0), default=None, help="The queue's new offset.")
 @click.option("--force/--no-force", default=True, show_default=True,
               help="--no-force only moves a queue back, never forward (RocketMQ's isForce).")
-@endpoints_option
-@json_option
+@command_options
 def reset(group: str, topic: str, timestamp: str | None, to_earliest: bool, to_latest: bool, queue_id: int | None,
           queue_offset: int | None, force: bool, endpoints: str, as_json: bool) -> None:
     """Reset GROUP's offsets on TOPIC, live: name exactly one of --timestamp, --to-earliest,
@@ -64,13 +63,11 @@ def reset(group: str, topic: str, timestamp: str | None, to_earliest: bool, to_l
         to_where="EARLIEST" if to_earliest else "LATEST" if to_latest else None,
         queue_id=-1 if queue_id is None else queue_id, offset=-1 if queue_offset is None else queue_offset)
     result = run_admin(endpoints, lambda api, address: api.reset_offset(address, header))
-    if as_json:
-        print_json(dataclasses.asdict(result))
-        return
     rows = [[q.topic, q.broker_name, q.queue_id, "-" if q.before < 0 else q.before, q.after,
              q.after - max(q.before, 0)] for q in result.offset_table]
-    print_tables(table(f"offsets of {group} on {topic} reset; its consumers reload the queues",
-                       ["topic", "broker", "queue", "before", "after", "moved"], rows))
+    show(as_json, dataclasses.asdict(result),
+         table(f"offsets of {group} on {topic} reset; its consumers reload the queues",
+               ["topic", "broker", "queue", "before", "after", "moved"], rows))
 
 
 admin_group.aliases.update({"resetOffsetByTime": ["offset", "reset"], "resetOffset": ["offset", "reset"]})

@@ -11,16 +11,7 @@ import click
 
 from admin.base import admin_group, example_epilog
 from admin.cluster import on_each_broker
-from admin.common import (
-    CommandError,
-    endpoints_option,
-    format_time_ms,
-    json_option,
-    print_json,
-    print_tables,
-    run_admin,
-    table,
-)
+from admin.common import CommandError, command_options, format_time_ms, print_json, run_admin, show, table
 from client.admin_api import AdminAPI
 from protocol.bodies import TopicStatsTable
 from protocol.codes import Perm
@@ -119,33 +110,31 @@ _CLUSTER_OPTION = click.option(
          "server, e.g. 127.0.0.1:9876); without it, on the one broker of --endpoints.")
 
 
-@topic_group.command("create", epilog=example_epilog("rocketq admin topic create --topic orders --queues 8"))
-@_queue_options
-@_CLUSTER_OPTION
-@endpoints_option
-@json_option
-def create(topic: str, queues: int | None, read_queues: int | None, write_queues: int | None, perm: int | None,
-           cluster: str | None, endpoints: str, as_json: bool) -> None:
-    """Create a topic (refused when it exists), on one broker or on every broker of a cluster."""
-    _write(endpoints, cluster, topic, queues, read_queues, write_queues, perm, as_json, refuse_existing=True)
+def _write_command(name: str, example: str, *, refuse_existing: bool, summary: str) -> click.Command:
+    """`topic create` (`refuse_existing`) or `topic update`: the same options and the same write."""
+    @topic_group.command(name, help=summary, epilog=example_epilog(example))
+    @_queue_options
+    @_CLUSTER_OPTION
+    @command_options
+    def write(topic: str, queues: int | None, read_queues: int | None, write_queues: int | None, perm: int | None,
+              cluster: str | None, endpoints: str, as_json: bool) -> None:
+        _write(endpoints, cluster, topic, queues, read_queues, write_queues, perm, as_json,
+               refuse_existing=refuse_existing)
+    return write
 
 
-@topic_group.command("update", epilog=example_epilog("rocketq admin topic update --topic orders --perm 4"))
-@_queue_options
-@_CLUSTER_OPTION
-@endpoints_option
-@json_option
-def update(topic: str, queues: int | None, read_queues: int | None, write_queues: int | None, perm: int | None,
-           cluster: str | None, endpoints: str, as_json: bool) -> None:
-    """Create a topic or change its queue counts or permission (what is not given is kept), on one
-    broker or on every broker of a cluster."""
-    _write(endpoints, cluster, topic, queues, read_queues, write_queues, perm, as_json, refuse_existing=False)
+create = _write_command(
+    "create", "rocketq admin topic create --topic orders --queues 8", refuse_existing=True,
+    summary="Create a topic (refused when it exists), on one broker or on every broker of a cluster.")
+update = _write_command(
+    "update", "rocketq admin topic update --topic orders --perm 4", refuse_existing=False,
+    summary="Create a topic or change its queue counts or permission (what is not given is kept), on one\n"
+         "broker or on every broker of a cluster.")
 
 
 @topic_group.command("delete", epilog=example_epilog("rocketq admin topic delete --topic orders"))
 @click.option("--topic", "-t", required=True, help="Topic name.")
-@endpoints_option
-@json_option
+@command_options
 def delete(topic: str, endpoints: str, as_json: bool) -> None:
     """Delete a topic's config and every group's offsets on it (stored messages age out)."""
     run_admin(endpoints, lambda api, address: api.delete_topic(address, topic))
@@ -156,61 +145,48 @@ def delete(topic: str, endpoints: str, as_json: bool) -> None:
 
 
 @topic_group.command("list", epilog=example_epilog("rocketq admin topic list -n 127.0.0.1:9876"))
-@endpoints_option
-@json_option
+@command_options
 def list_topics(endpoints: str, as_json: bool) -> None:
     """Every topic of the broker with its queue counts and permission; through a name server
     (e.g. --endpoints 127.0.0.1:9876) every topic of every broker, a row per topic and broker."""
     found = run_admin(endpoints, lambda api, address: on_each_broker(api, address, api.get_all_topic_config))
     if not found.via_name_server:
         (topics,) = found.values()
-        if as_json:
-            print_json([dataclasses.asdict(t) for t in topics])
-            return
-        print_tables(table(f"{len(topics)} topics", ["topic", "read queues", "write queues", "perm"],
-                           [[t.topic, t.read_queue_nums, t.write_queue_nums, _perm_text(t.perm)] for t in topics]))
+        show(as_json, [dataclasses.asdict(t) for t in topics],
+             table(f"{len(topics)} topics", ["topic", "read queues", "write queues", "perm"],
+                   [[t.topic, t.read_queue_nums, t.write_queue_nums, _perm_text(t.perm)] for t in topics]))
         return
     pairs = sorted(((t, answer.broker_name) for answer in found.answers for t in answer.value),
                    key=lambda pair: (pair[0].topic, pair[1]))
-    if as_json:
-        print_json([{"broker_name": name, **dataclasses.asdict(t)} for t, name in pairs])
-        return
-    print_tables(table(f"{len({t.topic for t, _ in pairs})} topics on {len(found.answers)} brokers",
-                       ["topic", "broker", "read queues", "write queues", "perm"],
-                       [[t.topic, name, t.read_queue_nums, t.write_queue_nums, _perm_text(t.perm)]
-                        for t, name in pairs]))
+    show(as_json, [{"broker_name": name, **dataclasses.asdict(t)} for t, name in pairs],
+         table(f"{len({t.topic for t, _ in pairs})} topics on {len(found.answers)} brokers",
+               ["topic", "broker", "read queues", "write queues", "perm"],
+               [[t.topic, name, t.read_queue_nums, t.write_queue_nums, _perm_text(t.perm)] for t, name in pairs]))
 
 
 @topic_group.command("status", epilog=example_epilog("rocketq admin topic status --topic orders"))
 @click.option("--topic", "-t", required=True, help="Topic name.")
-@endpoints_option
-@json_option
+@command_options
 def status(topic: str, endpoints: str, as_json: bool) -> None:
     """Per queue: min and max offset, messages held, and when the last message was stored; through
     a name server, the queues of every broker of the topic's route."""
     found = run_admin(endpoints, lambda api, address: on_each_broker(
         api, address, lambda broker: api.get_topic_stats(broker, topic), topic=topic))
     queues = [q for stats in found.values() for q in stats.offset_table]
-    if as_json:
-        print_json(dataclasses.asdict(TopicStatsTable(offset_table=queues)))
-        return
     rows = [[q.broker_name, q.queue_id, q.min_offset, q.max_offset, q.max_offset - q.min_offset,
              format_time_ms(q.last_update_timestamp)] for q in queues]
     total = sum(q.max_offset - q.min_offset for q in queues)
-    print_tables(table(f"topic {topic}: {total} messages", ["broker", "queue", "min offset", "max offset",
-                                                            "messages", "last stored"], rows))
+    show(as_json, dataclasses.asdict(TopicStatsTable(offset_table=queues)),
+         table(f"topic {topic}: {total} messages",
+               ["broker", "queue", "min offset", "max offset", "messages", "last stored"], rows))
 
 
 @topic_group.command("route", epilog=example_epilog("rocketq admin topic route --topic orders"))
 @click.option("--topic", "-t", required=True, help="Topic name.")
-@endpoints_option
-@json_option
+@command_options
 def route(topic: str, endpoints: str, as_json: bool) -> None:
     """Which brokers serve the topic, at which address, with how many queues."""
     data = run_admin(endpoints, lambda api, address: api.get_route_info(address, topic))
-    if as_json:
-        print_json(dataclasses.asdict(data))
-        return
     addresses = {b.broker_name: b for b in data.broker_datas}
     rows = []
     for queue in data.queue_datas:
@@ -218,8 +194,9 @@ def route(topic: str, endpoints: str, as_json: bool) -> None:
         rows.append([broker.cluster if broker else "", queue.broker_name,
                      ", ".join(f"{i}={a}" for i, a in sorted(broker.broker_addrs.items())) if broker else "",
                      queue.read_queue_nums, queue.write_queue_nums, _perm_text(queue.perm)])
-    print_tables(table(f"route of {topic}", ["cluster", "broker", "addresses (id=host:port)", "read queues",
-                                             "write queues", "perm"], rows))
+    show(as_json, dataclasses.asdict(data),
+         table(f"route of {topic}", ["cluster", "broker", "addresses (id=host:port)", "read queues",
+                                     "write queues", "perm"], rows))
 
 
 admin_group.aliases.update({

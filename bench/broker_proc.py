@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from broker.process import BrokerSubprocess, cli_command
+from broker.process import BrokerSubprocess, cli_command, signal_and_wait
 
 __all__ = ["BrokerProcess", "Usage", "cli_command", "free_port", "python_command"]
 
@@ -139,13 +139,7 @@ class BrokerProcess(BrokerSubprocess):
 
 async def stop_profiler(profiler: asyncio.subprocess.Process) -> None:
     """SIGINT a `py-spy record` so it writes its output; kill it if it takes over 10 s."""
-    profiler.send_signal(signal.SIGINT)
-    try:
-        async with asyncio.timeout(10):
-            await profiler.wait()
-    except TimeoutError:
-        profiler.kill()
-        await profiler.wait()
+    await signal_and_wait(profiler, signal.SIGINT, 10)
 
 
 def free_port() -> int:

@@ -25,20 +25,21 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.broker_proc import BrokerProcess, stop_profiler
 from bench.client_produce import batch_sender, create_topic, max_offsets, stats_json
 from bench.common import BATCH_SIZE, PRODUCER_GROUP, CpuMeter, Options, drive, note_neighbours, running_broker
 from bench.report import BenchResult, percentile
-from client import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, MessageExt, Producer, PushConsumer
+from client import ConsumeConcurrentlyStatus, MessageExt, Producer, PushConsumer
 from client.consumer.listener import MessageListener
 
 BACKLOG_TARGET_MSG_S = 150_000.0   # 1 consumer, from the backlog
 LISTENER_KINDS = ("sync", "async")
+S = TypeVar("S")
 BACKLOG_TOPIC = "bench_cc_backlog"
 CONSUME_SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
@@ -86,13 +87,20 @@ class Tally:
             self.latencies_ms.extend([now_ms - m.born_timestamp for m in msgs])
 
     def listener(self, kind: str) -> MessageListener:
-        def sync_listener(msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> ConsumeConcurrentlyStatus:
-            self.record(msgs)
-            return CONSUME_SUCCESS
+        """A concurrent listener that records what it gets: a sync `def` for `kind` "sync", else an
+        `async def`."""
+        return self.answering(CONSUME_SUCCESS, kind)
 
-        async def async_listener(msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> ConsumeConcurrentlyStatus:
+    def answering(self, status: S, kind: str) -> Callable[[list[MessageExt], Any], S | Awaitable[S]]:
+        """A listener (concurrent or orderly, by `status`'s type) that records what it gets and
+        answers `status`: a sync `def` for `kind` "sync", else an `async def`."""
+        def sync_listener(msgs: list[MessageExt], ctx: Any) -> S:
             self.record(msgs)
-            return CONSUME_SUCCESS
+            return status
+
+        async def async_listener(msgs: list[MessageExt], ctx: Any) -> S:
+            self.record(msgs)
+            return status
 
         return sync_listener if kind == "sync" else async_listener
 

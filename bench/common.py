@@ -8,7 +8,7 @@ import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,7 +21,7 @@ from bench.report import BenchResult
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
 from protocol.codes import PullSysFlag
-from protocol.headers import PullMessageRequestHeader, SendBatchMessageRequestHeader
+from protocol.headers import PullMessageRequestHeader, SendBatchMessageRequestHeader, SendMessageRequestHeader
 from protocol.message import Message, encode_batch_body
 
 T = TypeVar("T")
@@ -111,6 +111,15 @@ async def connected(address: str, count: int) -> AsyncIterator[Clients]:
         await clients.close()
 
 
+@asynccontextmanager
+async def broker_with_clients(opts: Options, connections: int, settings: dict[str, str] | None = None,
+                              command: Sequence[str] | None = None,
+                              ) -> AsyncIterator[tuple[BrokerProcess, Clients]]:
+    """`running_broker` and `connections` connections to it (`connected`), closed on exit."""
+    async with running_broker(opts, settings, command) as broker, connected(broker.address, connections) as clients:
+        yield broker, clients
+
+
 def pull_header(topic: str, queue_id: int, queue_offset: int, *, max_msg_nums: int = 32,
                 suspend_timeout_ms: int = 0, group: str = CONSUMER_GROUP) -> PullMessageRequestHeader:
     """A pull carrying its own "*" subscription (no heartbeat needed); SUSPEND when
@@ -138,6 +147,26 @@ def synthetic_batches(topic: str, body_bytes: int, batch_size: int, distinct: in
                     for i in range(batch_size)]
         bodies.append(encode_batch_body(messages))
     return bodies
+
+
+async def send_batches(clients: Clients, address: str, topic: str, queues: int, bodies: Sequence[bytes], count: int,
+                       *, workers: int, time_limit_s: float,
+                       on_sent: Callable[[int, int, int], None] | None = None) -> LoadStats:
+    """`count` SEND_BATCH_MESSAGE requests to `topic`, request `index` carrying `bodies[index %
+    len(bodies)]` to queue `index % queues` on connection `clients[index]`, `workers` in flight (see
+    `drive`); `on_sent(index, queue_id, messages)` after each acknowledged one."""
+    headers = [batch_header(topic, q) for q in range(queues)]
+
+    async def send(index: int) -> int:
+        queue_id = index % queues
+        sent = await clients[index].send_batch(address, headers[queue_id], bodies[index % len(bodies)],
+                                               timeout_ms=10_000)
+        messages = len(sent.msg_ids)
+        if on_sent is not None:
+            on_sent(index, queue_id, messages)
+        return messages
+
+    return await drive(range(count), send, workers=workers, time_limit_s=time_limit_s)
 
 
 @dataclass(slots=True)
@@ -231,6 +260,38 @@ class CpuMeter:
                 "broker_rss_mb": round(broker_now.rss_bytes / (1 << 20), 1)}
 
 
+async def send_to_each_queue(senders: Clients, address: str, topics: Sequence[str], queues_per_topic: int,
+                             time_limit_s: float) -> LoadStats:
+    """One small message (tag "held") to every queue of `topics`, 64 in flight; raises
+    RuntimeError when a send fails."""
+    queues = len(topics) * queues_per_topic
+
+    async def send(index: int) -> int:
+        topic, queue_id = topics[index // queues_per_topic], index % queues_per_topic
+        header = SendMessageRequestHeader(producer_group=PRODUCER_GROUP, topic=topic, queue_id=queue_id,
+                                          born_timestamp=0, properties={"TAGS": "held"})
+        await senders[index].send_message(address, header, b"held", timeout_ms=30_000)
+        return 1
+
+    stats = await drive(range(queues), send, workers=64, time_limit_s=time_limit_s)
+    if stats.errors or stats.messages != queues:
+        raise RuntimeError(f"sent {stats.messages} of {queues} messages: {stats.error_samples}")
+    return stats
+
+
+async def settle(usage: Callable[[], Usage], min_s: float, max_s: float) -> float:
+    """Wait `min_s`, then until a 1 s window of `usage()` (a server's) shows at most one 10 ms CPU
+    tick, `max_s` in all at most; returns the seconds waited."""
+    started = time.monotonic()
+    await asyncio.sleep(min_s)
+    while time.monotonic() - started < max_s:
+        before = usage()
+        await asyncio.sleep(1.0)
+        if usage().cores_since(before) <= 0.011:
+            break
+    return time.monotonic() - started
+
+
 def wait_for_quiet(max_wait_s: float = 20.0, threshold_cores: float = 0.3) -> float:
     """Block until the machine used less than `threshold_cores` over a 1 s window (other sessions'
     tests or benchmarks skew every number), at most `max_wait_s`; returns the last window's cores."""
@@ -241,6 +302,18 @@ def wait_for_quiet(max_wait_s: float = 20.0, threshold_cores: float = 0.3) -> fl
         cores = (_system_busy_s() - busy) / (time.monotonic() - started)
         if cores < threshold_cores or time.monotonic() >= deadline:
             return cores
+
+
+@contextmanager
+def cpu_measured(result: BenchResult, broker: BrokerProcess, label: str) -> Iterator[dict[str, float]]:
+    """`CpuMeter.stop`'s numbers over the `with` block, in the dict it gives (filled on a normal
+    exit), with `note_neighbours(result, label, ...)`."""
+    meter = CpuMeter(broker)
+    meter.start()
+    cpu: dict[str, float] = {}
+    yield cpu
+    cpu.update(meter.stop())
+    note_neighbours(result, label, cpu)
 
 
 def note_neighbours(result: BenchResult, label: str, cpu: dict[str, float], limit: float = 0.2) -> None:

@@ -23,18 +23,7 @@ import dataclasses
 import time
 from dataclasses import asdict, dataclass
 
-from bench.common import (
-    BATCH_SIZE,
-    Clients,
-    CpuMeter,
-    Options,
-    batch_header,
-    connected,
-    drive,
-    note_neighbours,
-    pull_header,
-    running_broker,
-)
+from bench.common import BATCH_SIZE, Clients, Options, broker_with_clients, cpu_measured, pull_header, send_batches
 from bench.report import BenchResult
 from protocol.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from protocol.headers import PullMessageRequestHeader
@@ -122,26 +111,21 @@ async def filtered_pull(result: BenchResult, opts: Options) -> None:
     params = QUICK if opts.quick else FULL
     result.params = {**asdict(params), "expression": EXPRESSION, "match_fraction": 0.01, "body_bytes": 128}
     bodies, body_matches = _bodies()
-    async with running_broker(opts, {"store.flush_disk_type": "ASYNC_FLUSH"}) as broker, \
-            connected(broker.address, params.queues) as clients:
+    settings = {"store.flush_disk_type": "ASYNC_FLUSH"}
+    async with broker_with_clients(opts, params.queues, settings) as (broker, clients):
         address = broker.address
         await clients[0].create_topic(address, TOPIC, queue_nums=params.queues)
         sub = SubscriptionData(topic=TOPIC, sub_string=EXPRESSION, expression_type="SQL92", sub_version=1)
         await clients[0].send_heartbeat(address, HeartbeatData(client_id="bench-filter", consumer_data_set=[
             ConsumerData(group_name=GROUP, consume_type="PULL", subscription_data_set=[sub])]))
         sent, matching = [0] * params.queues, [0] * params.queues
-        headers = [batch_header(TOPIC, q) for q in range(params.queues)]
 
-        async def call(index: int) -> int:
-            queue_id = index % params.queues
-            await clients[index].send_batch(address, headers[queue_id], bodies[index % DISTINCT_BODIES],
-                                            timeout_ms=10_000)
-            sent[queue_id] += BATCH_SIZE
+        def count(index: int, queue_id: int, messages: int) -> None:
+            sent[queue_id] += messages
             matching[queue_id] += body_matches[index % DISTINCT_BODIES]
-            return BATCH_SIZE
 
-        stats = await drive(range(params.messages // BATCH_SIZE), call, workers=32,
-                            time_limit_s=params.fill_time_limit_s)
+        stats = await send_batches(clients, address, TOPIC, params.queues, bodies, params.messages // BATCH_SIZE,
+                                   workers=32, time_limit_s=params.fill_time_limit_s, on_sent=count)
         result.details["fill"] = {"messages": stats.messages, "elapsed_s": round(stats.elapsed_s, 3),
                                   "errors": stats.errors, "matching": sum(matching)}
         await asyncio.sleep(1.0)    # let the fill's reput and flush settle
@@ -157,11 +141,8 @@ async def filtered_pull(result: BenchResult, opts: Options) -> None:
                                         ("filtered_pull.sql92", registered, False),
                                         ("filtered_pull.sql92_not_indexed", carried, False)):
             loops = [Loop(q, sent[q], matching[q] if counts else sent[q]) for q in range(params.queues)]
-            meter = CpuMeter(broker)
-            meter.start()
-            elapsed = await _run_loops(clients, address, loops, header_of, params.pull_time_limit_s)
-            cpu = meter.stop()
-            note_neighbours(result, name, cpu)
+            with cpu_measured(result, broker, name) as cpu:
+                elapsed = await _run_loops(clients, address, loops, header_of, params.pull_time_limit_s)
             received = sum(loop.received for loop in loops)
             rates[name] = received / elapsed
             result.details[name] = {"received": received, "elapsed_s": round(elapsed, 3), **cpu,

@@ -16,11 +16,9 @@ import asyncio
 import time
 from dataclasses import asdict, dataclass
 
-from bench.broker_proc import BrokerProcess
-from bench.common import PRODUCER_GROUP, Clients, LoadStats, Options, connected, drive, pull_header, running_broker
+from bench.common import Options, connected, pull_header, running_broker, send_to_each_queue, settle
 from bench.report import BenchResult
 from client.api import PullResult
-from protocol.headers import SendMessageRequestHeader
 from protocol.model import PullStatus
 
 CPU_TARGET_FRACTION = 0.01
@@ -55,34 +53,6 @@ QUICK = HeldParams(topics=10, queues_per_topic=10, pulls_per_queue=10, connectio
                    settle_min_s=1.0, settle_max_s=5.0, send_time_limit_s=15.0)
 
 
-async def _settle(broker: BrokerProcess, params: HeldParams) -> float:
-    """Wait `settle_min_s`, then until a 1 s window shows at most one 10 ms CPU tick (at most
-    `settle_max_s` in all); returns the seconds waited."""
-    started = time.monotonic()
-    await asyncio.sleep(params.settle_min_s)
-    while time.monotonic() - started < params.settle_max_s:
-        before = broker.usage()
-        await asyncio.sleep(1.0)
-        if broker.usage().cores_since(before) <= 0.011:
-            break
-    return time.monotonic() - started
-
-
-async def _send_each_queue(senders: Clients, address: str, params: HeldParams, topics: list[str]) -> LoadStats:
-    """One message to every queue, 64 in flight; raises RuntimeError when a send fails."""
-    async def send(index: int) -> int:
-        topic, queue_id = topics[index // params.queues_per_topic], index % params.queues_per_topic
-        header = SendMessageRequestHeader(producer_group=PRODUCER_GROUP, topic=topic, queue_id=queue_id,
-                                          born_timestamp=0, properties={"TAGS": "held"})
-        await senders[index].send_message(address, header, b"held", timeout_ms=30_000)
-        return 1
-
-    stats = await drive(range(params.queues), send, workers=64, time_limit_s=params.send_time_limit_s)
-    if stats.errors or stats.messages != params.queues:
-        raise RuntimeError(f"sent {stats.messages} of {params.queues} messages: {stats.error_samples}")
-    return stats
-
-
 async def held_pulls(result: BenchResult, opts: Options) -> None:
     params = QUICK if opts.quick else FULL
     result.params = {**asdict(params), "queues": params.queues, "pulls": params.pulls,
@@ -94,8 +64,8 @@ async def held_pulls(result: BenchResult, opts: Options) -> None:
         address = broker.address
         for topic in topics:
             await senders[0].create_topic(address, topic, queue_nums=params.queues_per_topic)
-        first = await _send_each_queue(senders, address, params, topics)
-        await _settle(broker, params)
+        first = await send_to_each_queue(senders, address, topics, params.queues_per_topic, params.send_time_limit_s)
+        await settle(broker.usage, params.settle_min_s, params.settle_max_s)
         idle = broker.usage()
         await asyncio.sleep(params.measure_s)
         idle_cores = broker.usage().cores_since(idle)
@@ -114,14 +84,14 @@ async def held_pulls(result: BenchResult, opts: Options) -> None:
         tasks = [asyncio.create_task(hold(i)) for i in range(params.pulls)]
         await asyncio.sleep(0)   # every task has written its request by now
         write_s = time.perf_counter() - write_started
-        settle_s = await _settle(broker, params)
+        settle_s = await settle(broker.usage, params.settle_min_s, params.settle_max_s)
         before = broker.usage()
         await asyncio.sleep(params.measure_s)
         after = broker.usage()
         early = len(answered_at)
 
         wake_started = time.perf_counter()
-        wake = await _send_each_queue(senders, address, params, topics)
+        wake = await send_to_each_queue(senders, address, topics, params.queues_per_topic, params.send_time_limit_s)
         sends_done = time.perf_counter()
         done, pending = await asyncio.wait(tasks, timeout=params.send_time_limit_s)
         for task in pending:

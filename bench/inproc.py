@@ -38,7 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -161,6 +161,21 @@ class InProcess:
         protocol.connection_made(transport)
         return protocol, transport
 
+    async def durable_topic(self, topic: str, queues: int) -> None:
+        """Create `topic` and wait until it is durable (sends answer at once only to a durable topic)."""
+        self.broker.topics.ensure(topic, queues)
+        await self.broker.topics.wait_durable()
+
+    async def warmed_connection(self, warm_up: Iterable[bytes]) -> tuple[asyncio.Protocol, DroppingTransport]:
+        """A `connect`ed connection fed the `warm_up` frames (files mapped, caches filled), settled."""
+        protocol, transport = self.connect()
+        for i, frame in enumerate(warm_up):
+            protocol.data_received(frame)
+            if i & 255 == 255:
+                await asyncio.sleep(0)          # let the loop run its callbacks (flushes)
+        await _settle()
+        return protocol, transport
+
 
 async def _with_broker(body: Any, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="rocketq-inproc-") as directory:
@@ -217,13 +232,10 @@ async def _feed_one_at_a_time(protocol: asyncio.Protocol, frames: list[bytes], i
 
 async def bench_send(args: argparse.Namespace) -> None:
     async def body(inproc: InProcess) -> None:
-        inproc.broker.topics.ensure("inproc", QUEUES)
-        await inproc.broker.topics.wait_durable()      # sends answer at once only to a durable topic
-        protocol, transport = inproc.connect()
-        for i in range(2_000):                          # warm-up: files mapped, caches filled
-            protocol.data_received(send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{i:024X}",
-                                              credentials=_credentials(args)))
-        await _settle()
+        await inproc.durable_topic("inproc", QUEUES)
+        protocol, transport = await inproc.warmed_connection(
+            send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{i:024X}", credentials=_credentials(args))
+            for i in range(2_000))
         idle_s = args.idle_us / 1e6
         for round_index in range(args.rounds):
             # every SEND its own UNIQ_KEY, as a producer's: each one is a new key-index entry
@@ -240,12 +252,9 @@ async def bench_send(args: argparse.Namespace) -> None:
 
 async def bench_batch(args: argparse.Namespace) -> None:
     async def body(inproc: InProcess) -> None:
-        inproc.broker.topics.ensure("inproc", QUEUES)
-        await inproc.broker.topics.wait_durable()      # sends answer at once only to a durable topic
-        protocol, _ = inproc.connect()
-        for i in range(200):                            # warm-up: files mapped, caches filled
-            protocol.data_received(batch_frame("inproc", i % QUEUES, i + 1, credentials=_credentials(args)))
-        await _settle()
+        await inproc.durable_topic("inproc", QUEUES)
+        protocol, _ = await inproc.warmed_connection(
+            batch_frame("inproc", i % QUEUES, i + 1, credentials=_credentials(args)) for i in range(200))
         count = max(1, args.count // 32)
         for round_index in range(args.rounds):
             # every message its own UNIQ_KEY, as a producer's: each one is a new key-index entry
@@ -266,8 +275,7 @@ async def bench_batch(args: argparse.Namespace) -> None:
 
 async def bench_wake_one(args: argparse.Namespace) -> None:
     async def body(inproc: InProcess) -> None:
-        inproc.broker.topics.ensure("inproc_wake", 1)
-        await inproc.broker.topics.wait_durable()      # sends answer at once only to a durable topic
+        await inproc.durable_topic("inproc_wake", 1)
         puller, pulled = inproc.connect()
         sender, _ = inproc.connect()
         hold = inproc.broker.hold_service
@@ -317,8 +325,7 @@ async def bench_wake_all(args: argparse.Namespace) -> None:
     async def body(inproc: InProcess) -> None:
         topics = [f"inproc_held_{t}" for t in range(queues // 100)]
         for topic in topics:
-            inproc.broker.topics.ensure(topic, 100)
-            await inproc.broker.topics.wait_durable()      # sends answer at once only to a durable topic
+            await inproc.durable_topic(topic, 100)
         pullers = [inproc.connect()[0] for _ in range(connections)]
         sender, _ = inproc.connect()
         hold = inproc.broker.hold_service
@@ -375,7 +382,6 @@ async def bench_send_back(args: argparse.Namespace) -> None:
                                        properties={"UNIQ_KEY": f"7F000001{i:024X}"}, flag=0,
                                        born_timestamp=0, born_host="127.0.0.1:1")
             offsets.append(result.commit_log_offsets[0])
-        protocol, _ = inproc.connect()
 
         def frames(first: int, count: int) -> list[bytes]:
             return [encode_frame_bytes(RemotingCommand(
@@ -385,11 +391,7 @@ async def bench_send_back(args: argparse.Namespace) -> None:
                                                         origin_topic="inproc").to_fields()))
                 for i in range(count)]
 
-        for i, frame in enumerate(frames(0, 2_000)):    # warm-up: the retry topic made, caches filled
-            protocol.data_received(frame)
-            if i & 255 == 255:
-                await asyncio.sleep(0)
-        await _settle()
+        protocol, _ = await inproc.warmed_connection(frames(0, 2_000))    # the retry topic made, caches filled
         idle_s = args.idle_us / 1e6
         for round_index in range(args.rounds):
             cpu = await _feed_one_at_a_time(protocol, frames(2_000 + round_index * args.count, args.count), idle_s,

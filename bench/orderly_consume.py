@@ -23,7 +23,7 @@ from bench.client_consume import BACKLOG_TOPIC, ConsumeParams, Tally, _fail, _fi
 from bench.client_consume import wait_all_consumed as wait_all_seen
 from bench.common import CpuMeter, Options, note_neighbours, running_broker
 from bench.report import BenchResult
-from client import ConsumeOrderlyContext, ConsumeOrderlyStatus, MessageExt, PushConsumer
+from client import ConsumeOrderlyStatus, PushConsumer
 from client.consumer.listener import OrderlyMessageListener
 
 TARGET_ASYNC_MSG_S = 50_000.0
@@ -40,15 +40,8 @@ QUICK = ConsumeParams(backlog_messages=40_000, queues=8, body_bytes=128, consume
 
 
 def orderly_listener(tally: Tally, kind: str) -> OrderlyMessageListener:
-    def sync_listener(msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
-        tally.record(msgs)
-        return SUCCESS
-
-    async def async_listener(msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
-        tally.record(msgs)
-        return SUCCESS
-
-    return async_listener if kind == "async" else sync_listener
+    """An orderly listener that records what it gets in `tally` ("sync" or "async")."""
+    return tally.answering(SUCCESS, kind)
 
 
 def out_of_order(seen: list[int]) -> int:

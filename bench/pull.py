@@ -23,14 +23,11 @@ from bench.broker_proc import BrokerProcess
 from bench.common import (
     BATCH_SIZE,
     Clients,
-    CpuMeter,
     Options,
-    batch_header,
-    connected,
-    drive,
-    note_neighbours,
+    broker_with_clients,
+    cpu_measured,
     pull_header,
-    running_broker,
+    send_batches,
     synthetic_batches,
 )
 from bench.report import BenchResult
@@ -77,18 +74,12 @@ class QueueProgress:
 
 async def _fill(clients: Clients, address: str, params: PullParams, sent_per_queue: list[int],
                 result: BenchResult) -> None:
-    bodies = synthetic_batches(TOPIC, 128, BATCH_SIZE)
-    headers = [batch_header(TOPIC, q) for q in range(params.queues)]
+    def sent(index: int, queue_id: int, messages: int) -> None:
+        sent_per_queue[queue_id] += messages
 
-    async def call(index: int) -> int:
-        queue_id = index % params.queues
-        await clients[index].send_batch(address, headers[queue_id], bodies[index % len(bodies)],
-                                        timeout_ms=10_000)
-        sent_per_queue[queue_id] += BATCH_SIZE
-        return BATCH_SIZE
-
-    stats = await drive(range(params.messages // BATCH_SIZE), call, workers=32,
-                        time_limit_s=params.fill_time_limit_s)
+    stats = await send_batches(clients, address, TOPIC, params.queues, synthetic_batches(TOPIC, 128, BATCH_SIZE),
+                               params.messages // BATCH_SIZE, workers=32, time_limit_s=params.fill_time_limit_s,
+                               on_sent=sent)
     result.add("pull.fill_send_batch.128B.ASYNC_FLUSH", round(stats.rate), "msg/s")
     result.details["fill"] = {"messages": stats.messages, "elapsed_s": round(stats.elapsed_s, 3),
                               "errors": stats.errors, "error_samples": stats.error_samples,
@@ -153,16 +144,13 @@ async def _read_backlog(result: BenchResult, broker: BrokerProcess, clients: Cli
     """Read every queue from offset 0 with `pull_once`, one loop per queue; adds `name` metrics
     and fails the result when a count is off."""
     progress = [QueueProgress(q, sent_per_queue[q]) for q in range(params.queues)]
-    meter = CpuMeter(broker)
-    meter.start()
-    started = time.perf_counter()
-    deadline = started + params.pull_time_limit_s
-    async with asyncio.timeout(params.pull_time_limit_s + 30):
-        await asyncio.gather(*(_pull_queue(clients, broker.address, p, params.max_msg_nums, deadline,
-                                           pull_once) for p in progress))
-    elapsed = time.perf_counter() - started
-    cpu = meter.stop()
-    note_neighbours(result, name, cpu)
+    with cpu_measured(result, broker, name) as cpu:
+        started = time.perf_counter()
+        deadline = started + params.pull_time_limit_s
+        async with asyncio.timeout(params.pull_time_limit_s + 30):
+            await asyncio.gather(*(_pull_queue(clients, broker.address, p, params.max_msg_nums, deadline,
+                                               pull_once) for p in progress))
+        elapsed = time.perf_counter() - started
     received, sent = sum(p.received for p in progress), sum(sent_per_queue)
     rate = received / elapsed if elapsed > 0 else float("nan")
     result.add(name, round(rate), "msg/s", ("≥", PULL_TARGET_MSG_S))
@@ -195,8 +183,8 @@ async def pull(result: BenchResult, opts: Options) -> None:
     params = QUICK if opts.quick else FULL
     result.params = asdict(params)
     result.notes.append("backlog filled with SEND_BATCH_MESSAGE of 32 on an ASYNC_FLUSH broker")
-    async with running_broker(opts, {"store.flush_disk_type": "ASYNC_FLUSH"}) as broker, \
-            connected(broker.address, params.connections) as clients:
+    settings = {"store.flush_disk_type": "ASYNC_FLUSH"}
+    async with broker_with_clients(opts, params.connections, settings) as (broker, clients):
         address = broker.address
         await clients[0].create_topic(address, TOPIC, queue_nums=params.queues)
         sent_per_queue = [0] * params.queues

@@ -28,19 +28,7 @@ from importlib.abc import Traversable
 from typing import Any
 
 from bench.broker_proc import cli_command
-from bench.common import (
-    BATCH_SIZE,
-    Clients,
-    CpuMeter,
-    Options,
-    batch_header,
-    connected,
-    drive,
-    note_neighbours,
-    pull_header,
-    run,
-    running_broker,
-)
+from bench.common import BATCH_SIZE, Clients, Options, broker_with_clients, cpu_measured, pull_header, run, send_batches
 from bench.report import BenchResult, format_table, write_result
 from protocol.message import Message, MessageExt, encode_batch_body
 from protocol.model import PullStatus
@@ -145,34 +133,23 @@ async def replay_benchmark(result: BenchResult, opts: Options, rows_limit: int |
     sent_per_queue = [0] * QUEUES
     received = Received()
     started = time.perf_counter()
-    async with running_broker(opts, command=cli_command()) as broker, \
-            connected(broker.address, CONNECTIONS) as clients:
+    async with broker_with_clients(opts, CONNECTIONS, command=cli_command()) as (broker, clients):
         address = broker.address
         await clients[0].create_topic(address, TOPIC, queue_nums=QUEUES)
-        headers = [batch_header(TOPIC, q) for q in range(QUEUES)]
 
-        async def send(index: int) -> int:
-            queue_id = index % QUEUES
-            sent = await clients[index].send_batch(address, headers[queue_id], batches[index],
-                                                   timeout_ms=10_000)
-            count = len(sent.msg_ids)
-            sent_per_queue[queue_id] += count
-            return count
+        def sent(index: int, queue_id: int, messages: int) -> None:
+            sent_per_queue[queue_id] += messages
 
-        meter = CpuMeter(broker)
-        meter.start()
-        sends = await drive(range(len(batches)), send, workers=SEND_WORKERS, time_limit_s=SEND_TIME_LIMIT_S)
-        send_cpu = meter.stop()
-        meter.start()
-        pull_started = time.perf_counter()
-        deadline = pull_started + PULL_TIME_LIMIT_S
-        async with asyncio.timeout(PULL_TIME_LIMIT_S + 30):
-            await asyncio.gather(*(_pull_queue(clients, address, q, sent_per_queue[q], header, received,
-                                               deadline) for q in range(QUEUES)))
-        pull_s = time.perf_counter() - pull_started
-        pull_cpu = meter.stop()
-    note_neighbours(result, "replay send", send_cpu)
-    note_neighbours(result, "replay pull", pull_cpu)
+        with cpu_measured(result, broker, "replay send") as send_cpu:
+            sends = await send_batches(clients, address, TOPIC, QUEUES, batches, len(batches), workers=SEND_WORKERS,
+                                       time_limit_s=SEND_TIME_LIMIT_S, on_sent=sent)
+        with cpu_measured(result, broker, "replay pull") as pull_cpu:
+            pull_started = time.perf_counter()
+            deadline = pull_started + PULL_TIME_LIMIT_S
+            async with asyncio.timeout(PULL_TIME_LIMIT_S + 30):
+                await asyncio.gather(*(_pull_queue(clients, address, q, sent_per_queue[q], header, received,
+                                                   deadline) for q in range(QUEUES)))
+            pull_s = time.perf_counter() - pull_started
     result.details.update({"send_cpu": send_cpu, "pull_cpu": pull_cpu})
     elapsed_s = time.perf_counter() - started
     _check(result, header, rows, received, sends.messages, sends.errors, sends.error_samples)

@@ -17,10 +17,9 @@ from bench.common import (
     LoadStats,
     Options,
     batch_header,
-    connected,
+    broker_with_clients,
     drive,
     note_neighbours,
-    running_broker,
     synthetic_batches,
 )
 from bench.report import BenchResult, Op, percentile
@@ -84,8 +83,8 @@ async def send_batch(result: BenchResult, opts: Options) -> None:
     params = BATCH_QUICK if opts.quick else BATCH_FULL
     result.params = {**asdict(params), "batch_size": BATCH_SIZE}
     for flush in FLUSH_TYPES:
-        async with running_broker(opts, {"store.flush_disk_type": flush}) as broker, \
-                connected(broker.address, params.connections) as clients:
+        settings = {"store.flush_disk_type": flush}
+        async with broker_with_clients(opts, params.connections, settings) as (broker, clients):
             for body_bytes in params.body_sizes:
                 label = f"{_size(body_bytes)}.{flush}"
                 stats, cpu, latencies = await _batch_run(broker, clients, f"bench_batch_{body_bytes}",
@@ -107,8 +106,8 @@ async def send_one(result: BenchResult, opts: Options) -> None:
     body = bytes(params.body_sizes[0])
     topic = "bench_one"
     for flush in FLUSH_TYPES:
-        async with running_broker(opts, {"store.flush_disk_type": flush}) as broker, \
-                connected(broker.address, params.connections) as clients:
+        settings = {"store.flush_disk_type": flush}
+        async with broker_with_clients(opts, params.connections, settings) as (broker, clients):
             address = broker.address
             latencies: list[float] = []
 

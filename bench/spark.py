@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.common import BATCH_SIZE, Options, batch_header, connected, drive, running_broker, synthetic_batches
+from bench.common import BATCH_SIZE, Options, batch_header, broker_with_clients, drive, synthetic_batches
 from bench.report import BenchResult
 from client.api import ClientAPI
 from protocol.headers import SendMessageRequestHeader
@@ -72,7 +72,7 @@ def _read(spark: Any, address: str, ending: str) -> float:
 async def spark_batch_read(result: BenchResult, opts: Options) -> None:
     params = QUICK if opts.quick else FULL
     result.params = asdict(params)
-    async with running_broker(opts, BROKER_SETTINGS) as broker, connected(broker.address, 1) as clients:
+    async with broker_with_clients(opts, 1, BROKER_SETTINGS) as (broker, clients):
         sent = await _fill(clients[0], broker.address, params)
         spark = await asyncio.to_thread(_session)
         await asyncio.to_thread(_read, spark, broker.address, '{"0": 1000}')     # starts the Python workers
@@ -115,7 +115,7 @@ async def spark_stream_latency(result: BenchResult, opts: Options) -> None:
     params = QUICK if opts.quick else FULL
     result.params = asdict(params)
     latencies = _Latencies()
-    async with running_broker(opts, BROKER_SETTINGS) as broker, connected(broker.address, 1) as clients:
+    async with broker_with_clients(opts, 1, BROKER_SETTINGS) as (broker, clients):
         api, address = clients[0], broker.address
         await api.create_topic(address, STREAM_TOPIC, queue_nums=4)
         spark = await asyncio.to_thread(_session)

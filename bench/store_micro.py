@@ -54,26 +54,8 @@ async def bench(total: int, flush: Literal["SYNC_FLUSH", "ASYNC_FLUSH"], directo
     store.dispatch_available()
     reput_s = time.perf_counter() - started
 
-    started = time.perf_counter()
-    queue_offset = got = 0
-    while True:
-        result = store.get_message("BenchTopic", 0, queue_offset, BATCH, None)
-        if not result.messages:
-            break
-        got += result.message_count
-        queue_offset = result.next_begin_offset
-    get_s = time.perf_counter() - started
-
-    tag_filter = _TagFilter(tags_code("TagA"))
-    started = time.perf_counter()
-    queue_offset = filtered = 0
-    while True:
-        result = store.get_message("BenchTopic", 0, queue_offset, BATCH, tag_filter)
-        if not result.messages:
-            break
-        filtered += result.message_count
-        queue_offset = result.next_begin_offset
-    filter_s = time.perf_counter() - started
+    got, get_s = _read_queue(store, None)
+    filtered, filter_s = _read_queue(store, _TagFilter(tags_code("TagA")))
 
     started = time.perf_counter()
     await store.wait_flushed(store.commit_log_max_offset())
@@ -87,6 +69,20 @@ async def bench(total: int, flush: Literal["SYNC_FLUSH", "ASYNC_FLUSH"], directo
     print(f"get_message of 32    : {got / get_s:>12,.0f} msg/s  ({get_s / got * 1e6:.2f} us/msg)")
     print(f"get_message, TAG flt : {filtered / filter_s:>12,.0f} msg/s  ({filter_s / filtered * 1e6:.2f} us/msg)")
     print(f"final fsync          : {flush_s * 1000:.1f} ms")
+
+
+def _read_queue(store: MessageStore, message_filter: _TagFilter | None) -> tuple[int, float]:
+    """`get_message` of BATCH from queue 0 of BenchTopic, offset 0 to the end, through
+    `message_filter`: (messages read, seconds)."""
+    started = time.perf_counter()
+    queue_offset = count = 0
+    while True:
+        result = store.get_message("BenchTopic", 0, queue_offset, BATCH, message_filter)
+        if not result.messages:
+            break
+        count += result.message_count
+        queue_offset = result.next_begin_offset
+    return count, time.perf_counter() - started
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ from broker.store.check import check_store
 from broker.store.lock import StoreLocked
 from conf import BrokerConfig, ConfigError, load
 from conf.broker import EventLoop
+from conf.client import CLIENT_ENV
 from conf.namesrv import ENV_PREFIX as NAMESRV_ENV_PREFIX
 from conf.namesrv import parse_namesrv_addr
 
@@ -72,10 +73,13 @@ def resolve_config(
     """The broker's config from, lowest first: defaults < `config_path` (or `conf/broker.toml` in the
     working directory when None and it exists) < `env` (`ROCKETQ_*`) < `sets` (`KEY=VALUE`) <
     `listen_host` / `listen_port` / `store_dir` / `namesrv_addr` (None: not given). The name
-    server's `ROCKETQ_NAMESRV__*` variables are not the broker's and are skipped. Raises `ConfigError`."""
+    server's `ROCKETQ_NAMESRV__*` variables and the command-line clients' (`ROCKETQ_ENDPOINTS`,
+    `ROCKETQ_ACCESS_KEY`, ...: `conf.client.CLIENT_ENV`) are not the broker's and are skipped. Raises
+    `ConfigError`."""
     if config_path is None and DEFAULT_CONFIG_PATH.is_file():
         config_path = DEFAULT_CONFIG_PATH
-    env = {k: v for k, v in env.items() if not k.startswith(NAMESRV_ENV_PREFIX)}
+    client_env = set(CLIENT_ENV.values())
+    env = {k: v for k, v in env.items() if not k.startswith(NAMESRV_ENV_PREFIX) and k not in client_env}
     config = load(BrokerConfig, file=config_path, env=env, overrides=parse_sets(sets))
     if namesrv_addr is not None:
         config = replace(config, namesrv_addr=namesrv_addr)

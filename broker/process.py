@@ -30,6 +30,20 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 
 
+async def signal_and_wait(process: asyncio.subprocess.Process, sig: int, timeout_s: float) -> bool:
+    """Send `sig` to `process` and wait for it to exit, at most `timeout_s`; past that, SIGKILL it
+    and wait. False when it had to be killed."""
+    process.send_signal(sig)
+    try:
+        async with asyncio.timeout(timeout_s):
+            await process.wait()
+        return True
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return False
+
+
 def cli_command() -> list[str]:
     """`rocketq broker start`: the console script next to this interpreter, else `python -m broker`."""
     script = Path(sys.executable).parent / "rocketq"
@@ -120,15 +134,8 @@ class BrokerSubprocess(Lifecycle):
         process = self._process
         if process is None:
             return None
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(STOP_TIMEOUT_S):
-                    await process.wait()
-            except TimeoutError:
-                log.warning("broker pid %d ignored SIGTERM for %.0f s; killing it", process.pid, STOP_TIMEOUT_S)
-                process.kill()
-                await process.wait()
+        if process.returncode is None and not await signal_and_wait(process, signal.SIGTERM, STOP_TIMEOUT_S):
+            log.warning("broker pid %d ignored SIGTERM for %.0f s; killed it", process.pid, STOP_TIMEOUT_S)
         drain, self._drain_task = self._drain_task, None
         if drain is not None:
             try:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.broker_proc import free_port
-from broker.process import BrokerSubprocess
+from broker.process import BrokerSubprocess, signal_and_wait
 from chaos.checker import GroupResult, check_group
 from chaos.hostile import DISK_SETTINGS, HOSTILE_FAULTS, apply_hostile, small_store_disk
 from chaos.measure import FaultWindow, Recorder
@@ -90,13 +90,7 @@ class ConsumerProcess:
         process, self.process = self.process, None
         if process is None or process.returncode is not None:
             return
-        process.send_signal(sig)
-        try:
-            async with asyncio.timeout(15):
-                await process.wait()
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+        await signal_and_wait(process, sig, 15)
 
 
 class Traffic:

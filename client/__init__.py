@@ -1,7 +1,8 @@
 """The rocketq asyncio client: `Producer`, `PushConsumer`, `PullConsumer`, their values and the
 errors they raise (all `MQError`s: a broker's answer is a `ResponseError` such as
 `SubscriptionParseFailed` or `TopicNotExist`; an unreachable peer `ConnectionClosed` or
-`RequestTimeout`)."""
+`RequestTimeout`; a refusal by a broker with authentication on `NoPermission`). `Credentials`
+(access key, secret key) is what `credentials=` of each client takes."""
 
 from client.api import PullResult, SendResult, SendStatus
 from client.consumer.allocate import (
@@ -27,6 +28,7 @@ from client.producer.selector import SelectMessageQueueByHash, SelectMessageQueu
 from protocol.errors import (
     ConnectionClosed,
     MQError,
+    NoPermission,
     RequestTimeout,
     ResponseError,
     SubscriptionParseFailed,
@@ -34,13 +36,15 @@ from protocol.errors import (
 )
 from protocol.message import Message, MessageExt
 from protocol.model import ConsumeFromWhere, MessageModel, MessageQueue
+from protocol.signing import Credentials
 
 __all__ = [
     "AllocateMachineRoomNearby", "AllocateMessageQueueAveragely", "AllocateMessageQueueAveragelyByCircle",
     "AllocateMessageQueueByConfig", "AllocateMessageQueueByMachineRoom", "AllocateMessageQueueConsistentHash",
     "ClientStateError", "ConnectionClosed", "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus",
-    "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "MQError", "Message", "MessageExt",
-    "MessageModel", "MessageQueue", "MessageSelector", "Producer", "PullConsumer", "PullResult", "PushConsumer",
-    "RequestTimeout", "ResponseError", "SelectMessageQueueByHash", "SelectMessageQueueByRandom", "SendResult",
-    "SendStatus", "SubscriptionParseFailed", "TopicNotExist",
+    "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "Credentials", "MQError", "Message",
+    "MessageExt", "MessageModel", "MessageQueue", "MessageSelector", "NoPermission", "Producer",
+    "PullConsumer", "PullResult", "PushConsumer", "RequestTimeout", "ResponseError",
+    "SelectMessageQueueByHash", "SelectMessageQueueByRandom", "SendResult", "SendStatus",
+    "SubscriptionParseFailed", "TopicNotExist",
 ]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from client.api import ClientAPI
 from protocol.bodies import HeartbeatData
-from protocol.errors import ConnectionClosed, MQError, RequestCodeNotSupported, RequestTimeout
+from protocol.errors import ConnectionClosed, MQError, NoPermission, RequestCodeNotSupported, RequestTimeout
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,9 @@ class Heartbeats:
                 self.unreached.add(address)
             else:
                 log.debug("client %s: %s to %s failed again: %s", self._client_id, why, address, exc)
+            return False
+        except NoPermission as exc:      # credentials refused: said at WARNING, not fatal (RocketMQ's)
+            log.warning("client %s: %s to %s refused: %s", self._client_id, why, address, exc)
             return False
         except MQError as exc:
             log.info("client %s: %s to %s failed: %s", self._client_id, why, address, exc)

@@ -42,6 +42,7 @@ from protocol.errors import ConnectionClosed, MQError, RequestCodeNotSupported, 
 from protocol.headers import ResetConsumerClientOffsetRequestHeader
 from protocol.model import ExpressionType, MessageQueue
 from protocol.service import PeriodicService
+from protocol.signing import Credentials
 
 log = logging.getLogger(__name__)
 ROUTE_REFRESH_ON_ERROR_MIN_S = 1.0
@@ -88,27 +89,34 @@ def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
     return result
 
 
-_INSTANCES: dict[tuple[int, str], ClientInstance] = {}
+_INSTANCES: dict[tuple[int, str, Credentials | None], ClientInstance] = {}
 
 
-def get_instance(client_id: str, endpoints: Sequence[str], config: ClientConfig) -> ClientInstance:
-    """The process's instance for `client_id` on the running loop, created on first use (RocketMQ's
-    `MQClientManager`; the issue's contract is one instance per client id in a process)."""
-    key = (id(asyncio.get_running_loop()), client_id)
+def get_instance(client_id: str, endpoints: Sequence[str], config: ClientConfig,
+                 credentials: Credentials | None = None) -> ClientInstance:
+    """The process's instance for `client_id` and `credentials` on the running loop, created on
+    first use (RocketMQ's `MQClientManager`; the issue's contract is one instance per client id in
+    a process). Clients with other credentials (or none) never share an instance, so every request
+    is signed as its own client asked, even under one `instance_name`."""
+    key = (id(asyncio.get_running_loop()), client_id, credentials)
     instance = _INSTANCES.get(key)
     if instance is None or instance.closed:
-        instance = _INSTANCES[key] = ClientInstance(client_id, endpoints, config)
+        instance = _INSTANCES[key] = ClientInstance(client_id, endpoints, config, credentials)
     else:
         instance.add_endpoints(endpoints)
     return instance
 
 
 class ClientInstance:
-    def __init__(self, client_id: str, endpoints: Sequence[str], config: ClientConfig) -> None:
+    """`credentials`: every request of the instance is signed with them (`protocol.signing`)."""
+
+    def __init__(self, client_id: str, endpoints: Sequence[str], config: ClientConfig,
+                 credentials: Credentials | None = None) -> None:
         self.client_id = client_id
         self.config = config
         self.endpoints: list[str] = list(endpoints)
-        self.remoting = RemotingClient(connect_timeout_ms=config.connect_timeout_ms)
+        self.credentials = credentials
+        self.remoting = RemotingClient(connect_timeout_ms=config.connect_timeout_ms, credentials=credentials)
         self.api = ClientAPI(self.remoting)
         self.routes = RouteTable()
         self.consumers: dict[str, MemberConsumer] = {}
@@ -192,6 +200,18 @@ class ClientInstance:
 
     def unregister_consumer(self, group: str) -> None:
         self.consumers.pop(group, None)
+
+    async def unregister_from_brokers(self, *, producer_group: str | None = None,
+                                      consumer_group: str | None = None) -> None:
+        """UNREGISTER_CLIENT of this client for a producer or consumer group on every broker
+        (`broker_addresses`), one second each; a failure is only logged (a broker drops the client
+        anyway once its heartbeats stop). A producer's or consumer's shutdown, before `release`."""
+        for address in self.broker_addresses():
+            try:
+                await self.api.unregister_client(address, self.client_id, producer_group=producer_group,
+                                                 consumer_group=consumer_group, timeout_ms=1_000)
+            except MQError as exc:
+                log.debug("unregister from %s failed: %s", address, exc)
 
     # -- routes ---------------------------------------------------------------------------------------
 

@@ -34,6 +34,12 @@ class ClientConfig:
         check_ranges(self, self.RANGES)
 
 
+# The environment variables of the command-line clients (`rocketq admin`, `rocketq top`), by option.
+# Broker and name-server configuration loading skips them: they share the ROCKETQ_ prefix.
+CLIENT_ENV: Mapping[str, str] = MappingProxyType({
+    "endpoints": "ROCKETQ_ENDPOINTS", "access_key": "ROCKETQ_ACCESS_KEY", "secret_key": "ROCKETQ_SECRET_KEY"})
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PushConsumerOptions:
     """Push-consumer options; ranges as RocketMQ's `checkConfig`; `consume_thread_min` must not be

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from demo.run import run_demo
+from protocol.signing import Credentials
 
 
 @click.command()
@@ -21,13 +22,22 @@ from demo.run import run_demo
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Replay only the first N flights.")
 @click.option("--timeout-s", type=click.FloatRange(min=1), default=300.0, show_default=True,
               help="Give up when not every flight was consumed within this many seconds.")
-def main(endpoint: str | None, limit: int | None, timeout_s: float) -> None:
+@click.option("--secure", is_flag=True, envvar="DEMO_SECURE",
+              help="Authentication and authorization on: a broker started with them, one user per role with "
+                   "its ACL, the clients signing with their credentials (make demo DEMO_SECURE=1).")
+@click.option("--access-key", envvar="ROCKETQ_ACCESS_KEY", default=None,
+              help="With --secure and --endpoint: a Super user of that broker (creates the topic and users).")
+@click.option("--secret-key", envvar="ROCKETQ_SECRET_KEY", default=None, help="That user's password.")
+def main(endpoint: str | None, limit: int | None, timeout_s: float, secure: bool, access_key: str | None,
+         secret_key: str | None) -> None:
     """Replay the 336,776 NYC flights of 2013 through rocketq and check them per carrier."""
+    admin = Credentials(access_key, secret_key) if secure and access_key and secret_key else None
     console = Console()
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s",
                         handlers=[RichHandler(console=console, show_path=False)])
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        result = runner.run(run_demo(endpoint=endpoint, limit=limit, timeout_s=timeout_s, console=console))
+        result = runner.run(run_demo(endpoint=endpoint, limit=limit, timeout_s=timeout_s, console=console,
+                                     secure=secure, admin=admin))
     sys.exit(0 if result.ok else 1)
 
 

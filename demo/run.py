@@ -1,6 +1,7 @@
 """`run_demo`: load the flights, find or start a broker, start two push consumers, replay every
 flight through a producer with a progress bar, then check the consumers' per-carrier figures
-against the CSV. Everything it starts it stops, each stop bounded."""
+against the CSV. Everything it starts it stops, each stop bounded. `secure=True` runs it with
+authentication and authorization on (`demo.secure`)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ from demo.broker import DEFAULT_ENDPOINT, BrokerSubprocess, is_listening
 from demo.flights import CarrierStats, Flights, expected_stats, mismatched_carriers, read_flights
 from demo.replay import Replay
 from demo.report import Figures, carrier_table, print_figures
+from demo.secure import DemoUsers, broker_settings, create_role_users, describe, new_admin
 from demo.tally import Tally
 from protocol.errors import MQError
+from protocol.signing import Credentials
 
 log = logging.getLogger(__name__)
 QUEUES = 8
@@ -69,25 +72,27 @@ async def _bounded(stop: Callable[[], Awaitable[object]], what: str) -> None:
         log.warning("stopping %s failed: %s", what, exc)
 
 
-async def _broker(stack: contextlib.AsyncExitStack, endpoint: str | None, console: Console) -> tuple[str, bool]:
+async def _broker(stack: contextlib.AsyncExitStack, endpoint: str | None, console: Console,
+                  settings: dict[str, str] | None = None) -> tuple[str, bool]:
     """(address, whether the demo started it). An `endpoint` must be listening; without one, the
-    default 127.0.0.1:10911 is used when something listens there, else a broker is started."""
+    default 127.0.0.1:10911 is used when something listens there, else a broker is started (with
+    `settings`; given them, a broker is always started)."""
     candidate = endpoint or DEFAULT_ENDPOINT
-    if await is_listening(candidate):
+    if (endpoint is not None or settings is None) and await is_listening(candidate):
         console.print(f"Using the broker already listening on [bold]{candidate}[/bold]")
         return candidate, False
     if endpoint is not None:
         raise RuntimeError(f"nothing listens on {endpoint}")
     store_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rocketq-demo-")))
-    broker = BrokerSubprocess(store_dir)
+    broker = BrokerSubprocess(store_dir, settings=settings)
     await broker.start()
     stack.push_async_callback(_bounded, broker.stop, f"broker pid {broker.pid}")
     console.print(f"Started a broker (pid {broker.pid}) on [bold]{broker.address}[/bold]")
     return broker.address, True
 
 
-async def _create_topic(address: str, topic: str) -> None:
-    remoting = RemotingClient()
+async def _create_topic(address: str, topic: str, credentials: Credentials | None) -> None:
+    remoting = RemotingClient(credentials=credentials)
     try:
         await ClientAPI(remoting).create_topic(address, topic, queue_nums=QUEUES)
     finally:
@@ -109,12 +114,12 @@ async def _wait_balanced(consumers: list[PushConsumer], topic: str) -> bool:
 
 
 async def _start_consumers(stack: contextlib.AsyncExitStack, address: str, names: RunNames,
-                           tally: Tally, console: Console) -> None:
+                           tally: Tally, console: Console, credentials: Credentials | None) -> None:
     consumers = []
     for i in range(CONSUMERS):
         consumer = PushConsumer(names.consumer_group, address,
                                 consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-                                consume_message_batch_max_size=CONSUME_BATCH)
+                                credentials=credentials, consume_message_batch_max_size=CONSUME_BATCH)
         consumer.subscribe(names.topic, "*")
         consumer.register_listener(tally.listener)
         stack.push_async_callback(_bounded, consumer.shutdown, f"consumer {i + 1}")
@@ -168,10 +173,21 @@ async def _replay_and_wait(replay: Replay, tally: Tally, total: int, timeout_s: 
     return error
 
 
+async def _secure(address: str, names: RunNames, admin: Credentials, console: Console) -> DemoUsers:
+    users = await create_role_users(address, admin, names.topic, names.producer_group, names.consumer_group)
+    console.print(describe(users, names.topic, names.consumer_group))
+    return users
+
+
 async def run_demo(*, endpoint: str | None = None, limit: int | None = None, timeout_s: float = 300.0,
-                   console: Console | None = None) -> DemoResult:
+                   console: Console | None = None, secure: bool = False,
+                   admin: Credentials | None = None) -> DemoResult:
     """The whole demo; prints to `console` and returns whether everything matched. Never raises
-    for a broker or client failure: it returns `ok=False` with the `error`."""
+    for a broker or client failure: it returns `ok=False` with the `error`.
+
+    `secure`: authentication and authorization on (`demo.secure`): without `endpoint`, a broker is
+    started with them and a random Super user; with `endpoint`, `admin` must be a Super user of
+    that broker. The topic, the role users and their ACLs are created as that Super user."""
     console = console or Console()
     started_at_s = time.perf_counter()
     flights: Flights = await asyncio.to_thread(read_flights, limit)
@@ -182,14 +198,21 @@ async def run_demo(*, endpoint: str | None = None, limit: int | None = None, tim
     tally = Tally(total)
     replay: Replay | None = None
     error: str | None = None
+    if secure and admin is None and endpoint is not None:
+        return DemoResult(False, None, [], "a secure run on a broker of your own needs its Super user's credentials")
+    admin = (admin or new_admin()) if secure else None
+    users = DemoUsers(admin) if admin is not None else None
     try:
         async with contextlib.AsyncExitStack() as stack:
-            address, own_broker = await _broker(stack, endpoint, console)
+            settings = broker_settings(admin) if admin is not None and endpoint is None else None
+            address, own_broker = await _broker(stack, endpoint, console, settings)
             names = RunNames.for_run(own_broker, time.time_ns() // 1_000_000)
-            await _create_topic(address, names.topic)
+            await _create_topic(address, names.topic, admin)
             console.print(f"Topic [bold]{names.topic}[/bold] with {QUEUES} queues")
-            await _start_consumers(stack, address, names, tally, console)
-            producer = Producer(names.producer_group, address)
+            if admin is not None:
+                users = await _secure(address, names, admin, console)
+            await _start_consumers(stack, address, names, tally, console, users.consumer if users else None)
+            producer = Producer(names.producer_group, address, credentials=users.producer if users else None)
             stack.push_async_callback(_bounded, producer.shutdown, "producer")
             await producer.start()
             replay = Replay(producer, names.topic, flights)

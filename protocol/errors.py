@@ -6,7 +6,7 @@ Processors raise a `ResponseError`; the broker's dispatcher turns it into a resp
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from protocol.codes import ResponseCode
 
@@ -28,11 +28,28 @@ class FrameError(ProtocolError):
         self.opaque = opaque
 
 
+RETRIABLE_CODES: frozenset[ResponseCode] = frozenset({
+    ResponseCode.SYSTEM_BUSY, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.SERVICE_NOT_AVAILABLE,
+    ResponseCode.SUBSCRIPTION_NOT_LATEST, ResponseCode.FLOW_CONTROL,
+})
+"""The response codes whose errors are `retriable`: the same request may succeed a little later."""
+
+
 class ResponseError(MQError):
-    """An error with a wire response code; `remark` says what went wrong and what to do."""
+    """An error with a wire response code; `remark` says what went wrong and what to do.
+
+    A subclass names its code among its bases (`class SystemBusy(ResponseError,
+    code=ResponseCode.SYSTEM_BUSY)`) or as a class attribute; `retriable` follows from the code
+    (`RETRIABLE_CODES`)."""
 
     code: ClassVar[ResponseCode] = ResponseCode.SYSTEM_ERROR
     retriable: ClassVar[bool] = False
+
+    def __init_subclass__(cls, code: ResponseCode | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
+        cls.retriable = cls.code in RETRIABLE_CODES
 
     def __init__(self, remark: str) -> None:
         super().__init__(remark)
@@ -42,8 +59,8 @@ class ResponseError(MQError):
         return f"{self.code.name}: {self.remark}"
 
 
-class SystemError_(ResponseError):
-    code = ResponseCode.SYSTEM_ERROR
+class SystemError_(ResponseError, code=ResponseCode.SYSTEM_ERROR):
+    """A request the broker cannot serve as asked (a bad header value, an inconsistent request)."""
 
 
 class MissingHeaderField(SystemError_, ProtocolError):
@@ -72,73 +89,67 @@ class FieldOutOfRange(MissingHeaderField):
         self.field_name = name
 
 
-class SystemBusy(ResponseError):
-    code = ResponseCode.SYSTEM_BUSY
-    retriable = True
+class SystemBusy(ResponseError, code=ResponseCode.SYSTEM_BUSY):
+    """The broker is too busy for the request now (e.g. a group's SQL92 expressions do not stay
+    compiled); retriable."""
 
 
-class RequestCodeNotSupported(ResponseError):
-    code = ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+class RequestCodeNotSupported(ResponseError, code=ResponseCode.REQUEST_CODE_NOT_SUPPORTED):
+    """The peer has no processor for the request code."""
 
 
-class FlushDiskTimeout(ResponseError):
-    code = ResponseCode.FLUSH_DISK_TIMEOUT
-    retriable = True
+class FlushDiskTimeout(ResponseError, code=ResponseCode.FLUSH_DISK_TIMEOUT):
+    """A SYNC_FLUSH write stored but not fsynced within `sync_flush_timeout_ms`; retriable."""
 
 
-class MessageIllegal(ResponseError):
-    code = ResponseCode.MESSAGE_ILLEGAL
+class MessageIllegal(ResponseError, code=ResponseCode.MESSAGE_ILLEGAL):
+    """A message the broker refuses: too large, too many property bytes, a bad DELAY level."""
 
 
-class ServiceNotAvailable(ResponseError):
+class ServiceNotAvailable(ResponseError, code=ResponseCode.SERVICE_NOT_AVAILABLE):
     """The broker cannot take writes now (disk past `disk_space_warning_level_ratio`, or a write or
     fsync failed with ENOSPC/EIO); the remark says which. Retriable: sends resume by themselves
     once the store is writable again. Pulls are still served."""
 
-    code = ResponseCode.SERVICE_NOT_AVAILABLE
-    retriable = True
+
+class NoPermission(ResponseError, code=ResponseCode.NO_PERMISSION):
+    """The topic or the group does not allow the operation (e.g. a group that may not consume)."""
 
 
-class NoPermission(ResponseError):
-    code = ResponseCode.NO_PERMISSION
-
-
-class TopicNotExist(ResponseError):
-    code = ResponseCode.TOPIC_NOT_EXIST
+class TopicNotExist(ResponseError, code=ResponseCode.TOPIC_NOT_EXIST):
+    """The topic does not exist; `topic` names it (empty when rebuilt from a response by `error_for`)."""
 
     def __init__(self, topic: str) -> None:
         super().__init__(f"topic {topic!r} does not exist")
         self.topic = topic
 
 
-class QueryNotFound(ResponseError):
-    code = ResponseCode.QUERY_NOT_FOUND
+class QueryNotFound(ResponseError, code=ResponseCode.QUERY_NOT_FOUND):
+    """Nothing matches the lookup (a message id or key, a committed offset)."""
 
 
-class SubscriptionParseFailed(ResponseError):
-    code = ResponseCode.SUBSCRIPTION_PARSE_FAILED
+class SubscriptionParseFailed(ResponseError, code=ResponseCode.SUBSCRIPTION_PARSE_FAILED):
+    """A subscription expression that does not parse, or an unknown expression type."""
 
 
-class SubscriptionNotExist(ResponseError):
-    code = ResponseCode.SUBSCRIPTION_NOT_EXIST
+class SubscriptionNotExist(ResponseError, code=ResponseCode.SUBSCRIPTION_NOT_EXIST):
+    """A pull by a group that is not online or has no subscription to the topic."""
 
 
-class SubscriptionNotLatest(ResponseError):
-    code = ResponseCode.SUBSCRIPTION_NOT_LATEST
-    retriable = True
+class SubscriptionNotLatest(ResponseError, code=ResponseCode.SUBSCRIPTION_NOT_LATEST):
+    """A pull with an older subscription version than the broker holds; retriable."""
 
 
-class SubscriptionGroupNotExist(ResponseError):
-    code = ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+class SubscriptionGroupNotExist(ResponseError, code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST):
+    """The subscription group does not exist."""
 
 
-class ConsumerNotOnline(ResponseError):
-    code = ResponseCode.CONSUMER_NOT_ONLINE
+class ConsumerNotOnline(ResponseError, code=ResponseCode.CONSUMER_NOT_ONLINE):
+    """The consumer group, or the client asked about, has no consumer online."""
 
 
-class FlowControl(ResponseError):
-    code = ResponseCode.FLOW_CONTROL
-    retriable = True
+class FlowControl(ResponseError, code=ResponseCode.FLOW_CONTROL):
+    """The broker sheds load for now; retriable."""
 
 
 _BY_CODE: dict[int, type[ResponseError]] = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +59,12 @@ F_TOPIC, F_QUEUE_ID, F_QUEUE_OFFSET, F_COMMIT_LOG_OFFSET, F_FLAG, F_SYS_FLAG = r
 F_BORN_TIMESTAMP, F_BORN_HOST, F_STORE_TIMESTAMP, F_STORE_HOST = range(6, 10)
 F_RECONSUME_TIMES, F_PROPERTIES, F_BODY = range(10, 13)
 STORED_FIELD_COUNT = 13
+
+
+def stored_origin(fields: Sequence[Any]) -> tuple[int, str, int, int]:
+    """(born_timestamp, born_host, reconsume_times, sys_flag) of a stored message's fields: what a
+    copy put again keeps of the original (an origin of `MessageStore.put_scheduled`)."""
+    return fields[F_BORN_TIMESTAMP], fields[F_BORN_HOST], fields[F_RECONSUME_TIMES], fields[F_SYS_FLAG]
 
 
 @dataclass(slots=True, kw_only=False)

@@ -28,11 +28,10 @@ import psutil
 import redis.asyncio as aioredis
 
 from bench.broker_proc import BrokerProcess, Usage, process_usage
-from bench.common import PRODUCER_GROUP, Clients, connected, drive, pull_header
+from bench.common import Clients, connected, drive, pull_header, send_to_each_queue, settle
 from bench.peers.consume import entries_of
 from bench.peers.results import Delivery, Side
 from bench.peers.servers import Measured, RedisServer
-from protocol.headers import SendMessageRequestHeader
 from protocol.model import PullStatus
 
 HOLD_MS = 60_000
@@ -76,17 +75,6 @@ def _own_calls() -> tuple[int, int]:
     return usage.read_calls, usage.write_calls
 
 
-async def _settle(server: Measured, params: BlockedParams) -> float:
-    started = time.monotonic()
-    await asyncio.sleep(params.settle_min_s)
-    while time.monotonic() - started < params.settle_max_s:
-        before = server.usage()
-        await asyncio.sleep(1.0)
-        if server.usage().cores_since(before) <= 0.011:
-            break
-    return time.monotonic() - started
-
-
 async def _idle(server: Measured, params: BlockedParams) -> tuple[float, Usage]:
     before = server.usage()
     await asyncio.sleep(params.measure_s)
@@ -98,7 +86,7 @@ async def _measure(server: Measured, params: BlockedParams, tasks: list[asyncio.
                    answered_at: list[float], wake: Callable[[], Awaitable[Any]],
                    baseline: tuple[float, Usage], setup: dict[str, Any]) -> BlockedOutcome:
     """Settle, idle CPU and RSS with the readers parked, wake them all; builds the three sides."""
-    settle_s = await _settle(server, params)
+    settle_s = await settle(server.usage, params.settle_min_s, params.settle_max_s)
     idle_cores, held = await _idle(server, params)
     early = len(answered_at)
     # The readers' tasks and connections (either system's) out of the collector's sight while they
@@ -153,16 +141,7 @@ async def _measure(server: Measured, params: BlockedParams, tasks: list[asyncio.
 
 
 async def _send_rocketq(senders: Clients, address: str, topics: list[str], params: BlockedParams) -> None:
-    async def send(index: int) -> int:
-        topic, queue_id = topics[index // QUEUES_PER_TOPIC], index % QUEUES_PER_TOPIC
-        header = SendMessageRequestHeader(producer_group=PRODUCER_GROUP, topic=topic, queue_id=queue_id,
-                                          born_timestamp=0, properties={"TAGS": "held"})
-        await senders[index].send_message(address, header, b"held", timeout_ms=30_000)
-        return 1
-
-    stats = await drive(range(params.queues), send, workers=64, time_limit_s=params.wake_time_limit_s)
-    if stats.errors or stats.messages != params.queues:
-        raise RuntimeError(f"sent {stats.messages} of {params.queues}: {stats.error_samples}")
+    await send_to_each_queue(senders, address, topics, QUEUES_PER_TOPIC, params.wake_time_limit_s)
 
 
 async def rocketq_blocked(broker: BrokerProcess, params: BlockedParams) -> BlockedOutcome:
@@ -173,7 +152,7 @@ async def rocketq_blocked(broker: BrokerProcess, params: BlockedParams) -> Block
         for topic in topics:
             await senders[0].create_topic(address, topic, queue_nums=QUEUES_PER_TOPIC)
         await _send_rocketq(senders, address, topics, params)
-        await _settle(broker, params)
+        await settle(broker.usage, params.settle_min_s, params.settle_max_s)
         baseline = await _idle(broker, params)
 
         async def hold(index: int) -> bool:
@@ -232,7 +211,7 @@ async def redis_blocked(server: RedisServer, params: BlockedParams) -> BlockedOu
     tasks: list[asyncio.Task[bool]] = []
     try:
         first_ids = [await admin.xadd(s, {FIELD: b"first"}) for s in streams]
-        await _settle(server, params)
+        await settle(server.usage, params.settle_min_s, params.settle_max_s)
         baseline = await _idle(server, params)
         connect_s = await _open_connections(pool, params.readers)
 

@@ -27,15 +27,12 @@ from broker.store.record import RecordError, decode_stored_fields
 from broker.store.results import PutMessageStatus
 from protocol.message import (
     F_BODY,
-    F_BORN_HOST,
-    F_BORN_TIMESTAMP,
     F_FLAG,
     F_PROPERTIES,
-    F_RECONSUME_TIMES,
-    F_SYS_FLAG,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    stored_origin,
 )
 from protocol.service import Service
 from protocol.topics import SCHEDULE_TOPIC
@@ -184,8 +181,7 @@ class LevelDelivery(Service):
             if run is None:
                 run = runs[key] = ([], [])
             run[0].append((properties, fields[F_FLAG], fields[F_BODY]))
-            run[1].append((fields[F_BORN_TIMESTAMP], fields[F_BORN_HOST], fields[F_RECONSUME_TIMES],
-                           fields[F_SYS_FLAG]))
+            run[1].append(stored_origin(fields))
         end_offset = 0
         for (topic, queue_id), (messages, origins) in runs.items():
             result = store.put_scheduled(topic=topic, queue_id=queue_id, messages=messages, origins=origins)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import msgpack
 
@@ -45,6 +45,8 @@ from protocol.subscription import tags_code
 from protocol.topics import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+W = TypeVar("W")
 _TAGS_CACHE_LIMIT = 4096
 
 
@@ -162,20 +164,16 @@ class StoreWrites:
         refused = self._reserve_unit(topic, queue_id, first_queue_offset, len(messages))
         if refused is not None:
             return refused
-        try:
-            if origins is None:      # the usual batch: records encoded in runs, in C when built
-                head = (topic, queue_id, sys_flag, born_timestamp, born_host, store_timestamp, self._store_host,
-                        reconsume_times)
-                written = commit_log.append_run(len(messages), lambda start, position, limit: encode_run(
-                    head, messages, start, first_queue_offset, position, limit))
-            else:
-                written = commit_log.append_batch(len(messages), self._origin_encoder(
-                    topic, queue_id, messages, origins, first_queue_offset, store_timestamp))
-        except OSError as exc:                   # ENOSPC/EIO creating a segment: nothing written
-            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, self._segment_failed(exc))
-        if written is None:
-            return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
-        self._commit_log_flush.appended(commit_log.max_offset)
+        if origins is None:      # the usual batch: records encoded in runs, in C when built
+            head = (topic, queue_id, sys_flag, born_timestamp, born_host, store_timestamp, self._store_host,
+                    reconsume_times)
+            written = self._append(commit_log.append_run, len(messages), lambda start, position, limit: encode_run(
+                head, messages, start, first_queue_offset, position, limit))
+        else:
+            written = self._append(commit_log.append_batch, len(messages), self._origin_encoder(
+                topic, queue_id, messages, origins, first_queue_offset, store_timestamp))
+        if isinstance(written, PutMessageResult):
+            return written
         offsets, sizes = written
         self._topic_queue_table[key] = first_queue_offset + len(messages)
         tags_cache = self._tags_cache
@@ -233,9 +231,20 @@ class StoreWrites:
         """The result of a put that wrote nothing."""
         return PutMessageResult(status, -1, [], self._commit_log.max_offset, remark)
 
-    def _segment_failed(self, exc: OSError) -> str:
-        """Tell the disk guard a new commit-log file could not be made; the refusal's remark."""
-        return self.disk_guard.write_failed(exc, "creating a commit-log file")
+    def _append(self, append: Callable[P, W | None], *args: P.args, **kwargs: P.kwargs) -> W | PutMessageResult:
+        """`append(*args, **kwargs)`, a commit-log append: what it wrote (announced to the flush
+        service), or the refusal when it wrote nothing: SERVICE_NOT_AVAILABLE when a new commit-log
+        file could not be made (ENOSPC/EIO; the disk guard is told), MESSAGE_ILLEGAL when `append`
+        gives None."""
+        try:
+            written = append(*args, **kwargs)
+        except OSError as exc:
+            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                 self.disk_guard.write_failed(exc, "creating a commit-log file"))
+        if written is None:
+            return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
+        self._commit_log_flush.appended(self._commit_log.max_offset)
+        return written
 
     def _reserve_unit(self, topic: str, queue_id: int, queue_offset: int, count: int) -> PutMessageResult | None:
         """Disk blocks for the consume-queue units of a put, before its records are appended (a
@@ -268,13 +277,9 @@ class StoreWrites:
         refused = self._reserve_unit(topic, queue_id, queue_offset, 1)
         if refused is not None:
             return refused
-        try:
-            written = commit_log.append_one(encode)
-        except OSError as exc:                   # ENOSPC/EIO creating a segment: nothing written
-            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, self._segment_failed(exc))
-        if written is None:
-            return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
-        self._commit_log_flush.appended(commit_log.max_offset)
+        written = self._append(commit_log.append_one, encode)
+        if isinstance(written, PutMessageResult):
+            return written
         commit_log_offset, size = written
         self._topic_queue_table[key] = queue_offset + 1
         tag = properties.get(PROPERTY_TAGS)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from protocol.model import MessageQueue
 
@@ -28,6 +28,8 @@ __all__ = [
     "AllocateMessageQueueStrategy",
     "strategy_by_name",
 ]
+
+T = TypeVar("T")
 
 
 class AllocateMessageQueueStrategy(Protocol):
@@ -213,18 +215,8 @@ class AllocateMachineRoomNearby:
                  cid_all: Sequence[str]) -> list[MessageQueue]:
         if not _check(current_cid, mq_all, cid_all):
             return []
-        mqs_by_room: dict[str, list[MessageQueue]] = {}
-        for mq in mq_all:
-            room = self.broker_room_of(mq)
-            if not room:
-                raise ValueError(f"machine room is empty for mq {mq}")
-            mqs_by_room.setdefault(room, []).append(mq)
-        cids_by_room: dict[str, list[str]] = {}
-        for cid in cid_all:
-            room = self.consumer_room_of(cid)
-            if not room:
-                raise ValueError(f"machine room is empty for consumer id {cid}")
-            cids_by_room.setdefault(room, []).append(cid)
+        mqs_by_room = _by_room(mq_all, self.broker_room_of, "mq")
+        cids_by_room = _by_room(cid_all, self.consumer_room_of, "consumer id")
 
         result: list[MessageQueue] = []
         current_room = self.consumer_room_of(current_cid)
@@ -239,6 +231,18 @@ class AllocateMachineRoomNearby:
                 result.extend(self.strategy.allocate(consumer_group, current_cid, mqs_by_room[room],
                                                      cid_all))
         return result
+
+
+def _by_room(items: Sequence[T], room_of: Callable[[T], str | None], what: str) -> dict[str, list[T]]:
+    """`items` grouped by `room_of(item)`, each group in the given order; `ValueError` for an item
+    whose room is None or empty."""
+    by_room: dict[str, list[T]] = {}
+    for item in items:
+        room = room_of(item)
+        if not room:
+            raise ValueError(f"machine room is empty for {what} {item}")
+        by_room.setdefault(room, []).append(item)
+    return by_room
 
 
 def strategy_by_name(name: str, **kwargs: Any) -> AllocateMessageQueueStrategy:

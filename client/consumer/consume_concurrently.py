@@ -39,13 +39,13 @@ from client.consumer.listener import (
     ListenerResult,
     MessageListener,
 )
+from client.consumer.offset_store import OffsetUpdate
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.sync_workers import SyncWorkers
 from protocol.message import PROPERTY_CONSUME_START_TIME, MessageExt
 from protocol.model import MessageModel, MessageQueue
 
 log = logging.getLogger(__name__)
-OffsetUpdate = Callable[[MessageQueue, int], None]
 JobObserver = Callable[[str, int, float, float], None]
 SendBackFn = Callable[[MessageExt, MessageQueue, int], Awaitable[bool]]   # (message, mq, delay_level)
 SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
@@ -85,7 +85,10 @@ class ConcurrentConsumeService:
         self._workers = SyncWorkers(consume_thread_max, f"consume-{consumer_group}")
         self._gathered: list[Job] = []
         self._loop = asyncio.get_running_loop()
-        self.listener_seconds_per_message = 0.0     # EWMA, written by worker threads
+        # EWMA, written by worker threads; it starts at the bound, so the first batches, pulled while
+        # nothing is measured yet, are spread one job each: grouped as for a fast listener, a slow
+        # one's first jobs ran ahead of the ones their thread handed back (#34's order)
+        self.listener_seconds_per_message = FAST_LISTENER_S
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
         self._closed = False
@@ -153,10 +156,11 @@ class ConcurrentConsumeService:
         fast = self.listener_seconds_per_message < FAST_LISTENER_S
         self._submit_jobs(jobs, 1 if not fast else len(jobs), spread=not fast)
 
-    def _submit_jobs(self, jobs: list[Job], step: int, *, spread: bool) -> None:
-        for i in range(0, len(jobs), step):
-            group = jobs[i:i + step]
-            self._workers.submit(lambda group=group: self._sync_jobs(group), spread=spread)  # type: ignore[misc]
+    def _submit_jobs(self, jobs: list[Job], step: int, *, spread: bool, front: bool = False) -> None:
+        groups = [jobs[i:i + step] for i in range(0, len(jobs), step)]
+        for group in reversed(groups) if front else groups:
+            self._workers.submit(lambda group=group: self._sync_jobs(group), spread=spread,  # type: ignore[misc]
+                                 front=front)
 
     def _sync_jobs(self, jobs: list[Job]) -> Callable[[], None]:
         """Runs in a worker thread: calls the listener chunk by chunk and returns the completion
@@ -197,7 +201,10 @@ class ConcurrentConsumeService:
         return lambda: self._apply(finished)
 
     def _spread_jobs(self, jobs: list[Job]) -> None:
-        self._submit_jobs(jobs, 1, spread=True)
+        """Jobs handed back by a thread that found the listener slow: spread, ahead of the jobs
+        queued since (they were pulled earlier; behind newer pulls, one thread starved their
+        queues' lowest offsets and the committed offsets stood still: #34, 160 of 598 committed)."""
+        self._submit_jobs(jobs, 1, spread=True, front=True)
 
     def _report(self, finished: list[Finished]) -> None:
         """From a worker thread: apply `finished` on the loop now (before the job's completion)."""

@@ -45,6 +45,7 @@ from client.consumer.listener import (
     OrderlyListenerResult,
     OrderlyMessageListener,
 )
+from client.consumer.offset_store import OffsetUpdate
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.queue_locker import QueueLocker
 from client.consumer.send_back import CLIENT_INNER_PRODUCER_GROUP, retry_copy_properties
@@ -56,7 +57,6 @@ from protocol.model import MessageModel, MessageQueue
 from protocol.topics import retry_topic
 
 log = logging.getLogger(__name__)
-OffsetUpdate = Callable[[MessageQueue, int], None]
 SUCCESS = ConsumeOrderlyStatus.SUCCESS
 SUSPEND = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
 UNLIMITED_RECONSUME_TIMES = 2**31 - 1          # orderly max_reconsume_times -1 (Integer.MAX_VALUE)

@@ -18,7 +18,7 @@ from client.api import ClientAPI, PullResult
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.pull_service import TopicSubscription, now_ms, refilter
 from protocol.codes import PullSysFlag
-from protocol.errors import MQError, ResponseError
+from protocol.errors import MQError, NoPermission, ResponseError
 from protocol.headers import PullMessageRequestHeader
 from protocol.message import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET, MessageExt
 from protocol.model import MessageQueue, PullStatus
@@ -201,9 +201,10 @@ class LitePullService:
                 subscription=sub.expression, expression_type=sub.expression_type)
             try:
                 result = await self._api.pull_message(self._address_of(mq), header, CONSUMER_TIMEOUT_WHEN_SUSPEND_MS)
-            except ResponseError as exc:
-                log.info("pull of %s (group %s) failed: %s; retrying in %d ms", mq, self._group, exc,
-                         PULL_DELAY_WHEN_ERROR_MS)
+            except ResponseError as exc:     # NO_PERMISSION (credentials, ACL) said louder
+                log.log(logging.WARNING if isinstance(exc, NoPermission) else logging.INFO,
+                        "pull of %s (group %s) failed: %s; retrying in %d ms", mq, self._group, exc,
+                        PULL_DELAY_WHEN_ERROR_MS)
                 delay_ms = PULL_DELAY_WHEN_ERROR_MS
             except MQError as exc:
                 log.info("pull of %s (group %s) failed: %s; retrying in %d ms", mq, self._group, exc,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from pathlib import Path
 from typing import Protocol
@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 DEFAULT_OFFSET_DIR = Path.home() / ".rocketq" / "offsets"   # broadcasting offsets, per client id and group
 NOT_FOUND = -1        # the store has no offset for the queue
 READ_FAILED = -2      # the store could not be asked (the queue is skipped this rebalance)
+OffsetUpdate = Callable[[MessageQueue, int], None]
+"""How a consume service records a queue's consumed offset: `update_offset(mq, queue_offset)`."""
 
 
 class ReadOffsetType(Enum):

@@ -26,7 +26,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from client.consumer.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
+from client.consumer.allocate import AllocateMessageQueueStrategy
+from client.consumer.group_member import GroupMember
 from client.consumer.lite_offsets import LiteOffsets
 from client.consumer.lite_pull_service import (
     MAX_POLL_BATCHES,
@@ -42,17 +43,17 @@ from client.consumer.offset_store import (
     RemoteBrokerOffsetStore,
 )
 from client.consumer.process_queue import ProcessQueue
-from client.consumer.pull_service import TopicSubscription, consumer_data, now_ms
+from client.consumer.pull_service import TopicSubscription, now_ms
 from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.errors import ClientStateError
-from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
+from client.instance import ClientInstance, build_client_id, get_instance
 from conf.client import ClientConfig
-from protocol.bodies import ConsumerData
-from protocol.errors import MQError, TopicNotExist
+from protocol.errors import MQError, NoPermission, TopicNotExist
 from protocol.lifecycle import Lifecycle
 from protocol.message import MessageExt
 from protocol.model import ConsumeFromWhere, ConsumeType, ExpressionType, MessageModel, MessageQueue
 from protocol.service import PeriodicService
+from protocol.signing import Credentials
 from protocol.topics import check_group
 
 log = logging.getLogger(__name__)
@@ -73,11 +74,15 @@ class _Running:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
-class PullConsumer(Lifecycle):
+class PullConsumer(GroupMember, Lifecycle):
     """Settings are RocketMQ's lite-pull-consumer ones in snake_case with its defaults.
     `offset_store_dir` is where broadcasting offsets live (default ~/.rocketq/offsets);
     `consume_timestamp` (yyyyMMddHHmmss, local time) is CONSUME_FROM_TIMESTAMP's start, by default
-    30 minutes before `start()`. Raises `ValueError` for a bad group name or an out-of-range value."""
+    30 minutes before `start()`. Raises `ValueError` for a bad group name or an out-of-range value.
+    `credentials=Credentials(access_key, secret_key)` signs every request; a subscribing consumer
+    whose route query is refused (wrong secret, no ACL) raises `NoPermission` from `start()`."""
+
+    consume_type = ConsumeType.PULL
 
     def __init__(self, consumer_group: str, endpoints: str | Sequence[str], *,
                  message_model: str | MessageModel = "CLUSTERING",
@@ -85,7 +90,8 @@ class PullConsumer(Lifecycle):
                  allocate_strategy: AllocateMessageQueueStrategy | None = None, auto_commit: bool = True,
                  auto_commit_interval_ms: int = 5_000, pull_batch_size: int = 10,
                  pull_threshold_for_queue: int = 1_000, poll_timeout_ms: int = 5_000, consume_timestamp: str = "",
-                 offset_store_dir: Path | None = None, client_config: ClientConfig | None = None) -> None:
+                 offset_store_dir: Path | None = None, client_config: ClientConfig | None = None,
+                 credentials: Credentials | None = None) -> None:
         remark = check_group(consumer_group)
         if remark is not None:
             raise ValueError(remark)
@@ -98,22 +104,17 @@ class PullConsumer(Lifecycle):
                 raise ValueError(f"{name} = {value} is out of range [{low}, {high}]")
         if poll_timeout_ms < 0:
             raise ValueError(f"poll_timeout_ms = {poll_timeout_ms} is negative")
-        self.consumer_group = consumer_group
-        self.endpoints = parse_endpoints(endpoints)
-        self.message_model = MessageModel(message_model)
-        self.consume_from_where = ConsumeFromWhere(consume_from_where)
-        self.allocate_strategy = allocate_strategy or AllocateMessageQueueAveragely()
+        self._init_member(consumer_group, endpoints, message_model, consume_from_where, allocate_strategy)
         self.auto_commit, self.auto_commit_interval_ms = auto_commit, auto_commit_interval_ms
         self.pull_batch_size, self.pull_threshold_for_queue = pull_batch_size, pull_threshold_for_queue
         self.poll_timeout_ms, self.consume_timestamp = poll_timeout_ms, consume_timestamp
         self.offset_store_dir = offset_store_dir
         self.client_config = client_config or ClientConfig()
-        self._subscriptions: dict[str, TopicSubscription] = {}
+        self.credentials = credentials
         self._assigned: list[MessageQueue] = []
         self._mode: _Mode | None = None       # fixed by the first subscribe() or assign()
         self._run: _Running | None = None
         self._shut_down = False
-        self._rebalance_lock = asyncio.Lock()
 
     # -- configuration ---------------------------------------------------------------------------
 
@@ -156,7 +157,7 @@ class PullConsumer(Lifecycle):
             return
         clustering = self.message_model is MessageModel.CLUSTERING
         client_id = build_client_id(self.client_config.instance_name, unique_default=clustering)
-        instance = get_instance(client_id, self.endpoints, self.client_config)
+        instance = get_instance(client_id, self.endpoints, self.client_config, self.credentials)
         store: OffsetStore
         if clustering:
             store = RemoteBrokerOffsetStore(instance.api, instance.routes, instance.endpoints[0],
@@ -203,7 +204,7 @@ class PullConsumer(Lifecycle):
         if self._mode is _Mode.SUBSCRIBE:
             try:
                 await self._join_group(run)
-            except MQError:        # CHECK_CLIENT_CONFIG refused a subscription
+            except MQError:        # CHECK_CLIENT_CONFIG refused a subscription, or NO_PERMISSION
                 await self.shutdown()
                 raise
         elif self._mode is _Mode.ASSIGN:
@@ -242,13 +243,7 @@ class PullConsumer(Lifecycle):
             pq.dropped = True
         run.rebalancer.process_queues.clear()
         if run.registered:
-            instance = run.instance
-            for address in instance.broker_addresses():
-                try:
-                    await instance.api.unregister_client(address, instance.client_id,
-                                                         consumer_group=self.consumer_group, timeout_ms=1_000)
-                except MQError as exc:
-                    log.debug("unregister from %s failed: %s", address, exc)
+            await run.instance.unregister_from_brokers(consumer_group=self.consumer_group)
         await run.instance.release()
 
     _close = shutdown
@@ -338,13 +333,6 @@ class PullConsumer(Lifecycle):
 
     # -- what the client instance asks (MemberConsumer) ------------------------------------------
 
-    def consumer_data(self) -> ConsumerData:
-        return consumer_data(self.consumer_group, ConsumeType.PULL, self.message_model, self.consume_from_where,
-                             self._subscriptions.values())
-
-    def subscribed_topics(self) -> list[str]:
-        return list(self._subscriptions)
-
     async def do_rebalance(self) -> None:
         """One rebalance (serialised); a changed assignment is announced by a heartbeat at once."""
         async with self._rebalance_lock:
@@ -386,6 +374,8 @@ class PullConsumer(Lifecycle):
         for topic in self._subscriptions:
             try:
                 await run.instance.update_route(topic)
+            except NoPermission:
+                raise
             except MQError as exc:
                 log.warning("route of %s unavailable: %s", topic, exc)
         await run.instance.check_client_in_broker(

@@ -21,7 +21,7 @@ from client.consumer.process_queue import ProcessQueue
 from conf.client import PushConsumerOptions
 from protocol.bodies import ConsumerData, SubscriptionData
 from protocol.codes import PullSysFlag
-from protocol.errors import FlowControl, MQError
+from protocol.errors import FlowControl, MQError, NoPermission
 from protocol.headers import PullMessageRequestHeader
 from protocol.message import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET, PROPERTY_RETRY_TOPIC, MessageExt
 from protocol.model import (
@@ -227,9 +227,9 @@ class PullService:
             except FlowControl:
                 await asyncio.sleep(0.02)
                 continue
-            except MQError as exc:
-                log.info("pull of %s failed: %s; retrying in %d ms", mq, exc,
-                         options.pull_time_delay_when_exception_ms)
+            except MQError as exc:          # NO_PERMISSION (credentials, ACL) said louder
+                log.log(logging.WARNING if isinstance(exc, NoPermission) else logging.INFO,
+                        "pull of %s failed: %s; retrying in %d ms", mq, exc, options.pull_time_delay_when_exception_ms)
                 if self._route_failed is not None:
                     self._route_failed(mq.topic)
                 await asyncio.sleep(options.pull_time_delay_when_exception_ms / 1000)

@@ -11,7 +11,6 @@ consumed (at-least-once).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -19,40 +18,46 @@ from dataclasses import fields
 from typing import Any
 
 from client.consumer.admin_hooks import reset_queues, running_info
-from client.consumer.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
+from client.consumer.allocate import AllocateMessageQueueStrategy
 from client.consumer.consume_concurrently import ConcurrentConsumeService
 from client.consumer.consume_orderly import OrderlyConsumeService
+from client.consumer.group_member import GroupMember
 from client.consumer.listener import MessageListener, OrderlyMessageListener
 from client.consumer.message_selector import MessageSelector
 from client.consumer.offset_store import DEFAULT_OFFSET_DIR, LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from client.consumer.process_queue import ProcessQueue
-from client.consumer.pull_service import PullService, TopicSubscription, consumer_data, now_ms
+from client.consumer.pull_service import PullService, TopicSubscription, now_ms
 from client.consumer.queue_locker import LockRenewalService, QueueLocker
 from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.consumer.send_back import SendBack
 from client.errors import ClientStateError
-from client.instance import ClientInstance, build_client_id, get_instance, parse_endpoints
+from client.instance import ClientInstance, build_client_id, get_instance
 from conf.client import ClientConfig, PushConsumerOptions
-from protocol.bodies import ConsumerData, ConsumerRunningInfo
-from protocol.errors import MQError
+from protocol.bodies import ConsumerRunningInfo
+from protocol.errors import MQError, NoPermission
 from protocol.lifecycle import Lifecycle
 from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel, MessageQueue
 from protocol.service import PeriodicService
+from protocol.signing import Credentials
 from protocol.topics import check_group, retry_topic
 
 log = logging.getLogger(__name__)
 
 
-class PushConsumer(Lifecycle):
+class PushConsumer(GroupMember, Lifecycle):
     """Options are RocketMQ's push-consumer settings in snake_case with the same defaults
     (`conf.client.PushConsumerOptions`); an unknown option raises `TypeError` naming the valid
-    ones, an out-of-range value `ValueError`."""
+    ones, an out-of-range value `ValueError`. `credentials=Credentials(access_key, secret_key)` signs
+    every request (see `start` for a refusal)."""
+
+    consume_type = ConsumeType.PUSH
 
     def __init__(self, consumer_group: str, endpoints: str | Sequence[str],
                  message_model: str | MessageModel = "CLUSTERING",
                  consume_from_where: str | ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
                  allocate_strategy: AllocateMessageQueueStrategy | None = None, *,
-                 client_config: ClientConfig | None = None, **options: Any) -> None:
+                 client_config: ClientConfig | None = None, credentials: Credentials | None = None,
+                 **options: Any) -> None:
         remark = check_group(consumer_group)
         if remark is not None:
             raise ValueError(remark)
@@ -60,14 +65,10 @@ class PushConsumer(Lifecycle):
         unknown = sorted(set(options) - valid)
         if unknown:
             raise TypeError(f"unknown PushConsumer option(s) {unknown}; valid: {sorted(valid)}")
-        self.consumer_group = consumer_group
-        self.endpoints = parse_endpoints(endpoints)
-        self.message_model = MessageModel(message_model)
-        self.consume_from_where = ConsumeFromWhere(consume_from_where)
-        self.allocate_strategy = allocate_strategy or AllocateMessageQueueAveragely()
+        self._init_member(consumer_group, endpoints, message_model, consume_from_where, allocate_strategy)
         self.options = PushConsumerOptions(**options)
         self.client_config = client_config or ClientConfig()
-        self._subscriptions: dict[str, TopicSubscription] = {}
+        self.credentials = credentials
         self._listener: MessageListener | OrderlyMessageListener | None = None
         self._orderly = False
         self._lock_renewal: LockRenewalService | None = None
@@ -79,7 +80,6 @@ class PushConsumer(Lifecycle):
         self._send_back: SendBack | None = None
         self._expiry: PeriodicService | None = None
         self._paused = False
-        self._rebalance_lock = asyncio.Lock()
 
     # -- configuration ----------------------------------------------------------------------------------
 
@@ -125,13 +125,6 @@ class PushConsumer(Lifecycle):
 
     # -- what the instance asks ---------------------------------------------------------------------
 
-    def consumer_data(self) -> ConsumerData:
-        return consumer_data(self.consumer_group, ConsumeType.PUSH, self.message_model, self.consume_from_where,
-                             self._subscriptions.values())
-
-    def subscribed_topics(self) -> list[str]:
-        return list(self._subscriptions)
-
     async def do_rebalance(self) -> None:
         """One rebalance (serialised: the periodic service, a notify and start may ask at once)."""
         async with self._rebalance_lock:
@@ -167,7 +160,11 @@ class PushConsumer(Lifecycle):
         compile, or `SystemError_` when the broker has SQL92 disabled (the consumer is then shut down).
         As RocketMQ's, it does not fail when no broker or name server can be reached: it logs a
         warning and returns, and the periodic heartbeat, route refresh and rebalance (intervals of
-        `client_config`) start the pulls once one answers."""
+        `client_config`) start the pulls once one answers. With authentication on, a route query
+        refused (a wrong secret, an unknown user, no permission on a topic) raises `NoPermission`
+        (the consumer is then shut down) instead of retrying for ever; a refusal after start (the
+        user deleted, an ACL changed) is logged at WARNING and the pulls retry every
+        `pull_time_delay_when_exception_ms`, as RocketMQ's."""
         if self._instance is not None:
             return
         if self._listener is None:
@@ -179,7 +176,7 @@ class PushConsumer(Lifecycle):
             retry = retry_topic(self.consumer_group)
             self._subscriptions.setdefault(retry, TopicSubscription.by_tags(retry, "*"))
         client_id = build_client_id(self.client_config.instance_name, unique_default=clustering)
-        instance = get_instance(client_id, self.endpoints, self.client_config)
+        instance = get_instance(client_id, self.endpoints, self.client_config, self.credentials)
         if clustering:
             self._offsets = RemoteBrokerOffsetStore(instance.api, instance.routes, instance.endpoints[0],
                                                     self.consumer_group, self.client_config.request_timeout_ms)
@@ -242,6 +239,9 @@ class PushConsumer(Lifecycle):
         for topic in self._subscriptions:
             try:
                 await instance.update_route(topic)
+            except NoPermission:
+                await self.shutdown()
+                raise
             except MQError as exc:
                 log.warning("route of %s unavailable at start: %s", topic, exc)
         try:
@@ -300,12 +300,7 @@ class PushConsumer(Lifecycle):
         for pq in self._rebalancer.process_queues.values():
             pq.dropped = True
         self._rebalancer.process_queues.clear()
-        for address in instance.broker_addresses():
-            try:
-                await instance.api.unregister_client(address, instance.client_id,
-                                                     consumer_group=self.consumer_group, timeout_ms=1_000)
-            except MQError as exc:
-                log.debug("unregister from %s failed: %s", address, exc)
+        await instance.unregister_from_brokers(consumer_group=self.consumer_group)
         await instance.release()
 
     _close = shutdown

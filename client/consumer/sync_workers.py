@@ -74,16 +74,20 @@ class SyncWorkers:
         """Threads made so far (at most the `thread_count` given)."""
         return len(self._workers)
 
-    def submit(self, job: Job, *, spread: bool = True) -> None:
+    def submit(self, job: Job, *, spread: bool = True, front: bool = False) -> None:
         """Queue `job` (called on the loop); its returned completion runs back on the loop. With
         `spread` a thread is woken for it unless one is already on its way to the queue; without,
-        only when no thread is running jobs (see the module docstring). Ignored after `close`."""
+        only when no thread is running jobs (see the module docstring). `front` queues it before the
+        jobs already queued (work handed back that was submitted before them). Ignored after `close`."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         with self._lock:
             if self._closing:
                 return
-            self._queued.append((job, time.monotonic(), spread))
+            if front:
+                self._queued.appendleft((job, time.monotonic(), spread))
+            else:
+                self._queued.append((job, time.monotonic(), spread))
             worker = self._claim() if (not self._waking if spread else not self._busy) else None
         self.in_flight += 1
         self._idle_event.clear()

@@ -22,6 +22,7 @@ from protocol.headers import SendBatchMessageRequestHeader
 from protocol.lifecycle import Lifecycle
 from protocol.message import PROPERTY_UNIQ_KEY, BatchItem, Message, encode_batch_items
 from protocol.model import MessageQueue
+from protocol.signing import Credentials
 from protocol.topics import check_group, check_topic
 
 log = logging.getLogger(__name__)
@@ -33,13 +34,17 @@ class Producer(Lifecycle):
     """`async with Producer("pg", "127.0.0.1:10911") as producer: await producer.send(Message(...))`.
 
     Raises `ClientStateError` when used before `start()` or after `shutdown()`, `ValueError` for a
-    bad topic or group name, and the last send error when every attempt failed."""
+    bad topic or group name, and the last send error when every attempt failed.
+
+    `credentials=Credentials(access_key, secret_key)` signs every request (brokers and name servers
+    with authentication on refuse unsigned ones); a refusal, wrong secret or missing ACL, is
+    `NoPermission` (code 16) from `send`, its remark saying which and, for an ACL, the resource."""
 
     def __init__(self, producer_group: str, endpoints: str | Sequence[str], *,
                  retry_times_when_send_failed: int = 2, send_msg_timeout_ms: int = 3_000,
                  default_topic_queue_nums: int = 4, max_message_bytes: int = 4 * 1024 * 1024,
                  send_latency_fault_enable: bool = False, metrics_port: int = 0,
-                 client_config: ClientConfig | None = None) -> None:
+                 client_config: ClientConfig | None = None, credentials: Credentials | None = None) -> None:
         remark = check_group(producer_group)
         if remark is not None:
             raise ValueError(remark)
@@ -50,6 +55,7 @@ class Producer(Lifecycle):
         self.default_topic_queue_nums = default_topic_queue_nums
         self.max_message_bytes = max_message_bytes
         self.client_config = client_config or ClientConfig()
+        self.credentials = credentials
         self._instance: ClientInstance | None = None
         self._round_robin = itertools.count()
         self.send_latency_fault_enable = send_latency_fault_enable
@@ -62,7 +68,7 @@ class Producer(Lifecycle):
         if self._instance is not None:
             return
         client_id = build_client_id(self.client_config.instance_name, unique_default=True)
-        instance = get_instance(client_id, self.endpoints, self.client_config)
+        instance = get_instance(client_id, self.endpoints, self.client_config, self.credentials)
         instance.producer_groups.add(self.producer_group)
         if self.metrics_port > 0:
             self._metrics = instance.serve_metrics(self.metrics_port)
@@ -75,12 +81,7 @@ class Producer(Lifecycle):
         if instance is None:
             return
         instance.producer_groups.discard(self.producer_group)
-        for address in instance.broker_addresses():
-            try:
-                await instance.api.unregister_client(address, instance.client_id,
-                                                     producer_group=self.producer_group, timeout_ms=1_000)
-            except MQError as exc:
-                log.debug("unregister from %s failed: %s", address, exc)
+        await instance.unregister_from_brokers(producer_group=self.producer_group)
         await instance.release()
 
     _close = shutdown

@@ -18,6 +18,7 @@ from enum import Enum
 
 from client.instance import parse_endpoints
 from protocol.model import ExpressionType
+from protocol.signing import Credentials
 from protocol.subscription import SUB_ALL, is_subscribe_all, parse_tags
 
 EARLIEST = -2            # in an offsets JSON, as the Kafka source: the queue's min offset
@@ -63,6 +64,17 @@ def _bool_option(options: dict[str, str], name: str, default: bool) -> bool:
     if raw.lower() in ("false", "0", "no"):
         return False
     raise ValueError(f"option {name} must be true or false, not {raw!r}")
+
+
+def credentials_option(options: dict[str, str]) -> Credentials | None:
+    """`accessKey` and `secretKey` (a user and its password: every request is then signed), None
+    when neither is given; raises `ValueError` when only one is."""
+    access_key, secret_key = options.get("accesskey") or "", options.get("secretkey") or ""
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise ValueError("options accessKey and secretKey go together")
+    return Credentials(access_key, secret_key)
 
 
 def parse_offset_spec(name: str, raw: str) -> OffsetSpec:
@@ -132,7 +144,8 @@ class PullSettings:
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     """Everything the source reads from its options. `starting` is None when `starting_timestamp_ms`
-    is set; `ending` applies to batch reads only."""
+    is set; `ending` applies to batch reads only; `credentials` (accessKey, secretKey) sign every
+    request of the driver and of each task (Spark pickles them into the tasks)."""
 
     endpoints: tuple[str, ...]
     topic: str
@@ -144,6 +157,7 @@ class SourceOptions:
     max_records_per_trigger: int | None
     commit_to_group: str | None
     pull: PullSettings
+    credentials: Credentials | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -191,7 +205,8 @@ class SourceOptions:
                    max_records_per_partition=_int_option(opts, "maxRecordsPerPartition",
                                                          DEFAULT_MAX_RECORDS_PER_PARTITION),
                    max_records_per_trigger=max_per_trigger or None,
-                   commit_to_group=opts.get("committogroup") or None, pull=pull)
+                   commit_to_group=opts.get("committogroup") or None, pull=pull,
+                   credentials=credentials_option(opts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,11 +217,13 @@ class SinkOptions:
     send_batch_size: int
     sends_in_flight: int
     send_timeout_ms: int
+    credentials: Credentials | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         """Options of a write: endpoints, topic, producerGroup (default "spark-sink"),
-        sendBatchSize messages per SEND_BATCH_MESSAGE (32), sendsInFlight (8), sendTimeoutMs."""
+        sendBatchSize messages per SEND_BATCH_MESSAGE (32), sendsInFlight (8), sendTimeoutMs,
+        accessKey and secretKey (the producer's credentials)."""
         opts = _lower(options)
         endpoints, topic = opts.get("endpoints", ""), opts.get("topic", "")
         if not endpoints:
@@ -217,7 +234,8 @@ class SinkOptions:
                    producer_group=opts.get("producergroup") or "spark-sink",
                    send_batch_size=_int_option(opts, "sendBatchSize", 32),
                    sends_in_flight=_int_option(opts, "sendsInFlight", 8),
-                   send_timeout_ms=_int_option(opts, "sendTimeoutMs", 10_000))
+                   send_timeout_ms=_int_option(opts, "sendTimeoutMs", 10_000),
+                   credentials=credentials_option(opts))
 
 
 # -- pure offset arithmetic --------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from protocol.errors import MQError, TopicNotExist
 from protocol.headers import PullMessageRequestHeader
 from protocol.message import F_STORE_TIMESTAMP, STORED_FIELD_COUNT
 from protocol.model import PullStatus
+from protocol.signing import Credentials
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -42,10 +43,11 @@ class DataLoss(RuntimeError):
     range goes past the queue's end; with failOnDataLoss=false the reader skips instead."""
 
 
-def run_on_private_loop(work: Callable[[ClientAPI], Awaitable[T]]) -> T:
-    """`work(api)` on a new uvloop event loop with its own connections, all closed afterwards."""
+def run_on_private_loop(work: Callable[[ClientAPI], Awaitable[T]], credentials: Credentials | None = None) -> T:
+    """`work(api)` on a new uvloop event loop with its own connections (signing every request with
+    `credentials` when given), all closed afterwards."""
     async def main() -> T:
-        remoting = RemotingClient()
+        remoting = RemotingClient(credentials=credentials)
         try:
             return await work(ClientAPI(remoting))
         finally:

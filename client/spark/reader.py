@@ -5,7 +5,7 @@ range [start, end) comes from startingOffsets / startingTimestamp and endingOffs
 partitions of at most maxRecordsPerPartition offsets (one partition per queue when it is smaller).
 
 Reading (executor): Spark pickles the reader before it calls `read()`, so a `QueueRange` carries
-everything a task needs (endpoints, address, topic, queue, offsets, filter, pull settings) and the
+everything a task needs (address, topic, queue, offsets, filter, pull settings, credentials) and the
 connections are opened inside `read()`, on an event loop private to that partition."""
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from client.spark.queues import (
     run_on_private_loop,
     topic_queues,
 )
+from protocol.signing import Credentials
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class QueueRange(InputPartition):
     end_offset: int
     message_filter: Filter
     pull: PullSettings
+    credentials: Credentials | None = None
 
 
 async def _take(bodies: AsyncIterator[PulledBody], rows: int) -> list[PulledBody]:
@@ -110,7 +112,7 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     """The Arrow batches of `part` (about `pull.arrow_batch_rows` rows each), pulled on a private
     event loop that lives as long as this generator."""
     loop = uvloop.new_event_loop()
-    remoting = RemotingClient()
+    remoting = RemotingClient(credentials=part.credentials)
     puller = RangePuller(ClientAPI(remoting), part.address, part.topic, part.queue_id, part.message_filter,
                          part.pull)
     bodies = puller.bodies(part.start_offset, part.end_offset)
@@ -134,7 +136,8 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
 def queue_ranges(options: SourceOptions, queues: TopicQueues, ranges: dict[int, tuple[int, int]]) -> list[QueueRange]:
     """`QueueRange`s covering each queue's [start, end), queues in id order, each cut by
     maxRecordsPerPartition."""
-    return [QueueRange(queues.address, options.topic, queue_id, low, high, options.filter, options.pull)
+    return [QueueRange(queues.address, options.topic, queue_id, low, high, options.filter, options.pull,
+                       options.credentials)
             for queue_id, (start, end) in sorted(ranges.items())
             for low, high in split_range(start, end, options.max_records_per_partition)]
 
@@ -179,7 +182,7 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         options = self.options
-        return run_on_private_loop(lambda api: plan_batch(api, options))
+        return run_on_private_loop(lambda api: plan_batch(api, options), options.credentials)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, QueueRange):   # Spark's stand-in when there are no partitions

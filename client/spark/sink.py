@@ -102,7 +102,7 @@ def send_partition(options: SinkOptions, batches: Iterator[pa.RecordBatch], key_
     """Send every row of `batches` on a private event loop; returns the rows sent."""
     async def main() -> int:
         producer = Producer(options.producer_group, list(options.endpoints),
-                            send_msg_timeout_ms=options.send_timeout_ms)
+                            send_msg_timeout_ms=options.send_timeout_ms, credentials=options.credentials)
         gate = asyncio.Semaphore(options.sends_in_flight)
         sent = 0
         async with producer:

@@ -54,7 +54,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             queues, bounds = await self._bounds(api)
             return await starting_offsets(api, self.options, queues, bounds) if queues.queue_ids else {}
 
-        return offsets_to_json(run_on_private_loop(work))
+        return offsets_to_json(run_on_private_loop(work, self.options.credentials))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_records_per_trigger
@@ -65,7 +65,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _, bounds = await self._bounds(api)
             return {q: max_offset for q, (_, max_offset) in bounds.items()}
 
-        self._target = run_on_private_loop(work)
+        self._target = run_on_private_loop(work, self.options.credentials)
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         """`start` moved on by what the queues hold now (at most the AvailableNow target), within
@@ -83,7 +83,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
             return admit(full_start, latest, max_rows)
 
-        return offsets_to_json(run_on_private_loop(work))
+        return offsets_to_json(run_on_private_loop(work, self.options.credentials))
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         begin, finish = offsets_from_json(start), offsets_from_json(end)
@@ -96,7 +96,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                       for q, offset in finish.items()}
             return queue_ranges(self.options, queues, ranges)
 
-        return run_on_private_loop(work)
+        return run_on_private_loop(work, self.options.credentials)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, QueueRange):   # Spark's stand-in when there are no partitions
@@ -115,7 +115,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 await api.update_consumer_offset(queues.address, group, self.options.topic, queue_id, offset)
 
         try:
-            run_on_private_loop(work)
+            run_on_private_loop(work, self.options.credentials)
         except Exception:   # the checkpoint is the truth; a missed copy is caught up by the next commit
             log.warning("could not copy offsets %s of %s to group %s", end, self.options.topic, group,
                         exc_info=True)

@@ -241,3 +241,26 @@ async def test_slow_orderly_listener_commits_as_it_goes_and_stops_at_what_finish
     assert not [t for t in listener.started if t > stop_at], "a listener call started after the stop began"
     assert await committed(client_api, broker.address, group, topic) == [listener.prefix(q) for q in range(QUEUES)]
     assert not [m for m, times in listener.finished.items() if len(times) > 1], "consumed twice"
+
+
+async def test_one_slow_thread_with_default_thresholds_finishes_each_queue_in_order(
+        broker: Broker, client_api: ClientAPI) -> None:
+    """#34's first case at default flow-control thresholds (1,000 messages a queue, so every queue's
+    backlog is cached at once): one thread calls the listener in the order the batches were
+    pulled, so each queue finishes from its lowest offset up and what finished is what may be
+    committed, give or take the one batch a thread takes while it hands the others back. (Batches a
+    thread handed back used to queue behind newer pulls: 598 consumed, 160 committable.)"""
+    topic, group = "slow-default", "slow-default-g"
+    await client_api.create_topic(broker.address, topic, queue_nums=QUEUES)
+    await fill(broker.address, broker.config.broker_name, topic)
+    listener = SlowListener(0.004)
+    consumer = PushConsumer(group, broker.address, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                            client_config=ClientConfig(persist_consumer_offset_interval_ms=PERSIST_MS),
+                            consume_thread_min=1, consume_thread_max=1, pull_batch_size=8)
+    consumer.subscribe(topic)
+    consumer.register_listener(listener.sync)
+    async with consumer:
+        await wait_until(lambda: listener.count() >= QUEUES * PER_QUEUE // 2, 20, "half of the backlog consumed")
+        consumed = listener.count()
+        prefixes = [listener.prefix(q) for q in range(QUEUES)]
+    assert consumed - sum(prefixes) <= 8 + 1, f"{consumed} consumed, only {prefixes} committable"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from rich.console import Console
 
 from broker.broker import Broker
 from demo import run_demo
 from demo.flights import CarrierStats, expected_stats, read_flights
+from tests.security_helpers import ADMIN, admin_api, secured_config
 
 
 async def test_demo_replays_a_slice_and_every_carrier_matches(broker: Broker) -> None:
@@ -32,3 +34,27 @@ def test_expected_stats_of_the_first_rows() -> None:
     stats = expected_stats(flights)
     assert sum(s.flights for s in stats.values()) == 10
     assert stats["UA"].flights >= 1
+
+
+async def test_the_secure_demo_runs_with_a_user_and_an_acl_per_role(tmp_path: Path) -> None:
+    async with Broker(secured_config(tmp_path)) as broker:
+        out = io.StringIO()
+        result = await run_demo(endpoint=broker.address, limit=2_000, timeout_s=15, secure=True, admin=ADMIN,
+                                console=Console(file=out, width=200))
+        assert result.ok, out.getvalue()
+        assert "Authentication and authorization on" in out.getvalue()
+        async with admin_api() as api:
+            users = {u.username: u.user_type for u in await api.list_users(broker.address)}
+            acls = {acl.subject: {(e.resource, tuple(e.actions)) for e in acl.entries}
+                    for acl in await api.list_acls(broker.address)}
+        producer, consumer = sorted(name for name in users if name.startswith("flight-"))
+        assert users[producer] == users[consumer] == "Normal"
+        topic = next(resource for resource, _ in acls[f"User:{producer}"])
+        assert acls[f"User:{producer}"] == {(topic, ("Pub",))}
+        assert acls[f"User:{consumer}"] == {(topic, ("Sub",)), (f"Group:{consumer}", ("Sub",))}
+
+
+async def test_a_secure_run_on_a_broker_of_your_own_needs_its_super_user(broker: Broker) -> None:
+    result = await run_demo(endpoint=broker.address, limit=10, timeout_s=5, secure=True,
+                            console=Console(file=io.StringIO()))
+    assert not result.ok and result.error is not None and "Super user" in result.error

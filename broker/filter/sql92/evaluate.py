@@ -14,12 +14,15 @@ reads it unknown (None). Only True matches. Conversions (PROTOCOL.md deliberate 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 Properties = Mapping[str, str]
 Number = int | float
 Predicate = Callable[[Properties], "bool | None"]
 NumberOf = Callable[[Properties], "Number | None"]
+T = TypeVar("T")
 
 
 def to_number(text: str) -> Number | None:
@@ -50,31 +53,25 @@ def to_bool(text: str) -> bool | None:
 
 def and_(left: Predicate, right: Predicate) -> Predicate:
     """Kleene AND with short-circuit: False if either side is False, else None if either is None."""
-    def evaluate(properties: Properties) -> bool | None:
-        a = left(properties)
-        if a is False:
-            return False
-        b = right(properties)
-        if b is False:
-            return False
-        if a is None or b is None:
-            return None
-        return True
-    return evaluate
+    return _decided_pair(left, right, False)
 
 
 def or_(left: Predicate, right: Predicate) -> Predicate:
     """Kleene OR with short-circuit: True if either side is True, else None if either is None."""
+    return _decided_pair(left, right, True)
+
+
+def _decided_pair(left: Predicate, right: Predicate, decisive: bool) -> Predicate:
+    """`_decided_by` for two operands, unrolled (AND and OR are the most common nodes): `decisive`
+    as soon as one side is `decisive`, else None if either side is None, else not `decisive`."""
     def evaluate(properties: Properties) -> bool | None:
         a = left(properties)
-        if a is True:
-            return True
+        if a is decisive:
+            return a
         b = right(properties)
-        if b is True:
-            return True
-        if a is None or b is None:
+        if a is None and b is not decisive:
             return None
-        return False
+        return b
     return evaluate
 
 
@@ -129,12 +126,8 @@ def property_number(name: str, negate: bool) -> NumberOf:
     """The property read as a number (negated for unary minus), None when missing or not one."""
     def number(properties: Properties) -> Number | None:
         text = properties.get(name)
-        if text is None:
-            return None
-        value = to_number(text)
-        if value is None or not negate:
-            return value
-        return -value
+        value = None if text is None else to_number(text)
+        return -value if negate and value is not None else value
     return number
 
 
@@ -142,20 +135,87 @@ def compare_property(name: str, compare: Callable[[Number, Number], bool], liter
                      ) -> Predicate:
     """`name <op> literal` for `>`, `>=`, `<`, `<=` (and numeric `=` / `<>`): the fast, common
     case, one dict lookup and one conversion."""
+    return _converted_property(name, to_number, compare, literal)
+
+
+def bool_property_equals(name: str, literal: bool, negated: bool) -> Predicate:
+    """`name = TRUE|FALSE` (`<>` when `negated`): the property read as a boolean."""
+    return _converted_property(name, to_bool, operator.is_not if negated else operator.is_, literal)
+
+
+def _converted_property(name: str, convert: Callable[[str], T | None], compare: Callable[[T, T], bool],
+                        literal: T) -> Predicate:
+    """`compare(convert(text), literal)` on the property's text; unknown when the property is
+    missing or `convert` gives None."""
+    def evaluate(properties: Properties) -> bool | None:
+        text = properties.get(name)
+        value = None if text is None else convert(text)
+        return None if value is None else compare(value, literal)
+    return evaluate
+
+
+def string_equals(name: str, literal: str, negated: bool) -> Predicate:
+    """`name = 'literal'` (`<>` when `negated`); unknown when the property is missing."""
+    return _text_test(name, operator.eq, literal, negated)
+
+
+def string_test(name: str, test: Callable[[str, str], bool], literal: str, negated: bool) -> Predicate:
+    """`name [NOT] CONTAINS|STARTSWITH|ENDSWITH 'literal'` (RocketMQ 5.x): False for an empty
+    literal in both forms, as RocketMQ; unknown when the property is missing."""
+    if not literal:
+        return constant(False)
+    return _text_test(name, test, literal, negated)
+
+
+def _text_test(name: str, test: Callable[[str, str], bool], literal: str, negated: bool) -> Predicate:
+    """`test(text, literal)` on the property's text, inverted when `negated`; unknown when the
+    property is missing."""
     def evaluate(properties: Properties) -> bool | None:
         text = properties.get(name)
         if text is None:
             return None
-        value = to_number(text)
-        if value is None:
+        return test(text, literal) is not negated
+    return evaluate
+
+
+def member_of(name: str, members: frozenset[str], negated: bool) -> Predicate:
+    """`name [NOT] IN ('a', 'b')`: unknown when the property is missing. (Not a `_text_test`: the
+    membership test stays inline on this common path, `TAGS IN (...)`.)"""
+    def evaluate(properties: Properties) -> bool | None:
+        text = properties.get(name)
+        if text is None:
             return None
-        return compare(value, literal)
+        return (text in members) is not negated
     return evaluate
 
 
 def compare_numbers(left: NumberOf, compare: Callable[[Number, Number], bool], right: NumberOf,
                     ) -> Predicate:
     """`left <op> right` over two number-valued operands; None if either is unknown."""
+    return _both_known(left, compare, right)
+
+
+def properties_equal(left: str, right: str, negated: bool) -> Predicate:
+    """Two properties compared as strings."""
+    return _both_known(_reader(left), operator.ne if negated else operator.eq, _reader(right))
+
+
+def _reader(name: str) -> Callable[[Properties], str | None]:
+    """The property's text, None when missing."""
+    def read(properties: Properties) -> str | None:
+        return properties.get(name)
+    return read
+
+
+def predicates_equal(left: Predicate, right: Predicate, negated: bool) -> Predicate:
+    """Two conditions compared (`(a > 1) = (b > 2)`, `(a > 1) = TRUE`)."""
+    return _both_known(left, operator.is_not if negated else operator.is_, right)
+
+
+def _both_known(left: Callable[[Properties], T | None], compare: Callable[[T, T], bool],
+                right: Callable[[Properties], T | None]) -> Predicate:
+    """`compare(left, right)` over two operands read from the properties; None if either is None
+    (`right` is not read when `left` is None)."""
     def evaluate(properties: Properties) -> bool | None:
         a = left(properties)
         if a is None:
@@ -181,79 +241,8 @@ def between(value: NumberOf, low: NumberOf, high: NumberOf, negated: bool) -> Pr
     return evaluate
 
 
-def string_equals(name: str, literal: str, negated: bool) -> Predicate:
-    def evaluate(properties: Properties) -> bool | None:
-        text = properties.get(name)
-        if text is None:
-            return None
-        return (text == literal) is not negated
-    return evaluate
-
-
-def bool_property_equals(name: str, literal: bool, negated: bool) -> Predicate:
-    def evaluate(properties: Properties) -> bool | None:
-        text = properties.get(name)
-        if text is None:
-            return None
-        value = to_bool(text)
-        if value is None:
-            return None
-        return (value is literal) is not negated
-    return evaluate
-
-
-def properties_equal(left: str, right: str, negated: bool) -> Predicate:
-    """Two properties compared as strings."""
-    def evaluate(properties: Properties) -> bool | None:
-        a = properties.get(left)
-        if a is None:
-            return None
-        b = properties.get(right)
-        if b is None:
-            return None
-        return (a == b) is not negated
-    return evaluate
-
-
-def predicates_equal(left: Predicate, right: Predicate, negated: bool) -> Predicate:
-    """Two conditions compared (`(a > 1) = (b > 2)`, `(a > 1) = TRUE`)."""
-    def evaluate(properties: Properties) -> bool | None:
-        a = left(properties)
-        if a is None:
-            return None
-        b = right(properties)
-        if b is None:
-            return None
-        return (a is b) is not negated
-    return evaluate
-
-
 def is_null(value: Callable[[Properties], object], negated: bool) -> Predicate:
     """`x IS [NOT] NULL`: never unknown."""
     def evaluate(properties: Properties) -> bool | None:
         return (value(properties) is None) is not negated
-    return evaluate
-
-
-def member_of(name: str, members: frozenset[str], negated: bool) -> Predicate:
-    """`name [NOT] IN ('a', 'b')`: unknown when the property is missing."""
-    def evaluate(properties: Properties) -> bool | None:
-        text = properties.get(name)
-        if text is None:
-            return None
-        return (text in members) is not negated
-    return evaluate
-
-
-def string_test(name: str, test: Callable[[str, str], bool], literal: str, negated: bool) -> Predicate:
-    """`name [NOT] CONTAINS|STARTSWITH|ENDSWITH 'literal'` (RocketMQ 5.x): False for an empty
-    literal in both forms, as RocketMQ; unknown when the property is missing."""
-    if not literal:
-        return constant(False)
-
-    def evaluate(properties: Properties) -> bool | None:
-        text = properties.get(name)
-        if text is None:
-            return None
-        return test(text, literal) is not negated
     return evaluate

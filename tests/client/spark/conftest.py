@@ -19,6 +19,7 @@ from broker.broker import Broker
 from client.api import ClientAPI, SendResult
 from client.spark.queues import run_on_private_loop
 from client.spark.session import local_session
+from conf.broker import BrokerConfig
 from protocol.headers import SendBatchMessageRequestHeader
 from protocol.message import Message, encode_batch_body
 from tests.conftest import broker_config
@@ -28,10 +29,11 @@ START_TIMEOUT_S = 30.0
 
 
 class BrokerThread:
-    """`Broker` running on its own event loop in a daemon thread; `address` once started."""
+    """`Broker` running on its own event loop in a daemon thread; `address` once started. `config`
+    defaults to `broker_config(store_dir)`."""
 
-    def __init__(self, store_dir: Path) -> None:
-        self._config = broker_config(store_dir)
+    def __init__(self, store_dir: Path, config: BrokerConfig | None = None) -> None:
+        self._config = config or broker_config(store_dir)
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None

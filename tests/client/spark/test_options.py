@@ -21,6 +21,7 @@ from client.spark.options import (
     split_range,
 )
 from protocol.model import ExpressionType
+from protocol.signing import Credentials
 
 BASE = {"endpoints": "127.0.0.1:1;127.0.0.1:2", "topic": "t"}
 
@@ -111,3 +112,16 @@ def test_admit_caps_the_batch_and_never_goes_backwards(ranges: dict[int, tuple[i
 def test_admit_shares_in_proportion_to_backlog() -> None:
     assert admit({0: 0, 1: 0, 2: 0}, {0: 100, 1: 300, 2: 0}, 40) == {0: 10, 1: 30, 2: 0}
     assert admit({0: 5, 1: 5}, {0: 6, 1: 6}, 1) == {0: 6, 1: 5}     # ties: the lower queue id first
+
+
+def test_access_key_and_secret_key_become_credentials_and_go_together() -> None:
+    source = SourceOptions.parse({**BASE, "accessKey": "reader", "SECRETKEY": "s3cret"}, streaming=False)
+    sink = SinkOptions.parse({**BASE, "accesskey": "writer", "secretKey": "pw"})
+    assert source.credentials == Credentials("reader", "s3cret") and sink.credentials == Credentials("writer", "pw")
+    assert SourceOptions.parse(BASE, streaming=True).credentials is None and SinkOptions.parse(BASE).credentials is None
+    for options in ({**BASE, "accessKey": "reader"}, {**BASE, "secretKey": "s3cret"}):
+        with pytest.raises(ValueError, match="accessKey and secretKey"):
+            SourceOptions.parse(options, streaming=False)
+        with pytest.raises(ValueError, match="accessKey and secretKey"):
+            SinkOptions.parse(options)
+    assert "s3cret" not in repr(source)

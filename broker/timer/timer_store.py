@@ -110,23 +110,27 @@ class TimerDequeueService(Service):
 class TimerCheckpointService(Service):
     name = "timer-checkpoint"
 
-    def __init__(self, state: TimerState, store: MessageStore) -> None:
+    def __init__(self, state: TimerState, store: MessageStore, delivered: Callable[[], int]) -> None:
         super().__init__()
-        self._state, self._store = state, store
+        self._state, self._store, self._delivered = state, store, delivered
         self._saved: tuple[int, int] | None = None
+        self._saved_delivered = 0
 
     async def run(self) -> None:
         while await self.wait(CHECKPOINT_INTERVAL_MS):
-            await self.checkpoint()
+            await self.checkpoint(force=False)
 
-    async def checkpoint(self) -> None:
-        """Save the marks as they are now once what they cover is durable; raises `OSError`."""
-        progress = self._state.progress()
-        if progress == self._saved:
+    async def checkpoint(self, *, force: bool) -> None:
+        """Save the marks as they are now once what they cover is durable; raises `OSError`.
+        Unless `force`d (a stop), only after messages were enqueued or delivered: passing empty
+        slots alone is cheap to redo after a crash, and an idle broker writes nothing."""
+        progress, delivered = self._state.progress(), self._delivered()
+        if progress == self._saved or (not force and self._saved is not None
+                                       and progress[0] == self._saved[0] and delivered == self._saved_delivered):
             return
         await self._store.flush()
         await asyncio.to_thread(self._state.save, progress)
-        self._saved = progress
+        self._saved, self._saved_delivered = progress, delivered
 
 
 class TimerMessageStore:
@@ -140,7 +144,7 @@ class TimerMessageStore:
         self.max_delay_ms = max_delay_ms
         self.dequeue = TimerDequeueService(self.state, store, now_ms)
         self.enqueue = TimerEnqueueService(self.state, store, now_ms, self.dequeue.wakeup)
-        self.checkpointer = TimerCheckpointService(self.state, store)
+        self.checkpointer = TimerCheckpointService(self.state, store, lambda: self.delivered)
 
     async def start(self) -> None:
         await self.enqueue.start()
@@ -161,7 +165,7 @@ class TimerMessageStore:
         await self.dequeue.stop()
         await self.enqueue.stop()
         try:
-            await self.checkpointer.checkpoint()
+            await self.checkpointer.checkpoint(force=True)
         except OSError:
             log.exception("timer: the last checkpoint could not be written; the next start redoes work")
         self.state.close()

@@ -1,6 +1,6 @@
 """Timer messages with the real client: each arrives in [its time, its time + 1 s], also under a
 consumer slower than the deliveries. The full run (100,000 over 60 s) is opt-in:
-`ROCKETQ_TIMER_FULL=1 pytest tests/broker/timer/test_timer_precision.py` (or `make timer-full`)."""
+`ROCKETQ_TIMER_FULL=1 pytest tests/broker/timer/test_timer_precision.py` (`make timer-full`)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from broker.metric_tables import (
 )
 from broker.remoting.guard import CLOSE_REASONS
 from protocol.codes import RequestCode, ResponseCode
-from protocol.metrics_http import MetricsHttpServer
+from protocol.metrics_http import MetricsEndpoint
 from protocol.tls_accept import TlsAcceptor
 
 UNKNOWN_REQUEST_CODE = "unknown"
@@ -56,7 +56,7 @@ class _Exposition(CollectorRegistry):
             yield from part.collect()
 
 
-class BrokerMetrics:
+class BrokerMetrics(MetricsEndpoint):
     def __init__(self, cluster: str, node_id: str, store_path: Path | None = None, *,
                  max_label_sets: int = DEFAULT_MAX_LABEL_SETS) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -104,7 +104,6 @@ class BrokerMetrics:
             common, registry=None))
         self._state: BrokerStateCollector | None = None
         self._store_path = store_path
-        self._http: MetricsHttpServer | None = None
         self._render_lock = asyncio.Lock()
 
     @property
@@ -210,17 +209,8 @@ class BrokerMetrics:
         """Serve /metrics on host:port (0: any free port), HTTPS only with `tls` (the broker port's
         context and handshake timeout); returns the port. Raises `OSError` naming the metrics
         endpoint when the port is taken."""
-        http = MetricsHttpServer(self.render)
         try:
-            bound = await http.start(host, port, ssl_context=tls.context if tls else None,
-                                     handshake_timeout_ms=tls.handshake_timeout_ms if tls else 0)
+            return await self.serve_metrics(self.render, host, port, tls)
         except OSError as err:
             raise OSError(err.errno, f"cannot serve metrics on {host}:{port}: {err.strerror}; set "
                           f"metrics_port to a free port, or 0 to turn the endpoint off", "metrics_port") from err
-        self._http = http
-        return bound
-
-    async def close(self) -> None:
-        http, self._http = self._http, None
-        if http is not None:
-            await http.close()

@@ -256,7 +256,8 @@ async def test_end_transaction_refusals_change_nothing(txn_broker: Broker, clien
         await client_api.end_transaction(txn_broker.address, unknown)
     remoting = client_api.remoting
     fields = good.to_fields()
-    for bad, code in (({**fields, "commit_log_offset": (1 << 64) - 1}, None), ({**fields, "tran_state_table_offset": -1}, None),
+    for bad, code in (({**fields, "commit_log_offset": (1 << 64) - 1}, None),
+                      ({**fields, "tran_state_table_offset": -1}, None),
                       ({**fields, "commit_or_rollback": 5}, ResponseCode.SYSTEM_ERROR)):
         response = await remoting.invoke(txn_broker.address, request(RequestCode.END_TRANSACTION, bad), 3_000)
         assert response.code != ResponseCode.SUCCESS, bad

@@ -29,6 +29,7 @@ from bench import (
     spark,
     sql92,
     tls,
+    txn_send,
 )
 from bench.common import Options, run, wait_for_quiet
 from bench.report import BenchResult, cpu_idle_line, format_table, write_result, write_summary
@@ -53,6 +54,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "filtered_pull": filtered_pull.filtered_pull,
     "spark_batch_read": spark.spark_batch_read,
     "spark_stream_latency": spark.spark_stream_latency,
+    "txn_send": txn_send.txn_send,
 }
 
 

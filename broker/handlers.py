@@ -124,7 +124,7 @@ def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
         RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
         RequestCode.LOCK_BATCH_MQ: locks.lock_batch_mq,
         RequestCode.UNLOCK_BATCH_MQ: locks.unlock_batch_mq,
-        **({RequestCode.END_TRANSACTION: EndTransactionProcessor(transactions, store).process}
+        **({RequestCode.END_TRANSACTION: EndTransactionProcessor(transactions).process}
            if transactions is not None else {}),
         **auth_handlers(broker.auth),
     }

@@ -1,12 +1,14 @@
-"""END_TRANSACTION (37) → `TransactionBridge.end` (RocketMQ `EndTransactionProcessor`), answered
-once what it wrote is durable (as a send is). RocketMQ's producers send it one-way; ours wait for
-the answer, so a refusal reaches them; a one-way one is handled the same, its answer dropped."""
+"""END_TRANSACTION (37) → `TransactionBridge.end` (RocketMQ `EndTransactionProcessor`).
+
+Answered as soon as the commit's records are written, not after their fsync: RocketMQ's producers
+send it one-way and never wait; ours wait for the answer (so a refusal reaches them) but not for the
+disk. What is written survives a kill -9 (it is in the page cache); on a power loss before the
+fsync the half message is pending again after the restart and its check-back decides it once more
+(the op record follows the real message in the commit log, so it is never durable without it)."""
 
 from __future__ import annotations
 
-from broker.processors.send_message import Answer, answer_when_durable
 from broker.remoting.context import RequestContext
-from broker.store.message_store import MessageStore
 from broker.transaction.bridge import TransactionBridge
 from protocol.command import RemotingCommand
 from protocol.errors import MessageIllegal
@@ -19,16 +21,13 @@ class EndTransactionProcessor:
     `commit_or_rollback` outside int32: MESSAGE_ILLEGAL / SYSTEM_ERROR naming the field), and the
     bridge's SYSTEM_ERRORs (unknown or resolved half, wrong group, topic or offsets)."""
 
-    def __init__(self, bridge: TransactionBridge, store: MessageStore) -> None:
-        self._bridge, self._store = bridge, store
+    def __init__(self, bridge: TransactionBridge) -> None:
+        self._bridge = bridge
 
-    def process(self, ctx: RequestContext, request: RemotingCommand) -> Answer:
+    def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         body = request.body_bytes()
         if body:
             raise MessageIllegal(f"END_TRANSACTION takes no body, got {len(body)} bytes")
         header = EndTransactionRequestHeader.from_fields(request.fields)
-        end_offset = self._bridge.end(header)
-        response = request.response()
-        if end_offset == 0:
-            return response
-        return answer_when_durable(self._store, end_offset, response)
+        self._bridge.end(header)
+        return request.response()

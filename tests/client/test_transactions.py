@@ -6,6 +6,9 @@ stop, and END_TRANSACTION refusals (duplicate, unknown, out of range, a body).""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import sys
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -168,6 +171,29 @@ async def test_check_goes_to_another_producer_when_the_first_is_gone(txn_broker:
         assert second_listener.checked and second_listener.checked[0].body == b"orphan"
     finally:
         await second.shutdown()
+
+
+async def test_producer_sigkilled_between_send_and_commit_is_checked_on_another(txn_broker: Broker,
+                                                                               client_api: ClientAPI) -> None:
+    await client_api.create_topic(txn_broker.address, "kp", queue_nums=1)
+    survivor_listener = Listener(check=COMMIT)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.client.txn_producer_process", txn_broker.address, "kpg", "kp", "from-the-dead",
+        stdout=asyncio.subprocess.PIPE, cwd=os.getcwd())
+    try:
+        assert proc.stdout is not None
+        assert (await asyncio.wait_for(proc.stdout.readline(), 20)).strip() == b"HALF-SENT"
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(proc.wait(), 10)
+        async with TransactionProducer("kpg", txn_broker.address, survivor_listener):
+            assert txn_broker.store is not None
+            await wait_until(lambda: txn_broker.store.get_max_offset("kp", 0) == 1, 10.0,  # type: ignore[union-attr]
+                             "committed by the surviving producer's check")
+        assert [m.body for m in survivor_listener.checked][:1] == [b"from-the-dead"]
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 async def test_listener_slower_than_the_check_interval(txn_broker: Broker, client_api: ClientAPI) -> None:

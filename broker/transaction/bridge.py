@@ -189,10 +189,10 @@ class TransactionBridge:
         properties.pop(PROPERTY_TRANSACTION_CHECK_TIMES, None)
         self._topics.for_send(topic, queue_id)          # raises when the topic is gone or read-only
         born_timestamp, born_host, reconsume_times, _ = stored_origin(fields)
-        result = self._store.put_scheduled(topic=topic, queue_id=queue_id,
-                                           messages=[(properties, fields[F_FLAG], fields[F_BODY])],
-                                           origins=[(born_timestamp, born_host, reconsume_times,
-                                                     TRANSACTION_COMMIT_TYPE)])
+        # a half message has no DELAY (refused at its send), so this is the plain one-message put
+        result = self._store.put_message(topic=topic, queue_id=queue_id, body=fields[F_BODY], properties=properties,
+                                         flag=fields[F_FLAG], born_timestamp=born_timestamp, born_host=born_host,
+                                         reconsume_times=reconsume_times, sys_flag=TRANSACTION_COMMIT_TYPE)
         _check(result, "the committed message")
         self._on_stored(topic, 1, len(fields[F_BODY]))
 

@@ -102,6 +102,10 @@ async def test_commit_delivers_once_and_rollback_never(txn_broker: Broker, clien
         assert txn_broker.store is not None
         assert txn_broker.store.get_max_offset("tx", 0) == 1, "only the committed message is in the real queue"
         assert b"rolled-back" not in delivered.bodies
+        pulled = (await client_api.pull_message(txn_broker.address, pull_header(topic="tx"), 3_000)).messages
+        assert [m.body for m in pulled] == [b"committed"]
+        assert pulled[0].sys_flag == 8 and pulled[0].uniq_key == committed.transaction_id   # COMMIT_TYPE
+        assert "REAL_TOPIC" not in pulled[0].properties and pulled[0].properties["TRAN_MSG"] == "true"
         assert txn_broker.transactions is not None and txn_broker.transactions.table.pending_count == 0
         assert listener.checked == [], "nothing was left for a check-back"
     finally:

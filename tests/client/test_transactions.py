@@ -128,6 +128,8 @@ async def test_half_messages_are_invisible_until_commit(txn_broker: Broker, clie
         assert txn_broker.store is not None and txn_broker.store.get_max_offset("inv", 0) == 0
         with pytest.raises(MQError, match="TOPIC_NOT_EXIST"):      # no consumer can read the half topic
             await client_api.pull_message(txn_broker.address, pull_header(topic=TRANS_HALF_TOPIC), 3_000)
+        rendered = (await txn_broker.metrics.render()).decode()
+        assert 'rocketq_transaction_pending_messages{cluster="DefaultCluster",node_id="broker-a"} 1.0' in rendered
         gate.set()
         await send
     assert txn_broker.store.get_max_offset("inv", 0) == 1

@@ -41,7 +41,7 @@ from protocol.message import (
     msg_id_prefix,
     offset_msg_ids,
 )
-from protocol.transaction import PROPERTY_TRANSACTION_PREPARED
+from protocol.transaction import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED
 
 MessagesIn = Callable[[str, int, int], None]   # (topic, message count, bytes)
 DlqCounter = Callable[[str], None]             # (consumer_group) per message sent to a DLQ
@@ -263,6 +263,8 @@ class SendMessageProcessor:
             raise MessageIllegal("a transactional message cannot go to a retry topic or have a DELAY level")
         topics = self._topics
         topics.for_send(topic, queue_id)
+        # checked back on the group that sent it, whatever PGROUP the client wrote
+        properties = {**properties, PROPERTY_PRODUCER_GROUP: header.producer_group}
 
         def put() -> tuple[RemotingCommand, int]:
             result = transactions.prepare(topic=topic, queue_id=queue_id, body=body, properties=properties,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
@@ -93,6 +93,13 @@ class BrokerMetrics(MetricsEndpoint):
         self.schedule_backlog = self._register(Gauge(
             "rocketq_schedule_backlog_messages", "Delayed messages stored but not yet delivered, per delay level.",
             [*common, "delay_level"], registry=None))
+        self.transactions_dropped = self._register(Counter(
+            "rocketq_transaction_dropped", "Half messages dropped after transaction_check_max check-backs.",
+            common, registry=None))
+        self._dropped_child = self.transactions_dropped.labels(**self._labels)
+        self.transactions_pending = self._register(Gauge(
+            "rocketq_transaction_pending_messages", "Half messages neither committed nor rolled back yet.",
+            common, registry=None))
         self.store_writable = self._register(Gauge(
             "rocketq_store_writable", "1 while the store takes sends; 0 when refused (disk full or a write error).",
             common, registry=None))
@@ -198,6 +205,12 @@ class BrokerMetrics(MetricsEndpoint):
 
     def on_dlq(self, group: str) -> None:
         self.send_to_dlq.row((group,))[0] += 1
+
+    def on_transaction_dropped(self) -> None:
+        self._dropped_child.inc()
+
+    def track_transactions(self, pending: Callable[[], int]) -> None:
+        self.transactions_pending.labels(**self._labels).set_function(pending)
 
     def track_schedule(self, levels: int, backlog: Callable[[int], int]) -> None:
         """`backlog(level)` for levels 1..`levels`, read at scrape time."""

@@ -11,10 +11,10 @@ a ratio of at least 30 %.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
-from bench.client_produce import batch_sender, create_topic, max_offsets, stats_json
+from bench.client_produce import ProduceParams, batch_sender, create_topic, max_offsets, stats_json
 from bench.common import BATCH_SIZE, PRODUCER_GROUP, CpuMeter, Options, drive, running_broker
 from bench.report import BenchResult
 from client import LocalTransactionState, Message, MessageExt, Producer, TransactionProducer
@@ -23,20 +23,13 @@ TARGET_RATIO = 0.30
 SEND_TIMEOUT_MS = 10_000
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TxnParams:
-    txn_messages: int
-    txn_workers: int
-    batch_messages: int
-    batch_workers: int
-    time_limit_s: float
-    queues: int
-    body_bytes: int
+# client_produce's shape: `one_*` are the transactions (one message each), `batch_*` the baseline's batches
+TxnParams = ProduceParams
 
 
-FULL = TxnParams(txn_messages=60_000, txn_workers=512, batch_messages=600_000, batch_workers=32, time_limit_s=10.0,
+FULL = TxnParams(one_messages=60_000, one_workers=512, batch_messages=600_000, batch_workers=32, time_limit_s=10.0,
                  queues=8, body_bytes=128)
-QUICK = TxnParams(txn_messages=6_000, txn_workers=512, batch_messages=64_000, batch_workers=32, time_limit_s=2.0,
+QUICK = TxnParams(one_messages=6_000, one_workers=512, batch_messages=64_000, batch_workers=32, time_limit_s=2.0,
                   queues=8, body_bytes=128)
 
 
@@ -68,7 +61,7 @@ async def txn_send(result: BenchResult, opts: Options) -> None:
             warm = await drive(range(params.queues * 4), one, workers=params.queues, time_limit_s=10)
             meter = CpuMeter(broker)
             meter.start()
-            stats = await drive(range(params.txn_messages), one, workers=params.txn_workers,
+            stats = await drive(range(params.one_messages), one, workers=params.one_workers,
                                 time_limit_s=params.time_limit_s)
             cpu = meter.stop()
         stored = sum(await max_offsets(broker.address, "bench_txn", params.queues))

@@ -25,8 +25,9 @@ class LongPollingConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfig:
     RANGES: ClassVar[Mapping[str, Range]] = MappingProxyType({
-        "max_requests_per_step": Range(low=0), "timer_max_delay_sec": Range(low=1, high=400 * 86_400),
-        "timer_precision_ms": Range(low=1, high=1_000)})
+        "max_requests_per_step": Range(low=0), "transaction_timeout_ms": Range(0, 86_400_000),
+        "transaction_check_interval_ms": Range(10, 86_400_000), "transaction_check_max": Range(1, 1_000),
+        "timer_max_delay_sec": Range(low=1, high=400 * 86_400), "timer_precision_ms": Range(low=1, high=1_000)})
 
     listen_host: str = "127.0.0.1"                # address clients connect to; "0.0.0.0" for all interfaces
     listen_port: int = 10911                      # TCP port (RocketMQ's default); 0 picks a free port
@@ -67,6 +68,9 @@ class BrokerConfig:
     sql92_max_depth: int = 64                     # parentheses / NOT / sign nesting of an SQL92 expression
     sql92_max_terms: int = 1_024                  # conditions joined by AND / OR in one SQL92 expression
     sql92_compile_cache_bytes: int = 32 * 1024 * 1024  # compiled SQL92 expressions kept, by estimated size
+    transaction_timeout_ms: int = 6_000           # a half message unresolved this long is checked back
+    transaction_check_interval_ms: int = 60_000   # how often pending half messages are scanned
+    transaction_check_max: int = 15               # check-backs before a half message is dropped (and counted)
     timer_max_delay_sec: int = 259_200            # timer messages: latest deliver time ahead (3 days); more: refused
     timer_precision_ms: int = 100                 # timer wheel slot (timerPrecisionMs); changing it needs a new wheel
     protected_mode: bool = True                   # auth off and listening beyond loopback: refuse non-loopback peers

@@ -127,6 +127,7 @@ class ClientInstance:
         self.consumers: dict[str, MemberConsumer] = {}
         self.name_servers: set[str] = set()       # endpoints found not to be brokers (see `update_route`)
         self._route_refreshed_at: dict[str, float] = {}
+        self._notified_groups: set[str] = set()   # groups a broker told to rebalance (NOTIFY_CONSUMER_IDS_CHANGED)
         self.producer_groups: set[str] = set()
         self.closed = False
         self._started = False
@@ -299,11 +300,21 @@ class ClientInstance:
             await consumer.persist_offsets()
 
     async def do_rebalance(self) -> None:
+        notified, self._notified_groups = self._notified_groups, set()
         for consumer in list(self.consumers.values()):
             try:
+                if consumer.consumer_group in notified:
+                    await self._refresh_routes_of(consumer)
                 await consumer.do_rebalance()
             except MQError as exc:
                 log.info("rebalance of %s failed: %s", consumer.consumer_group, exc)
+
+    async def _refresh_routes_of(self, consumer: MemberConsumer) -> None:
+        """The routes of `consumer`'s topics again: a broker's notice may mean one of them was just
+        created on it, and a route known from another broker would not list it until the next poll."""
+        for topic in consumer.subscribed_topics():
+            if self.routes.has(topic):
+                await self.update_route(topic)
 
     def rebalance_immediately(self) -> None:
         self._rebalance.wakeup()
@@ -359,5 +370,7 @@ class ClientInstance:
         task.add_done_callback(self._side_tasks.discard)
 
     def _on_ids_changed(self, channel: Channel, cmd: RemotingCommand) -> None:
-        log.debug("%s: consumers of %s changed", self.client_id, cmd.fields.get("consumer_group"))
+        group = str(cmd.fields.get("consumer_group"))
+        log.debug("%s: consumers of %s changed", self.client_id, group)
+        self._notified_groups.add(group)     # its next rebalance asks for its topics' routes first
         self.rebalance_immediately()

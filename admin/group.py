@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from admin.base import admin_group, example_epilog
+from admin.cluster import on_each_broker
 from admin.common import command_options, print_json, run_admin, show, table
 from client.admin_api import AdminAPI
 from protocol.errors import SystemError_
@@ -102,15 +103,24 @@ def delete(group: str, keep_offsets: bool, endpoints: str, as_json: bool) -> Non
         click.echo(f"deleted group {group}" + (" (offsets kept)" if keep_offsets else ""))
 
 
-@group_group.command("list", epilog=example_epilog("rocketq admin group list --json"))
+@group_group.command("list", epilog=example_epilog("rocketq admin group list -n 127.0.0.1:9876 --json"))
 @command_options
 def list_groups(endpoints: str, as_json: bool) -> None:
-    """Every subscription group of the broker."""
-    groups = run_admin(endpoints, lambda api, address: api.get_all_subscription_groups(address))
+    """Every subscription group of the broker; through a name server (e.g. --endpoints
+    127.0.0.1:9876) every group of every broker, a row per group and broker."""
+    found = run_admin(endpoints, lambda api, address: on_each_broker(api, address, api.get_all_subscription_groups))
+    pairs = sorted(((g, answer.broker_name) for answer in found.answers for g in answer.value),
+                   key=lambda pair: (pair[0].group_name, pair[1]))
+    columns = ["group", "consume", "broadcast", "retry queues", "retry max times"]
     rows = [[g.group_name, "on" if g.consume_enable else "off", "on" if g.consume_broadcast_enable else "off",
-             g.retry_queue_nums, g.retry_max_times] for g in groups]
-    show(as_json, [dataclasses.asdict(g) for g in groups],
-         table(f"{len(groups)} groups", ["group", "consume", "broadcast", "retry queues", "retry max times"], rows))
+             g.retry_queue_nums, g.retry_max_times] for g, _ in pairs]
+    if not found.via_name_server:
+        show(as_json, [dataclasses.asdict(g) for g, _ in pairs], table(f"{len(pairs)} groups", columns, rows))
+        return
+    show(as_json, [{"broker_name": name, **dataclasses.asdict(g)} for g, name in pairs],
+         table(f"{len({g.group_name for g, _ in pairs})} groups on {len(found.answers)} brokers",
+               [columns[0], "broker", *columns[1:]], [[row[0], name, *row[1:]] for row, (_, name) in zip(
+                   rows, pairs, strict=True)]))
 
 
 admin_group.aliases.update({

@@ -132,8 +132,3 @@ def server_tls(certs: CertFiles, mode: TlsMode = "enforcing", *, require_client_
     return TlsConfig(mode=mode, cert_file=certs.server_cert, key_file=certs.server_key, ca_file=certs.ca_file,
                      require_client_cert=require_client_cert, handshake_timeout_ms=handshake_timeout_ms)
 
-
-def server_settings(certs: CertFiles, *, require_client_cert: bool = False) -> dict[str, str]:
-    """`server_tls(certs)` (enforcing) as `--set` values of `rocketq broker start` / `namesrv start`."""
-    return {"tls.mode": "enforcing", "tls.cert_file": certs.server_cert, "tls.key_file": certs.server_key,
-            "tls.ca_file": certs.ca_file, "tls.require_client_cert": str(require_client_cert).lower()}

@@ -98,7 +98,8 @@ sanitize-thread: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m demo
 
-# the flights through rocketq into Spark Structured Streaming, checked against pandas (README "Spark")
+# the flights through rocketq into Spark Structured Streaming, checked against pandas (README "Spark");
+# DEMO_SECURE=1: with authentication, authorization and TLS on
 pipeline: $(STAMP)
 	$(BIN)/python -m demo.pipeline
 

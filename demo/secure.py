@@ -55,10 +55,10 @@ class DemoTls:
     client_cert: str
     client_key: str
 
-    def broker_settings(self) -> dict[str, str]:
-        """TLS enforcing with client certificates required (mutual TLS)."""
+    def broker_settings(self, *, mutual: bool = True) -> dict[str, str]:
+        """TLS enforcing, with client certificates required when `mutual`."""
         return {"tls.mode": "enforcing", "tls.cert_file": self.server_cert, "tls.key_file": self.server_key,
-                "tls.ca_file": self.ca_file, "tls.require_client_cert": "true"}
+                "tls.ca_file": self.ca_file, "tls.require_client_cert": str(mutual).lower()}
 
     def client_context(self) -> ssl.SSLContext:
         """Verifies the broker against the run's CA and presents the client certificate."""

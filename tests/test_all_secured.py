@@ -105,7 +105,7 @@ async def test_orderly_locks_a_slow_listener_and_a_graceful_stop(cluster: Secure
     topic, group = "sec-fifo", "sec-fifo-cg"
     await cluster.create_topic(topic, 2)
     producer_user, consumer_user = await app_users(cluster, topic, group)
-    keys, per_key = 6, 12
+    keys, per_key = 6, 16
     async with Producer("sec-opg", cluster.endpoint, credentials=producer_user, ssl_context=cluster.context()) as p:
         for seq in range(per_key):
             for k in range(keys):
@@ -113,7 +113,7 @@ async def test_orderly_locks_a_slow_listener_and_a_graceful_stop(cluster: Secure
     total, log = keys * per_key, KeyLog()
 
     def slow(msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
-        threading.Event().wait(0.02)          # slower than the backlog drains (a listener's work)
+        threading.Event().wait(0.03)          # slower than the backlog drains (a listener's work)
         log.record(msgs, ctx)
         return ConsumeOrderlyStatus.SUCCESS
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import itertools
 import os
 import threading
 import time
@@ -166,9 +167,15 @@ def sign(cmd: RemotingCommand, credentials: Credentials, *, now_ms: int | None =
 
 
 def signer(credentials: Credentials) -> Callable[[RemotingCommand], None]:
-    """A function that signs a request in place (what `Channel.signer` holds)."""
+    """A function that signs a request in place (what `Channel.signer` holds). Its nonces are a
+    random 64-bit prefix drawn once and a counter, 32 hex digits: unique without a `getrandom`
+    call per request (a nonce must never repeat; it need not be unpredictable, the signature
+    covers it)."""
+    prefix = os.urandom(8).hex()
+    counter = itertools.count()
+
     def sign_request(cmd: RemotingCommand) -> None:
-        sign(cmd, credentials)
+        sign(cmd, credentials, nonce=f"{prefix}{next(counter) & 0xFFFFFFFFFFFFFFFF:016x}")
     return sign_request
 
 

@@ -168,7 +168,9 @@ async def test_a_pull_consumer_the_admin_cli_and_top(cluster: SecuredCluster) ->
     assert listed.exit_code == 0 and topic in listed.stdout, listed.output
     progress = await rocketq("admin", "consumer", "progress", "-g", group, "--json", *cli_args(cluster), env=NO_ENV)
     assert progress.exit_code == 0, progress.output
-    assert "20" in progress.stdout, progress.stdout
+    queues = json.loads(progress.stdout)["queues"]
+    assert sum(q["consumer_offset"] for q in queues) == 20 and sum(q["lag"] for q in queues) == 0, queues
+    assert {q["broker_name"] for q in queues} == {"broker-a", "broker-b"}, queues
     groups = await rocketq("admin", "group", "list", "--json", *cli_args(cluster), env=NO_ENV)
     assert groups.exit_code == 0, groups.output
     assert {g["broker_name"] for g in json.loads(groups.stdout) if g["group_name"] == group} == {"broker-a", "broker-b"}

@@ -313,8 +313,12 @@ class ClientInstance:
         """The routes of `consumer`'s topics again: a broker's notice may mean one of them was just
         created on it, and a route known from another broker would not list it until the next poll."""
         for topic in consumer.subscribed_topics():
-            if self.routes.has(topic):
+            if not self.routes.has(topic):
+                continue            # the rebalance asks for it anyway
+            try:
                 await self.update_route(topic)
+            except MQError as exc:  # no endpoint answers: rebalance with the route known
+                log.info("route of %s not refreshed: %s", topic, exc)
 
     def rebalance_immediately(self) -> None:
         self._rebalance.wakeup()

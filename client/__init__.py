@@ -25,6 +25,7 @@ from client.consumer.push_consumer import PushConsumer
 from client.errors import ClientStateError
 from client.producer.producer import Producer
 from client.producer.selector import SelectMessageQueueByHash, SelectMessageQueueByRandom
+from client.producer.transaction_producer import TransactionListener, TransactionProducer, TransactionSendResult
 from protocol.errors import (
     ConnectionClosed,
     MQError,
@@ -37,14 +38,17 @@ from protocol.errors import (
 from protocol.message import Message, MessageExt
 from protocol.model import ConsumeFromWhere, MessageModel, MessageQueue
 from protocol.signing import Credentials
+from protocol.transaction import LocalTransactionState
 
 __all__ = [
     "AllocateMachineRoomNearby", "AllocateMessageQueueAveragely", "AllocateMessageQueueAveragelyByCircle",
     "AllocateMessageQueueByConfig", "AllocateMessageQueueByMachineRoom", "AllocateMessageQueueConsistentHash",
     "ClientStateError", "ConnectionClosed", "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus",
-    "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "Credentials", "MQError", "Message",
+    "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "Credentials", "LocalTransactionState",
+    "MQError", "Message",
     "MessageExt", "MessageModel", "MessageQueue", "MessageSelector", "NoPermission", "Producer",
     "PullConsumer", "PullResult", "PushConsumer", "RequestTimeout", "ResponseError",
     "SelectMessageQueueByHash", "SelectMessageQueueByRandom", "SendResult", "SendStatus",
-    "SubscriptionParseFailed", "TopicNotExist",
+    "SubscriptionParseFailed", "TopicNotExist", "TransactionListener", "TransactionProducer",
+    "TransactionSendResult",
 ]

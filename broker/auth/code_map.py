@@ -8,6 +8,7 @@ Producing and consuming, as RocketMQ:
   another group's retries by naming its own group).
 - PULL_MESSAGE: Sub on the topic (not for a retry topic) and Sub on the group.
 - QUERY_CONSUMER_OFFSET: Sub or Get on the topic and the group; UPDATE_CONSUMER_OFFSET: Sub or Update.
+- END_TRANSACTION: Pub on its (real) topic, as RocketMQ 5.3's `EndTransactionRequestHeader`.
 - CONSUMER_SEND_MSG_BACK, GET_CONSUMER_LIST_BY_GROUP (Sub or Get), UNREGISTER_CLIENT (its
   consumer group, if any): Sub on the group.
 - HEART_BEAT, CHECK_CLIENT_CONFIG: Sub on each consumer group and each subscribed topic (retry
@@ -117,6 +118,7 @@ BROKER_CODE_MAP: dict[int, RequirementBuilder] = {
     RequestCode.QUERY_CONSUMER_OFFSET: on_group_and_topic(SUB_OR_GET),
     RequestCode.UPDATE_CONSUMER_OFFSET: on_group_and_topic(("Sub", "Update")),
     RequestCode.CONSUMER_SEND_MSG_BACK: on_group(SUB, "group"),
+    RequestCode.END_TRANSACTION: on_topic(PUB),
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: on_group(SUB_OR_GET),
     RequestCode.HEART_BEAT: heart_beat,
     RequestCode.UNREGISTER_CLIENT: unregister_client,

@@ -26,6 +26,7 @@ from protocol.headers import (
     CreateUserRequestHeader,
     DeleteAclRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
+    EndTransactionRequestHeader,
     GetAclRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsRequestHeader,
@@ -85,6 +86,9 @@ def broker_requests(broker: Broker, msg_id: str, commit_log_offset: int) -> dict
                                                                                queue_id=0, commit_offset=1)),
         request(code.CONSUMER_SEND_MSG_BACK, ConsumerSendMsgBackRequestHeader(
             commit_log_offset=commit_log_offset, group=GROUP, origin_msg_id=msg_id, origin_topic=TOPIC)),
+        request(code.END_TRANSACTION, EndTransactionRequestHeader(
+            producer_group="pg", topic=TOPIC, tran_state_table_offset=0, commit_log_offset=commit_log_offset,
+            commit_or_rollback=8)),
         request(code.GET_CONSUMER_LIST_BY_GROUP, consumer_group),
         request(code.HEART_BEAT, body=heartbeat()),
         request(code.UNREGISTER_CLIENT, UnregisterClientRequestHeader(client_id="intruder", consumer_group=GROUP)),

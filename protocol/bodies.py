@@ -147,6 +147,7 @@ class SubscriptionGroupData:
     consume_broadcast_enable: bool = True
     retry_queue_nums: int = 1
     retry_max_times: int = 16
+    consume_message_orderly: bool = False
 
 
 @body

@@ -19,6 +19,8 @@ from protocol.bodies import (
 from protocol.codes import PullSysFlag, RequestCode
 from protocol.command import RemotingCommand, request
 from protocol.headers import (
+    AckMessageRequestHeader,
+    ChangeInvisibleTimeRequestHeader,
     ConsumerGroupRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     CreateSubscriptionGroupRequestHeader,
@@ -32,6 +34,8 @@ from protocol.headers import (
     GetRouteInfoRequestHeader,
     ListAclsRequestHeader,
     ListUsersRequestHeader,
+    NotificationRequestHeader,
+    PopMessageRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     ResetOffsetRequestHeader,
@@ -72,6 +76,7 @@ def broker_requests(broker: Broker, msg_id: str, commit_log_offset: int) -> dict
         SubscriptionData(topic=TOPIC, sub_string="a > 1", expression_type="SQL92"))))
     queue = TopicQueueRequestHeader(topic=TOPIC, queue_id=0)
     consumer_group = ConsumerGroupRequestHeader(consumer_group=GROUP)
+    handle = f"1 0 60000 0 0 {broker.config.broker_name} 0 0"      # a receipt handle of the form a pop gives
     requests = [
         request(code.SEND_MESSAGE, SendMessageRequestHeader(producer_group="pg", topic=TOPIC, queue_id=0,
                                                             properties={}), b"x"),
@@ -86,6 +91,13 @@ def broker_requests(broker: Broker, msg_id: str, commit_log_offset: int) -> dict
         request(code.CONSUMER_SEND_MSG_BACK, ConsumerSendMsgBackRequestHeader(
             commit_log_offset=commit_log_offset, group=GROUP, origin_msg_id=msg_id, origin_topic=TOPIC)),
         request(code.GET_CONSUMER_LIST_BY_GROUP, consumer_group),
+        request(code.POP_MESSAGE, PopMessageRequestHeader(consumer_group=GROUP, topic=TOPIC, queue_id=0,
+                                                          max_msg_nums=1, invisible_time=60_000)),
+        request(code.ACK_MESSAGE, AckMessageRequestHeader(consumer_group=GROUP, topic=TOPIC, queue_id=0,
+                                                          extra_info=handle, offset=0)),
+        request(code.CHANGE_MESSAGE_INVISIBLETIME, ChangeInvisibleTimeRequestHeader(
+            consumer_group=GROUP, topic=TOPIC, queue_id=0, extra_info=handle, offset=0, invisible_time=1_000)),
+        request(code.NOTIFICATION, NotificationRequestHeader(consumer_group=GROUP, topic=TOPIC)),
         request(code.HEART_BEAT, body=heartbeat()),
         request(code.UNREGISTER_CLIENT, UnregisterClientRequestHeader(client_id="intruder", consumer_group=GROUP)),
         request(code.CHECK_CLIENT_CONFIG, body=check_client),
@@ -144,4 +156,6 @@ def snapshot(broker: Broker) -> dict[str, Any]:
         "locks": {group: sorted(map(repr, broker.locks.owners(group).items())) for group in (GROUP, "g2")},
         "users": sorted(map(repr, auth.users())),
         "acls": sorted(map(repr, auth.acls().items())),
+        "pop": sorted((key, state.to_json()) for key, state in broker.pop_service.queues.items())
+        if broker.pop_service is not None else [],
     }

@@ -95,6 +95,7 @@ def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
     if pop_service is not None:
         pop = PopMessageProcessor(store, broker.topics, broker.groups, pop_service, hold, config.broker_name)
         pop_handlers = {RequestCode.POP_MESSAGE: pop.pop_message, RequestCode.ACK_MESSAGE: pop.ack_message,
+                        RequestCode.BATCH_ACK_MESSAGE: pop.batch_ack_message,
                         RequestCode.CHANGE_MESSAGE_INVISIBLETIME: pop.change_invisible_time,
                         RequestCode.NOTIFICATION: pop.notification}
     return {

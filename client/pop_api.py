@@ -8,11 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from client.remoting.remoting_client import RemotingClient
+from protocol.bodies import decode_batch_ack_result, encode_batch_ack
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import request
-from protocol.errors import ProtocolError, error_for
+from protocol.errors import ProtocolError, ResponseError, error_for
 from protocol.headers import (
     AckMessageRequestHeader,
+    BatchAckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
     NotificationRequestHeader,
@@ -54,6 +56,21 @@ class PopAPI:
         response = await self.remoting.invoke(address, request(RequestCode.ACK_MESSAGE, header), timeout_ms)
         if response.code != ResponseCode.SUCCESS:
             raise error_for(response.code, response.remark)
+
+    async def batch_ack_message(self, address: str, consumer_group: str, topic: str,
+                                acks: list[tuple[int, str, int]], timeout_ms: int) -> list[ResponseError | None]:
+        """BATCH_ACK_MESSAGE of (queue_id, receipt handle, queue offset) acks; per ack None (acked)
+        or its error (`ReceiptHandleExpired`, ...). Raises for the request as a whole."""
+        header = BatchAckMessageRequestHeader(consumer_group=consumer_group, topic=topic)
+        response = await self.remoting.invoke(
+            address, request(RequestCode.BATCH_ACK_MESSAGE, header, encode_batch_ack(acks)), timeout_ms)
+        if response.code != ResponseCode.SUCCESS:
+            raise error_for(response.code, response.remark)
+        codes, remarks = decode_batch_ack_result(response.body_bytes())
+        if len(codes) != len(acks) or len(remarks) != len(acks):
+            raise ProtocolError(f"BATCH_ACK_MESSAGE answered {len(codes)} codes for {len(acks)} acks")
+        return [None if code == ResponseCode.SUCCESS else error_for(code, remark)
+                for code, remark in zip(codes, remarks, strict=True)]
 
     async def change_invisible_time(self, address: str, header: ChangeInvisibleTimeRequestHeader,
                                     timeout_ms: int) -> ChangeInvisibleTimeResponseHeader:

@@ -56,7 +56,7 @@ class BrokerConfig:
     housekeeping_interval_ms: int = 10_000        # how often idle client connections are looked for
     lock_max_live_ms: int = 60_000                # orderly consumption: a queue lock not renewed this long expires
     persist_interval_ms: int = 5_000              # topics, groups, offsets → <store>/config/
-    pop_max_in_flight_per_queue: int = 2_000      # POP: popped-unacked (+ revived) per group and queue; past it no new ones
+    pop_max_in_flight_per_queue: int = 2_000      # POP: unacked (+ revived) per group and queue; past it no new ones
     pop_revive_interval_ms: int = 100             # POP: how often messages past their invisible time are revived
     notify_consumer_ids_changed_enable: bool = True   # tell a group to rebalance when a member joins or leaves
     notify_consumer_ids_changed_interval_ms: int = 500   # notice rounds of a group are counted per window

@@ -398,6 +398,15 @@ class AckMessageRequestHeader(Header):
 
 
 @header
+class BatchAckMessageRequestHeader(Header):
+    """BATCH_ACK_MESSAGE (RocketMQ 5's 200151): acks of several messages of one (`consumer_group`,
+    `topic`); the body is a `BatchAckBody`."""
+
+    consumer_group: str
+    topic: str
+
+
+@header
 class ChangeInvisibleTimeRequestHeader(Header):
     """CHANGE_MESSAGE_INVISIBLETIME: an `AckMessageRequestHeader` plus the new `invisible_time`
     (ms from now)."""

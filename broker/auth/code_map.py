@@ -7,7 +7,8 @@ Producing and consuming, as RocketMQ:
   (RocketMQ takes the producer group when one is given; we take g, so a producer cannot write into
   another group's retries by naming its own group).
 - PULL_MESSAGE: Sub on the topic (not for a retry topic) and Sub on the group; POP_MESSAGE,
-  ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, NOTIFICATION the same (RocketMQ 5.3's `@RocketMQAction`).
+  ACK_MESSAGE, BATCH_ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, NOTIFICATION the same (RocketMQ 5.3's
+  `@RocketMQAction`).
 - QUERY_CONSUMER_OFFSET: Sub or Get on the topic and the group; UPDATE_CONSUMER_OFFSET: Sub or Update.
 - CONSUMER_SEND_MSG_BACK, GET_CONSUMER_LIST_BY_GROUP (Sub or Get), UNREGISTER_CLIENT (its
   consumer group, if any): Sub on the group.
@@ -117,6 +118,7 @@ BROKER_CODE_MAP: dict[int, RequirementBuilder] = {
     RequestCode.PULL_MESSAGE: on_group_and_topic(SUB),
     RequestCode.POP_MESSAGE: on_group_and_topic(SUB),
     RequestCode.ACK_MESSAGE: on_group_and_topic(SUB),
+    RequestCode.BATCH_ACK_MESSAGE: on_group_and_topic(SUB),
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: on_group_and_topic(SUB),
     RequestCode.NOTIFICATION: on_group_and_topic(SUB),
     RequestCode.QUERY_CONSUMER_OFFSET: on_group_and_topic(SUB_OR_GET),

@@ -11,6 +11,7 @@ Records (msgpack arrays, the body of each revive message):
   a pop (RocketMQ's CK);
 - `["ack", group, topic, queue_id, ck_id, queue_offset]`: an ack, or an expired message sent to the DLQ
   (RocketMQ's ACK);
+- `["acks", group, topic, -1, [[queue_id, ck_id, queue_offset], ...]]`: a BATCH_ACK_MESSAGE;
 - `["chg", group, topic, queue_id, ck_id, queue_offset, new_ck_id, deadline_ms]`: a change of invisible
   time (RocketMQ writes a new CK and acks the old one)."""
 

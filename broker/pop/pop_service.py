@@ -77,16 +77,25 @@ class PopService(Service):
         if replayed or queues:
             log.info("pop state: %d queues from the snapshot, %d journal records replayed", len(queues), replayed)
 
-    def persist(self) -> None:
-        """Snapshot the state with the journal offset it covers (one loop step: consistent)."""
+    def snapshot(self) -> tuple[int, int, list[Any]]:
+        """The state with the journal offset it covers, taken in one loop step (consistent)."""
         queues = [[g, t, q, s.to_json()] for (g, t, q), s in self.queues.items()]
-        self._journal.write_snapshot(self._journal.end_offset, self.next_ck_id, queues)
+        return self._journal.end_offset, self.next_ck_id, queues
+
+    def persist(self) -> None:
+        self._journal.write_snapshot(*self.snapshot())
 
     def _apply(self, record: list[Any]) -> None:
         kind, group, topic, queue_id = record[0], record[1], record[2], record[3]
         key = (group, topic, queue_id)
         if kind == "init":
             self.queues.setdefault(key, QueuePopState(record[4]))
+            return
+        if kind == "acks":
+            for queue_id, ck_id, queue_offset in record[4]:
+                acked = self.queues.get((group, topic, queue_id))
+                if acked is not None:
+                    acked.ack(queue_offset, ck_id)
             return
         state = self.queues.get(key)
         if state is None:
@@ -97,6 +106,7 @@ class PopService(Service):
             self.next_ck_id = max(self.next_ck_id, ck_id + 1)
         elif kind == "ack":
             state.ack(record[5], record[4])
+
         elif kind == "chg":
             state.change(record[5], record[4], record[6], record[7])
             self.next_ck_id = max(self.next_ck_id, record[6] + 1)
@@ -136,6 +146,27 @@ class PopService(Service):
         state.ack(queue_offset, ck_id)
         self.notify(group, topic)
         return True
+
+    def ack_batch(self, group: str, topic: str, acks: list[tuple[int, int, int]]) -> list[bool]:
+        """Acknowledge several (queue_id, ck_id, queue_offset) of one (group, topic) with one
+        journal record; per ack, whether its handle was current (a stale one changes nothing)."""
+        seen: set[tuple[int, int]] = set()
+        current: list[bool] = []
+        for queue_id, ck_id, queue_offset in acks:       # the same handle twice: the second is stale
+            current.append((queue_id, queue_offset) not in seen
+                           and self._current(group, topic, queue_id, ck_id, queue_offset))
+            seen.add((queue_id, queue_offset))
+        valid = [list(a) for a, ok in zip(acks, current, strict=True) if ok]
+        if valid:
+            self._journal.append(["acks", group, topic, -1, valid])
+            for queue_id, ck_id, queue_offset in valid:
+                self.queues[(group, topic, queue_id)].ack(queue_offset, ck_id)
+            self.notify(group, topic)
+        return current
+
+    def _current(self, group: str, topic: str, queue_id: int, ck_id: int, queue_offset: int) -> bool:
+        state = self.queues.get((group, topic, queue_id))
+        return state is not None and state.current(queue_offset, ck_id) is not None
 
     def change(self, group: str, topic: str, queue_id: int, queue_offset: int, ck_id: int,
                deadline_ms: int) -> int | None:
@@ -186,7 +217,7 @@ class PopService(Service):
             since_persist += self._revive_interval_ms
             if since_persist >= self._persist_interval_ms:
                 since_persist = 0
-                await asyncio.to_thread(self.persist)
+                await asyncio.to_thread(self._journal.write_snapshot, *self.snapshot())
 
     async def stop(self) -> None:
         self.release_all()

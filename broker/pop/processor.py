@@ -39,11 +39,13 @@ from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageStatus
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfigManager
+from protocol.bodies import decode_batch_ack, encode_batch_ack_result
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import NoPermission, ReceiptHandleExpired, SubscriptionParseFailed, SystemError_
 from protocol.headers import (
     AckMessageRequestHeader,
+    BatchAckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
     NotificationRequestHeader,
@@ -55,10 +57,17 @@ from protocol.message import F_QUEUE_OFFSET
 MAX_POP_NUMS = 32                       # RocketMQ: "the broker restrict msg number must be less than 32"
 MAX_INVISIBLE_TIME_MS = 12 * 3600_000   # RocketMQ 5 proxy's bound on an invisible duration
 MAX_POLL_TIME_MS = 120_000
+MAX_BATCH_ACKS = 1_024
 _FOUND = GetMessageStatus.FOUND
 _SKIP_TO_NEXT = (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.OFFSET_TOO_SMALL,
                  GetMessageStatus.OFFSET_FOUND_NULL, GetMessageStatus.MESSAGE_WAS_REMOVING,
                  GetMessageStatus.OFFSET_OVERFLOW_BADLY)
+
+
+def _expired_remark(group: str, topic: str, queue_id: int, offset: int) -> str:
+    return (f"ack refused: the receipt handle of {topic}:{queue_id}@{offset} for group {group!r} is no longer "
+            "current (its invisible time passed and the message was made visible again, or it was changed, "
+            "acked or sent to the DLQ)")
 
 
 class _Wake:
@@ -165,9 +174,11 @@ class PopMessageProcessor:
             if new_room > 0:
                 result = store.get_message(topic, queue_id, next_offset, new_room, message_filter)
                 if result.status is _FOUND:
-                    for payload in result.messages:
-                        offsets.append((msgpack.unpackb(payload, raw=False)[F_QUEUE_OFFSET], 0))
-                        payloads.append(payload)
+                    if result.message_count == result.next_begin_offset - next_offset:   # no gap: consecutive
+                        offsets += [(o, 0) for o in range(next_offset, result.next_begin_offset)]
+                    else:
+                        offsets += [(msgpack.unpackb(p, raw=False)[F_QUEUE_OFFSET], 0) for p in result.messages]
+                    payloads += result.messages
                     next_offset = result.next_begin_offset
                 elif result.status in _SKIP_TO_NEXT:
                     next_offset = result.next_begin_offset
@@ -222,11 +233,35 @@ class PopMessageProcessor:
         header = AckMessageRequestHeader.from_fields(request.fields)
         handle = self._handle(header.extra_info, header.queue_id, header.offset)
         if not self._pop.ack(header.consumer_group, header.topic, header.queue_id, header.offset, handle.ck_id):
-            raise ReceiptHandleExpired(
-                f"ack refused: the receipt handle of {header.topic}:{header.queue_id}@{header.offset} for group "
-                f"{header.consumer_group!r} is no longer current (its invisible time passed and the message was "
-                "made visible again, or it was changed, acked or sent to the DLQ)")
+            raise ReceiptHandleExpired(_expired_remark(header.consumer_group, header.topic, header.queue_id,
+                                                       header.offset))
         return request.response()
+
+    def batch_ack_message(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        """BATCH_ACK_MESSAGE: `ack_message` for each ack of the body (at most `MAX_BATCH_ACKS`), one
+        journal record for the lot; answered SUCCESS with a `BatchAckResultBody` (a code and remark
+        per ack: SUCCESS, NO_MESSAGE for a stale handle, SYSTEM_ERROR for a malformed one)."""
+        header = BatchAckMessageRequestHeader.from_fields(request.fields)
+        acks = decode_batch_ack(request.body_bytes())
+        if len(acks) > MAX_BATCH_ACKS:
+            raise SystemError_(f"{len(acks)} acks in one BATCH_ACK_MESSAGE: at most {MAX_BATCH_ACKS}")
+        codes = [int(ResponseCode.SUCCESS)] * len(acks)
+        remarks = [""] * len(acks)
+        parsed: list[tuple[int, int, int]] = []
+        where: list[int] = []
+        for index, (queue_id, extra_info, offset) in enumerate(acks):
+            try:
+                handle = self._handle(extra_info, queue_id, offset)
+            except SystemError_ as exc:
+                codes[index], remarks[index] = int(ResponseCode.SYSTEM_ERROR), exc.remark
+                continue
+            parsed.append((queue_id, handle.ck_id, offset))
+            where.append(index)
+        for index, ok in zip(where, self._pop.ack_batch(header.consumer_group, header.topic, parsed), strict=True):
+            if not ok:
+                codes[index] = int(ResponseCode.NO_MESSAGE)
+                remarks[index] = _expired_remark(header.consumer_group, header.topic, acks[index][0], acks[index][2])
+        return request.response(body=encode_batch_ack_result(codes, remarks))
 
     def change_invisible_time(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         """Make a popped message invisible for `invisible_time` ms from now; answers the new receipt

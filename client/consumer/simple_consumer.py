@@ -23,6 +23,7 @@ group's order."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import ssl
@@ -35,7 +36,7 @@ from client.instance import ClientInstance, build_client_id, get_instance, parse
 from client.pop_api import PopAPI
 from conf.client import ClientConfig, with_tls
 from protocol.bodies import ConsumerData
-from protocol.errors import MQError
+from protocol.errors import MQError, ResponseError
 from protocol.headers import AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader, PopMessageRequestHeader
 from protocol.lifecycle import Lifecycle
 from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel
@@ -77,6 +78,8 @@ class SimpleConsumer(Lifecycle):
         self._pop: PopAPI | None = None
         self._turn = itertools.count()
         self._shut_down = False
+        self._pending_acks: dict[tuple[str, str], list[tuple[MessageView, asyncio.Future[None]]]] = {}
+        self._ack_tasks: set[asyncio.Task[None]] = set()
 
     # -- subscriptions (MemberConsumer) -------------------------------------------------------------
 
@@ -129,6 +132,8 @@ class SimpleConsumer(Lifecycle):
         if instance is None:
             return
         self._shut_down = True
+        if self._ack_tasks:         # acks already sent are answered before the connection closes
+            await asyncio.wait(set(self._ack_tasks), timeout=self.client_config.request_timeout_ms / 1000)
         instance.unregister_consumer(self.consumer_group)
         await instance.unregister_from_brokers(consumer_group=self.consumer_group)
         await instance.release()
@@ -182,12 +187,54 @@ class SimpleConsumer(Lifecycle):
 
     async def ack(self, message: MessageView) -> None:
         """Acknowledge `message`: it is not delivered again. Raises `ReceiptHandleExpired` when its
-        invisible duration passed (it was made visible again) or its handle was replaced."""
-        _, pop = self._require()
-        header = AckMessageRequestHeader(consumer_group=self.consumer_group, topic=message.topic,
-                                         queue_id=message.queue_id, extra_info=message.receipt_handle,
-                                         offset=message.offset)
-        await pop.ack_message(message.broker_address, header, self.client_config.request_timeout_ms)
+        invisible duration passed (it was made visible again) or its handle was replaced.
+        Acks made in the same event-loop step (`asyncio.gather(*(consumer.ack(m) for m in batch))`)
+        to one broker and topic go in one BATCH_ACK_MESSAGE; a lone ack is an ACK_MESSAGE."""
+        self._require()
+        key = (message.broker_address, message.topic)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        pending = self._pending_acks.get(key)
+        if pending is None:
+            pending = self._pending_acks[key] = []
+            loop.call_soon(self._flush_acks, key)
+        pending.append((message, done))
+        await done
+
+    def _flush_acks(self, key: tuple[str, str]) -> None:
+        items = self._pending_acks.pop(key, [])
+        if items:
+            task = asyncio.get_running_loop().create_task(self._send_acks(key, items))
+            self._ack_tasks.add(task)
+            task.add_done_callback(self._ack_tasks.discard)
+
+    async def _send_acks(self, key: tuple[str, str], items: list[tuple[MessageView, asyncio.Future[None]]]) -> None:
+        address, topic = key
+        timeout_ms = self.client_config.request_timeout_ms
+        try:
+            _, pop = self._require()
+            if len(items) == 1:
+                message = items[0][0]
+                await pop.ack_message(address, AckMessageRequestHeader(
+                    consumer_group=self.consumer_group, topic=topic, queue_id=message.queue_id,
+                    extra_info=message.receipt_handle, offset=message.offset), timeout_ms)
+                errors: list[ResponseError | None] = [None]
+            else:
+                errors = await pop.batch_ack_message(
+                    address, self.consumer_group, topic,
+                    [(m.queue_id, m.receipt_handle, m.offset) for m, _ in items], timeout_ms)
+        except (MQError, ClientStateError) as exc:
+            for _, done in items:
+                if not done.done():
+                    done.set_exception(exc)
+            return
+        for (_, done), error in zip(items, errors, strict=True):
+            if done.done():
+                continue
+            if error is None:
+                done.set_result(None)
+            else:
+                done.set_exception(error)
 
     async def change_invisible_duration(self, message: MessageView, invisible_duration_s: float) -> None:
         """Keep `message` invisible for `invisible_duration_s` seconds from now; its

@@ -117,3 +117,25 @@ async def test_notification_is_held_until_a_message_arrives(broker: Broker, clie
     popped = await pop_api.pop_message(broker.address, pop_header(), 3_000)
     assert [p.message.body for p in popped] == [b"x"]
     assert await pop_api.notification(broker.address, header, 3_000) is False     # in flight now
+
+
+async def test_batch_ack_answers_each_ack(broker: Broker, client_api: ClientAPI, pop_api: PopAPI) -> None:
+    await client_api.create_topic(broker.address, TOPIC, 1)
+    for body in (b"a", b"b", b"c"):
+        await send(client_api, broker.address, TOPIC, body)
+    popped = await pop_api.pop_message(broker.address, pop_header(), 3_000)
+    first, second, third = (p.receipt_handle for p in popped)
+    results = await pop_api.batch_ack_message(broker.address, "hg", TOPIC, [
+        (0, first, 0), (0, first, 0), (0, "garbage", 1), (0, third, 2), (0, second, 7)], 3_000)
+    assert results[0] is None and results[3] is None
+    assert isinstance(results[1], ReceiptHandleExpired)            # the same handle twice
+    assert isinstance(results[2], SystemError_) and "malformed" in str(results[2])
+    assert isinstance(results[4], SystemError_) and "not queue 0 offset 7" in str(results[4])
+    assert broker.pop_service is not None
+    assert list(broker.pop_service.queues[("hg", TOPIC, 0)].in_flight) == [1]      # only b is left
+    too_many = [(0, first, 0)] * 1025
+    with pytest.raises(SystemError_, match="at most 1024"):
+        await pop_api.batch_ack_message(broker.address, "hg", TOPIC, too_many, 3_000)
+    response = await client_api.remoting.invoke(broker.address, request(
+        RequestCode.BATCH_ACK_MESSAGE, {"consumer_group": "hg", "topic": TOPIC}, b"\xc1junk"), 3_000)
+    assert response.code == ResponseCode.SYSTEM_ERROR and "BatchAckBody" in (response.remark or "")

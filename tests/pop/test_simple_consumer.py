@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker.broker import Broker
-from client import ReceiptHandleExpired, SimpleConsumer
+from client import MessageView, ReceiptHandleExpired, SimpleConsumer
 from client.api import ClientAPI
 from client.producer.producer import Producer
 from protocol.headers import CreateSubscriptionGroupRequestHeader
@@ -85,7 +85,7 @@ async def test_unacked_message_returns_after_its_invisible_time(broker: Broker, 
         popped_at = time.monotonic()
         first = await c.receive(1, invisible_duration_s=0.3)
         assert len(first) == 1 and first[0].delivery_attempt == 1 and first[0].reconsume_times == 0
-        again: list = []
+        again: list[MessageView] = []
         async with asyncio.timeout(5):
             while not again:
                 again = await c.receive(1, invisible_duration_s=10)
@@ -140,8 +140,9 @@ async def test_retry_max_times_failures_go_to_the_dlq(broker: Broker, producer: 
             while len(attempts) < 17:
                 attempts += [m.delivery_attempt for m in await c.receive(1, invisible_duration_s=0.05)]
         assert attempts == list(range(1, 18))
-        assert broker.store is not None
-        await wait_until(lambda: broker.store.get_max_offset(dlq_topic("sg"), 0) == 1, what="message in the DLQ")
+        store = broker.store
+        assert store is not None
+        await wait_until(lambda: store.get_max_offset(dlq_topic("sg"), 0) == 1, what="message in the DLQ")
         assert await c.receive(1, invisible_duration_s=1) == []    # never again
     result = await client_api.pull_message(broker.address, pull_header(topic=dlq_topic("sg"), group="dlq-reader"),
                                            timeout_ms=3_000)
@@ -150,17 +151,17 @@ async def test_retry_max_times_failures_go_to_the_dlq(broker: Broker, producer: 
 
 
 async def test_a_consumer_that_never_acks_is_bounded(tmp_path: Path) -> None:
-    async with Broker(broker_config(tmp_path, pop_max_in_flight_per_queue=50)) as broker:
-        async with Producer("pg", broker.address) as producer, SimpleConsumer(
-                "greedy", broker.address, subscriptions={TOPIC: "*"}, await_duration_s=0.1) as c:
-            for i in range(200):
-                await producer.send(Message(TOPIC, f"m{i}".encode()))
-            got = 0
-            for _ in range(20):
-                got += len(await c.receive(32, invisible_duration_s=600))
-            assert broker.pop_service is not None
-            held = sum(s.held_count for s in broker.pop_service.queues.values())
-            assert got == held <= 50 * 4                # 4 queues of the auto-created topic, 50 each
+    async with Broker(broker_config(tmp_path, pop_max_in_flight_per_queue=50)) as broker, \
+            Producer("pg", broker.address) as producer, \
+            SimpleConsumer("greedy", broker.address, subscriptions={TOPIC: "*"}, await_duration_s=0.1) as c:
+        for i in range(200):
+            await producer.send(Message(TOPIC, f"m{i}".encode()))
+        got = 0
+        for _ in range(20):
+            got += len(await c.receive(32, invisible_duration_s=600))
+        assert broker.pop_service is not None
+        held = sum(s.held_count for s in broker.pop_service.queues.values())
+        assert got == held <= 50 * 4                # 4 queues of the auto-created topic, 50 each
 
 
 async def test_a_slow_consumer_and_a_fast_one_share_without_loss(broker: Broker, producer: Producer,

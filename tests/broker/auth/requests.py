@@ -14,12 +14,14 @@ from protocol.bodies import (
     HeartbeatData,
     LockBatchBody,
     SubscriptionData,
+    encode_batch_ack,
     encode_body,
 )
 from protocol.codes import PullSysFlag, RequestCode
 from protocol.command import RemotingCommand, request
 from protocol.headers import (
     AckMessageRequestHeader,
+    BatchAckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     ConsumerGroupRequestHeader,
     ConsumerSendMsgBackRequestHeader,
@@ -95,6 +97,8 @@ def broker_requests(broker: Broker, msg_id: str, commit_log_offset: int) -> dict
                                                           max_msg_nums=1, invisible_time=60_000)),
         request(code.ACK_MESSAGE, AckMessageRequestHeader(consumer_group=GROUP, topic=TOPIC, queue_id=0,
                                                           extra_info=handle, offset=0)),
+        request(code.BATCH_ACK_MESSAGE, BatchAckMessageRequestHeader(consumer_group=GROUP, topic=TOPIC),
+                encode_batch_ack([(0, handle, 0)])),
         request(code.CHANGE_MESSAGE_INVISIBLETIME, ChangeInvisibleTimeRequestHeader(
             consumer_group=GROUP, topic=TOPIC, queue_id=0, extra_info=handle, offset=0, invisible_time=1_000)),
         request(code.NOTIFICATION, NotificationRequestHeader(consumer_group=GROUP, topic=TOPIC)),

@@ -1,0 +1,113 @@
+"""`pop`: POP receive+ack throughput of 4 `SimpleConsumer`s against the push consumer's on the same
+backlog, in the same run (one ASYNC_FLUSH broker, a topic of 8 queues, 128 B messages).
+
+The backlog is sent once; then a fresh group of 4 `PushConsumer`s (sync no-op listener) reads it
+(the baseline: `client_consume`'s backlog x4 run), then a fresh group of 4 `SimpleConsumer`s, each
+looping `receive(32, invisible_duration_s=60)` and acking every message (the acks of one batch sent
+together, `asyncio.gather`). A rate is the backlog over the time from the first consumer's start
+until every (queue_id, queue_offset) was delivered (and, for POP, acked). Target: POP ≥ 50 % of
+push. All consumers share this one bench process and event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, replace
+from typing import Any
+
+from bench.client_consume import (
+    FULL,
+    QUICK,
+    Tally,
+    _fail,
+    _fill,
+    _record_check,
+    check,
+    consumers,
+    expected_keys,
+    wait_all_consumed,
+)
+from bench.common import BATCH_SIZE, CpuMeter, Options, note_neighbours, running_broker
+from bench.report import BenchResult
+from client import SimpleConsumer
+
+CONSUMERS = 4
+TARGET_RATIO = 0.5
+TOPIC = "bench_cc_backlog"      # the topic `_fill` writes
+
+
+async def _pop_run(address: str, expected: set[int], time_limit_s: float) -> tuple[Tally, float | None, int]:
+    """4 SimpleConsumers until every expected key was received and acked; (tally, done_at, acks)."""
+    tally = Tally()
+    acked = [0]
+    done = asyncio.Event()
+
+    async def run(consumer: SimpleConsumer) -> None:
+        while not done.is_set():
+            batch = await consumer.receive(32, invisible_duration_s=60)
+            if not batch:
+                continue
+            tally.seen.extend([(m.queue_id << 32) | m.offset for m in batch])
+            await asyncio.gather(*(consumer.ack(m) for m in batch))
+            acked[0] += len(batch)
+
+    members = [SimpleConsumer("bench_pop", address, subscriptions={TOPIC: "*"}, await_duration_s=0.5)
+               for _ in range(CONSUMERS)]
+    await asyncio.gather(*(c.start() for c in members))
+    tasks = [asyncio.create_task(run(c)) for c in members]
+    try:
+        done_at = None
+        deadline = time.perf_counter() + time_limit_s
+        while time.perf_counter() < deadline:
+            if acked[0] >= len(expected) and expected <= set(tally.seen):
+                done_at = time.perf_counter()
+                break
+            await asyncio.sleep(0.002)
+    finally:
+        done.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(c.shutdown() for c in members), return_exceptions=True)
+    return tally, done_at, acked[0]
+
+
+async def pop(result: BenchResult, opts: Options) -> None:
+    params = replace(QUICK if opts.quick else FULL, backlog_messages=20_000 if opts.quick else 100_000)
+    result.params = {**asdict(params), "batch_size": BATCH_SIZE, "consumers": CONSUMERS,
+                     "flush_disk_type": "ASYNC_FLUSH"}
+    result.notes.append("push baseline and POP read the same backlog in the same run, each with a fresh group")
+    async with running_broker(opts, {"store.flush_disk_type": "ASYNC_FLUSH"}) as broker:
+        offsets = await _fill(result, broker.address, params)
+        expected = expected_keys(offsets)
+        await asyncio.sleep(1.0)   # let the fill's reput and flush settle
+        tally = Tally()
+        meter = CpuMeter(broker)
+        meter.start()
+        started = time.perf_counter()
+        async with consumers(broker.address, "bench_pop_push", TOPIC, CONSUMERS, tally.listener("sync"), params):
+            push_done = await wait_all_consumed(tally, expected, started + params.consume_time_limit_s)
+        push_cpu = meter.stop()
+        push_rate = len(expected) / ((push_done or time.perf_counter()) - started) if push_done else 0.0
+        _record_check(result, "pop.push_baseline", check(tally, expected))
+        result.add("pop.push_baseline.x4", round(push_rate), "msg/s")
+        note_neighbours(result, "pop.push_baseline", push_cpu)
+
+        meter = CpuMeter(broker)
+        meter.start()
+        started = time.perf_counter()
+        pop_tally, pop_done, acks = await _pop_run(broker.address, expected, params.consume_time_limit_s * 3)
+        pop_cpu = meter.stop()
+        pop_rate = len(expected) / (pop_done - started) if pop_done else 0.0
+        outcome = check(pop_tally, expected)
+        _record_check(result, "pop.receive_ack", outcome)
+        result.add("pop.receive_ack.x4", round(pop_rate), "msg/s")
+        result.add("pop.receive_ack.x4.vs_push", round(pop_rate / push_rate, 3) if push_rate else 0.0, "ratio",
+                   ("≥", TARGET_RATIO))
+        result.add("pop.receive_ack.broker_cpu", pop_cpu["broker_cores"], "cores")
+        result.add("pop.receive_ack.client_cpu", pop_cpu["client_cores"], "cores")
+        details: dict[str, Any] = {"push": {"completed": push_done is not None, **push_cpu},
+                                   "pop": {**asdict(outcome), "acks": acks, "completed": pop_done is not None,
+                                           **pop_cpu}}
+        result.details.update(details)
+        note_neighbours(result, "pop.receive_ack", pop_cpu)
+        if pop_done is None or push_done is None:
+            _fail(result, "a run did not complete within its time limit")

@@ -233,15 +233,20 @@ class PopService(Service):
             if not expired:
                 continue
             retry_max_times = self._retry.retry_max_times(group)
-            for queue_offset, entry in expired:
-                if revive_decision(entry.reconsume_times, retry_max_times) is ReviveDecision.DLQ:
-                    self._to_dlq(group, topic, queue_id, queue_offset, entry.reconsume_times + 1)
-                    self._journal.append(["ack", group, topic, queue_id, entry.ck_id, queue_offset])
-                    state.drop(queue_offset, entry.ck_id)
-                else:
-                    state.revive(queue_offset, entry.ck_id)
-                count += 1
-            self.notify(group, topic)
+            try:
+                for queue_offset, entry in expired:
+                    if revive_decision(entry.reconsume_times, retry_max_times) is ReviveDecision.DLQ:
+                        self._to_dlq(group, topic, queue_id, queue_offset, entry.reconsume_times + 1)
+                        self._journal.append(["ack", group, topic, queue_id, entry.ck_id, queue_offset])
+                        state.drop(queue_offset, entry.ck_id)
+                    else:
+                        state.revive(queue_offset, entry.ck_id)
+                    count += 1
+            except BaseException:
+                state.earliest_ms = 0        # the rest is still due: look again next round
+                raise
+            finally:
+                self.notify(group, topic)
         return count
 
     def _to_dlq(self, group: str, topic: str, queue_id: int, queue_offset: int, reconsume_times: int) -> None:

@@ -55,6 +55,7 @@ class QueuePopState:
     next_offset: int
     in_flight: dict[int, InFlight] = field(default_factory=dict)
     revived: dict[int, int] = field(default_factory=dict)
+    earliest_ms: int = field(default=0, compare=False)   # ≤ every in-flight deadline: `expired` skips before it
 
     @property
     def held_count(self) -> int:
@@ -79,6 +80,8 @@ class QueuePopState:
     def hand_out(self, offsets: list[tuple[int, int]], ck_id: int, deadline_ms: int, next_offset: int) -> None:
         """Record a pop: each (offset, reconsume_times) in flight under `ck_id` until `deadline_ms`;
         the pop offset moves up to `next_offset` (never down)."""
+        if offsets:
+            self.earliest_ms = min(self.earliest_ms, deadline_ms) if self.in_flight else deadline_ms
         for offset, reconsume_times in offsets:
             self.revived.pop(offset, None)
             self.in_flight[offset] = InFlight(ck_id, deadline_ms, reconsume_times)
@@ -104,11 +107,18 @@ class QueuePopState:
         if entry is None:
             return False
         entry.ck_id, entry.deadline_ms = new_ck_id, deadline_ms
+        self.earliest_ms = min(self.earliest_ms, deadline_ms)
         return True
 
     def expired(self, now_ms: int) -> list[tuple[int, InFlight]]:
-        """The in-flight entries whose deadline is ≤ `now_ms`, lowest offset first."""
-        return sorted((o, e) for o, e in self.in_flight.items() if e.deadline_ms <= now_ms)
+        """The in-flight entries whose deadline is ≤ `now_ms`, lowest offset first (nothing scanned
+        before the earliest deadline)."""
+        if not self.in_flight or now_ms < self.earliest_ms:
+            return []
+        due = sorted((o, e) for o, e in self.in_flight.items() if e.deadline_ms <= now_ms)
+        later = [e.deadline_ms for e in self.in_flight.values() if e.deadline_ms > now_ms]
+        self.earliest_ms = min(later) if later else 0
+        return due
 
     def revive(self, offset: int, ck_id: int) -> int | None:
         """Make an expired entry visible again: returns its next `reconsume_times`, or None when the
@@ -134,5 +144,7 @@ class QueuePopState:
     def from_json(cls, value: list[list[int]] | list[object]) -> QueuePopState:
         next_offset, in_flight, revived = value
         assert isinstance(next_offset, int) and isinstance(in_flight, list) and isinstance(revived, list)
-        return cls(next_offset, {int(o): InFlight(int(c), int(d), int(r)) for o, c, d, r in in_flight},
-                   {int(o): int(r) for o, r in revived})
+        state = cls(next_offset, {int(o): InFlight(int(c), int(d), int(r)) for o, c, d, r in in_flight},
+                    {int(o): int(r) for o, r in revived})
+        state.earliest_ms = min((e.deadline_ms for e in state.in_flight.values()), default=0)
+        return state

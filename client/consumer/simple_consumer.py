@@ -36,7 +36,7 @@ from client.instance import ClientInstance, build_client_id, get_instance, parse
 from client.pop_api import PopAPI
 from conf.client import ClientConfig, with_tls
 from protocol.bodies import ConsumerData
-from protocol.errors import MQError, ResponseError
+from protocol.errors import ConnectionClosed, MQError, ResponseError
 from protocol.headers import AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader, PopMessageRequestHeader
 from protocol.lifecycle import Lifecycle
 from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel
@@ -149,7 +149,9 @@ class SimpleConsumer(Lifecycle):
 
     async def receive(self, max_message_num: int, invisible_duration_s: float) -> list[MessageView]:
         """Up to `max_message_num` (1..32) messages, each invisible to the group for
-        `invisible_duration_s` seconds; waits up to `await_duration_s` for one; [] when none came."""
+        `invisible_duration_s` seconds; waits up to `await_duration_s` for one; [] when none came
+        or the consumer was shut down meanwhile. Raises `ValueError` for out-of-range arguments,
+        `ClientStateError` when not started, the broker's error (`NoPermission`, `TopicNotExist`...)."""
         instance, pop = self._require()
         if not 1 <= max_message_num <= MAX_RECEIVE_NUM:
             raise ValueError(f"max_message_num = {max_message_num} is out of range [1, {MAX_RECEIVE_NUM}]")
@@ -166,7 +168,12 @@ class SimpleConsumer(Lifecycle):
             consumer_group=self.consumer_group, topic=topic, queue_id=-1, max_msg_nums=max_message_num,
             invisible_time=invisible_ms, poll_time=poll_ms, born_time=0, init_mode=0,
             exp_type=subscription.expression_type, exp=subscription.expression)
-        popped = await pop.pop_message(address, header, poll_ms + self.client_config.request_timeout_ms)
+        try:
+            popped = await pop.pop_message(address, header, poll_ms + self.client_config.request_timeout_ms)
+        except ConnectionClosed:
+            if self._shut_down:         # shutdown() during a held receive: it ends empty
+                return []
+            raise
         return [MessageView(p.message, p.receipt_handle, broker_name, address, invisible_ms) for p in popped]
 
     async def _targets(self, instance: ClientInstance) -> list[tuple[str, str, str]]:

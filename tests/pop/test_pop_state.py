@@ -68,6 +68,7 @@ def run(ops: list[tuple[str, int, int]], fifo: bool, bound: int, retry_max: int,
         assert not (set(state.in_flight) | set(state.revived)) & done
         assert set(state.in_flight) | set(state.revived) | done == set(range(state.next_offset))
         assert state.held_count <= bound
+        assert all(e.deadline_ms >= state.earliest_ms for e in state.in_flight.values())
         assert all(n <= retry_max + 1 for n in attempts.values())
         assert QueuePopState.from_json(state.to_json()) == state
 

@@ -221,3 +221,16 @@ async def test_pop_and_pull_of_one_group_keep_separate_offsets(broker: Broker, p
     assert [m.body for m in popped] == [m.body for m in pulled.messages] == [b"m0", b"m1", b"m2"]
     # pops committed no pull offset (the broker answers a group without one with the queue's start)
     assert await client_api.query_consumer_offset(broker.address, "mixed", TOPIC, 0) == 0
+
+
+async def test_consumer_shutdown_while_its_receive_is_held(broker: Broker, client_api: ClientAPI) -> None:
+    await create_topic(client_api, broker)
+    c = consumer(broker, await_duration_s=30)
+    await c.start()
+    receive = asyncio.create_task(c.receive(1, invisible_duration_s=5))
+    await wait_until(lambda: broker.hold_service is not None and broker.hold_service.held_count == 1,
+                     what="held pop")
+    started = time.monotonic()
+    await c.shutdown()
+    assert await asyncio.wait_for(receive, timeout=5) == []
+    assert time.monotonic() - started < 5

@@ -40,13 +40,20 @@ IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _MAX_NAME_IN_REMARK = 64
 
 
+_MAX_CACHED = 1_024        # allowed (user, requirement) pairs remembered per connection
+
+
 class Peer:
     """What the enforcer keeps per connection: the peer's IP as text (`ip`) and parsed (`address`,
-    None when it is not an IP, e.g. an in-process transport), parsed once, not per request."""
+    None when it is not an IP, e.g. an in-process transport), parsed once, not per request; and the
+    (user, requirement) pairs already allowed from it (`allowed`, at most 1,024), valid while the
+    store's `generation` is the one they were decided at."""
 
-    __slots__ = ("address", "ip")
+    __slots__ = ("address", "allowed", "generation", "ip")
 
     def __init__(self, remote_address: str) -> None:
+        self.allowed: set[tuple[str, Requirement]] = set()
+        self.generation = -1
         host = remote_address.rpartition(":")[0] if ":" in remote_address else remote_address
         self.ip = host.strip("[]")
         try:
@@ -129,11 +136,19 @@ class Enforcer:
         except ResourceUnknown as exc:
             self._record(now_ms, peer, user.username, code, "-", "-", "deny", str(exc))
             raise NoPermission(f"User:{user.username} has no permission to use request code {code}: {exc}") from None
-        entries = self.store.acl(user.username)
-        for kind, name, actions in required:
-            why = refusal(user, entries, kind, name, actions, peer.address)
+        store, username, allowed = self.store, user.username, peer.allowed
+        if peer.generation != store.generation:      # users or ACLs changed: decide again
+            allowed.clear()
+            peer.generation = store.generation
+        for requirement in required:
+            if (username, requirement) in allowed:
+                continue
+            kind, name, actions = requirement
+            why = refusal(user, store.acl(username), kind, name, actions, peer.address)
             if why is not None:
-                self._deny(now_ms, peer, user, code, (kind, name, actions), why)
+                self._deny(now_ms, peer, user, code, requirement, why)
+            if len(allowed) < _MAX_CACHED:
+                allowed.add((username, requirement))
         if self.audit is not None:
             self._record(now_ms, peer, user.username, code, ",".join(describe(k, n) for k, n, _ in required) or "-",
                          ",".join("|".join(a) for _, _, a in required) or "-", "allow", "acl")

@@ -52,6 +52,7 @@ class AuthStore:
         self._users: dict[str, User] = {}
         self._acls: dict[str, tuple[AclEntry, ...]] = {}
         self._lock = threading.Lock()
+        self.generation = 0         # +1 on every change (callers drop what they derived from the old state)
         if path.exists():
             self._load()
 
@@ -69,6 +70,7 @@ class AuthStore:
         os.chmod(self.path, FILE_MODE)
 
     def _save(self) -> None:
+        self.generation += 1
         users = sorted(self._users.values(), key=lambda u: u.username)
         data = {"users": [{"username": u.username, "signing_key": u.signing_key.hex(), "user_type": u.user_type,
                            "user_status": u.user_status} for u in users],

@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from bench import (
+    auth,
     client_consume,
     client_produce,
     cluster,
@@ -55,6 +56,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "filtered_pull": filtered_pull.filtered_pull,
     "spark_batch_read": spark.spark_batch_read,
     "spark_stream_latency": spark.spark_stream_latency,
+    "auth_cost": auth.auth_cost,
 }
 
 

@@ -21,6 +21,8 @@ thread's CPU (`time.thread_time`).
 - `wake-all`: 10,000 held pulls (10 on each of 1,000 queues, over 100 connections) woken by 1,000
   sends fed in reads of 16, as `make bench-peers`' blocked readers; the CPU of the wake phase.
 
+`--auth` (send, batch) turns authentication and authorization on, every frame signed by a Normal
+user allowed Pub on the topic: the difference is what checking a request costs the broker.
 `--profile` prints cProfile's top functions of the measured phase (cProfile's own cost inflates
 every figure; compare shares, not totals). Results are printed only: the benchmarks with targets
 are `make bench` and `make bench-peers`."""
@@ -41,9 +43,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from auth.model import AclEntry, Resource, User
 from bench.common import pull_header, run
 from broker.broker import Broker
 from client.api import send_message_fields
+from conf.auth import AuthConfig
 from conf.broker import BrokerConfig
 from conf.store import StoreConfig
 from protocol.codes import RequestCode
@@ -51,10 +55,12 @@ from protocol.command import RemotingCommand
 from protocol.frame import encode_frame_bytes
 from protocol.headers import ConsumerSendMsgBackRequestHeader, SendBatchMessageRequestHeader
 from protocol.message import Message, encode_batch_body
+from protocol.signing import Credentials, sign
 
 BODY = bytes(128)
 QUEUES = 8
 UNIQ = {"UNIQ_KEY": "7F000001000000000000000000000001"}
+PRODUCER = Credentials("inproc", "inproc-secret")
 
 
 class DroppingTransport(asyncio.Transport):
@@ -104,19 +110,27 @@ class DroppingTransport(asyncio.Transport):
                 asyncio.get_running_loop().call_soon(self._protocol.connection_lost, None)
 
 
-def send_frame(topic: str, queue_id: int, opaque: int, body: bytes = BODY, uniq_key: str = UNIQ["UNIQ_KEY"]
-               ) -> bytes:
+def _encoded(cmd: RemotingCommand, credentials: Credentials | None) -> bytes:
+    if credentials is not None:
+        sign(cmd, credentials)
+    return encode_frame_bytes(cmd)
+
+
+def send_frame(topic: str, queue_id: int, opaque: int, body: bytes = BODY, uniq_key: str = UNIQ["UNIQ_KEY"],
+               credentials: Credentials | None = None) -> bytes:
     fields = send_message_fields("pg", topic, queue_id, 0, int(time.time() * 1000), {"UNIQ_KEY": uniq_key})
-    return encode_frame_bytes(RemotingCommand(int(RequestCode.SEND_MESSAGE), opaque=opaque, fields=fields, body=body))
+    return _encoded(RemotingCommand(int(RequestCode.SEND_MESSAGE), opaque=opaque, fields=fields, body=body),
+                    credentials)
 
 
-def batch_frame(topic: str, queue_id: int, opaque: int, size: int = 32) -> bytes:
+def batch_frame(topic: str, queue_id: int, opaque: int, size: int = 32, credentials: Credentials | None = None
+                ) -> bytes:
     """A SEND_BATCH of `size` messages whose UNIQ_KEYs no other frame with another `opaque` has."""
     header = SendBatchMessageRequestHeader(producer_group="pg", topic=topic, queue_id=queue_id, born_timestamp=0)
     messages = [Message(topic=topic, body=BODY, properties={"UNIQ_KEY": f"7F000001{opaque:016X}{i:08X}"})
                 for i in range(size)]
-    return encode_frame_bytes(RemotingCommand(int(RequestCode.SEND_BATCH_MESSAGE), opaque=opaque,
-                                              fields=header.to_fields(), body=encode_batch_body(messages)))
+    return _encoded(RemotingCommand(int(RequestCode.SEND_BATCH_MESSAGE), opaque=opaque, fields=header.to_fields(),
+                                    body=encode_batch_body(messages)), credentials)
 
 
 @contextmanager
@@ -165,11 +179,22 @@ class InProcess:
 
 async def _with_broker(body: Any, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="rocketq-inproc-") as directory:
+        auth = AuthConfig(authentication_enabled=True, authorization_enabled=True,
+                          max_nonces=16_777_216) if args.auth else AuthConfig()
         config = BrokerConfig(listen_port=0, metrics_port=0, max_requests_per_step=args.max_requests_per_step,
                               store=StoreConfig(path=Path(directory), flush_disk_type="ASYNC_FLUSH",
-                                                 key_index_max_entries=args.key_index_max_entries))
+                                                 key_index_max_entries=args.key_index_max_entries), auth=auth)
         async with Broker(config) as broker:
+            store = broker.auth.store
+            if args.auth and store is not None:     # a Normal user allowed Pub on the topic
+                store.create_user(User(username=PRODUCER.access_key, signing_key=PRODUCER.key))
+                store.put_acl(PRODUCER.access_key, [AclEntry(resource=Resource.parse("Topic:inproc"),
+                                                             actions=frozenset({"Pub"}))], create=True)
             await body(InProcess(broker))
+
+
+def _credentials(args: argparse.Namespace) -> Credentials | None:
+    return PRODUCER if args.auth else None
 
 
 async def _settle() -> None:
@@ -209,12 +234,13 @@ async def bench_send(args: argparse.Namespace) -> None:
     async def body(inproc: InProcess) -> None:
         await inproc.durable_topic("inproc", QUEUES)
         protocol, transport = await inproc.warmed_connection(
-            send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{i:024X}") for i in range(2_000))
+            send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{i:024X}", credentials=_credentials(args))
+            for i in range(2_000))
         idle_s = args.idle_us / 1e6
         for round_index in range(args.rounds):
             # every SEND its own UNIQ_KEY, as a producer's: each one is a new key-index entry
-            frames = [send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{round_index + 1:08X}{i:016X}")
-                      for i in range(args.count)]
+            frames = [send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{round_index + 1:08X}{i:016X}",
+                                 credentials=_credentials(args)) for i in range(args.count)]
             cpu = await _feed_one_at_a_time(protocol, frames, idle_s,
                                             args.profile and round_index == args.rounds - 1)
             print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per SEND "
@@ -227,11 +253,13 @@ async def bench_send(args: argparse.Namespace) -> None:
 async def bench_batch(args: argparse.Namespace) -> None:
     async def body(inproc: InProcess) -> None:
         await inproc.durable_topic("inproc", QUEUES)
-        protocol, _ = await inproc.warmed_connection(batch_frame("inproc", i % QUEUES, i + 1) for i in range(200))
+        protocol, _ = await inproc.warmed_connection(
+            batch_frame("inproc", i % QUEUES, i + 1, credentials=_credentials(args)) for i in range(200))
         count = max(1, args.count // 32)
         for round_index in range(args.rounds):
             # every message its own UNIQ_KEY, as a producer's: each one is a new key-index entry
-            frames = [batch_frame("inproc", i % QUEUES, (round_index + 1) << 32 | i) for i in range(count)]
+            frames = [batch_frame("inproc", i % QUEUES, (round_index + 1) << 32 | i, credentials=_credentials(args))
+                      for i in range(count)]
             gc.collect()
             with profiled(args.profile and round_index == args.rounds - 1):
                 started = time.thread_time()
@@ -388,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-us", type=float, default=0.0,
                         help="send, wake-one: sleep this many µs before each SEND (default 0: back to back)")
     parser.add_argument("--profile", action="store_true", help="cProfile the last round")
+    parser.add_argument("--auth", action="store_true",
+                        help="send, batch: authentication and authorization on, every request signed by a "
+                             "Normal user allowed Pub on the topic (what checking it costs the broker)")
     parser.add_argument("--max-requests-per-step", type=int, default=BrokerConfig().max_requests_per_step,
                         help="the broker's max_requests_per_step (default: its default; 0: no bound)")
     parser.add_argument("--key-index-max-entries", type=int, default=StoreConfig().key_index_max_entries,

@@ -18,15 +18,15 @@ class AuthConfig:
         "max_failures_per_address": Range(low=1), "failure_window_ms": Range(low=1_000)})
 
     authentication_enabled: bool = False   # every request must be signed by a known user (else NO_PERMISSION)
-    authorization_enabled: bool = False    # every request must be allowed by the user's ACL (Super: all)
+    authorization_enabled: bool = False    # every request allowed by its user's ACL (Super: all); authenticates too
     init_user: str = ""                    # "name:password": a Super user created at first start if absent
     inner_credentials: str = ""            # "name:password" this server signs with towards name servers, brokers
     store_file: str = ""                   # users and ACLs (mode 0600); "": <store>/config/auth.json (broker)
     max_clock_skew_ms: int = 60_000        # a signed request's timestamp this far from the clock: refused
     max_nonces: int = 262_144              # nonces remembered against replay; past it the skew window shrinks
-    max_failures_per_address: int = 20    # refusals of one peer IP per window; more: refused unchecked
+    max_failures_per_address: int = 20    # authentication failures of one peer IP per window; more: refused unchecked
     failure_window_ms: int = 10_000        # the window of max_failures_per_address
-    audit_log: str = ""                    # a file: one line per decision ("": off); relative: under the store
+    audit_log: str = ""                    # one JSON line per decision ("": off); relative: to store.path / config_dir
 
     def __post_init__(self) -> None:
         check_ranges(self, self.RANGES)

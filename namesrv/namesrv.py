@@ -171,11 +171,14 @@ class NameServer(Lifecycle):
 
     def _on_request(self, channel: Channel, request: RemotingCommand) -> None:
         """Every request is answered inline: the tables are in memory and nothing waits. With
-        authentication on, the enforcer checks it first (NO_PERMISSION: no handler runs)."""
+        authentication on, the enforcer checks it first (NO_PERMISSION: no handler runs); a code a
+        name server does not serve is answered REQUEST_CODE_NOT_SUPPORTED unchecked, as without
+        authentication (clients given a name server as their endpoint send it a HEART_BEAT, and a
+        refusal there was logged as a warning by every client that started)."""
         handler = self._handlers.get(request.code)
         enforcer = self.auth.enforcer
         refusal = None
-        if enforcer is not None and enforcer.enabled:
+        if handler is not None and enforcer is not None and enforcer.enabled:
             peer = channel.attributes.get("auth_peer")
             if peer is None:
                 peer = channel.attributes["auth_peer"] = Peer(channel.remote_address)

@@ -38,7 +38,13 @@
  *     The offset message ids of a batch (protocol/message.py offset_msg_ids_py): `prefix` (16
  *     ASCII hex digits, `msg_id_prefix`) and each offset as 16 upper-case hex digits. None for
  *     anything else (another prefix, an offset outside 0..2**64-1, not a list of ints): the twin
- *     then makes them. */
+ *     then makes them. *
+ * canonical_bytes(scheme, code, fields, skip_key, digest) -> bytes | None
+ *     The bytes a request signature covers (protocol/signing.py canonical_bytes_py): the msgpack
+ *     array [scheme, code, ext, digest] with `fields` minus `skip_key` as `ext`, the keys of every
+ *     map sorted, packed as msgpack's Packer(use_bin_type=True) packs them. None for anything
+ *     but str keys and plain values (str, int, bool, None, float, bytes, dict, list, tuple) up to
+ *     32 levels deep: the twin then packs it (and raises what it raises). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1002,6 +1008,180 @@ fallback:
     Py_RETURN_NONE;
 }
 
+/* -- canonical_bytes: what a request signature covers (protocol/signing.py) ---------------------- */
+
+typedef struct {
+    unsigned char *data;
+    Py_ssize_t length, capacity;
+} growbuf;
+
+#define CANONICAL_MAX_DEPTH 32
+
+/* Room for `more` bytes after the end; -1 (MemoryError set) when there is none. */
+static int
+grow(growbuf *buf, Py_ssize_t more)
+{
+    if (buf->length + more <= buf->capacity)
+        return 0;
+    Py_ssize_t capacity = buf->capacity ? buf->capacity : 512;
+    while (capacity < buf->length + more)
+        capacity *= 2;
+    unsigned char *data = PyMem_Realloc(buf->data, (size_t)capacity);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    buf->data = data;
+    buf->capacity = capacity;
+    return 0;
+}
+
+/* Each writer returns 0 (written), 1 (not a plain value: the twin packs it) or -1 (an error set). */
+static int canonical_value(growbuf *buf, PyObject *value, int depth);
+
+static int
+canonical_str(growbuf *buf, PyObject *text)
+{
+    Py_ssize_t length;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &length);
+    if (utf8 == NULL) {          /* lone surrogates: msgpack's own error, from the twin */
+        PyErr_Clear();
+        return 1;
+    }
+    if (grow(buf, length + 5) < 0)
+        return -1;
+    unsigned char *out = put_str_header(buf->data + buf->length, length);
+    memcpy(out, utf8, (size_t)length);
+    buf->length = (out - buf->data) + length;
+    return 0;
+}
+
+/* A dict with its str keys sorted by code point (as Python sorts str), without `skip` (NULL: none). */
+static int
+canonical_map(growbuf *buf, PyObject *map, PyObject *skip, int depth)
+{
+    PyObject *keys = PyDict_Keys(map);
+    if (keys == NULL)
+        return -1;
+    int result = 1;
+    Py_ssize_t count = PyList_GET_SIZE(keys), kept = count;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        if (!PyUnicode_CheckExact(key))
+            goto done;
+        if (skip != NULL && PyUnicode_Compare(key, skip) == 0)
+            kept--;
+    }
+    if (PyList_Sort(keys) < 0) {
+        result = -1;
+        goto done;
+    }
+    if (grow(buf, 5) < 0) {
+        result = -1;
+        goto done;
+    }
+    buf->length = put_map_header(buf->data + buf->length, kept) - buf->data;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        if (skip != NULL && PyUnicode_Compare(key, skip) == 0)
+            continue;
+        PyObject *value = PyDict_GetItemWithError(map, key);
+        if (value == NULL) {
+            result = PyErr_Occurred() ? -1 : 1;
+            goto done;
+        }
+        int written = canonical_str(buf, key);
+        if (written == 0)
+            written = canonical_value(buf, value, depth + 1);
+        if (written != 0) {
+            result = written;
+            goto done;
+        }
+    }
+    result = 0;
+done:
+    Py_DECREF(keys);
+    return result;
+}
+
+static int
+canonical_value(growbuf *buf, PyObject *value, int depth)
+{
+    if (depth > CANONICAL_MAX_DEPTH)
+        return 1;
+    if (PyUnicode_CheckExact(value))
+        return canonical_str(buf, value);
+    if (grow(buf, 9) < 0)
+        return -1;
+    unsigned char *out = buf->data + buf->length;
+    if (value == Py_True || value == Py_False || value == Py_None) {
+        *out++ = value == Py_None ? 0xC0 : value == Py_True ? 0xC3 : 0xC2;
+    } else if (PyLong_CheckExact(value)) {
+        out = put_int(out, value);
+        if (out == NULL)
+            return 1;
+    } else if (PyFloat_CheckExact(value)) {
+        double number = PyFloat_AS_DOUBLE(value);
+        uint64_t bits;
+        memcpy(&bits, &number, sizeof bits);
+        *out++ = 0xCB;
+        out = put_be(out, bits, 8);
+    } else if (PyBytes_CheckExact(value)) {
+        Py_ssize_t length = PyBytes_GET_SIZE(value);
+        if (grow(buf, length + 5) < 0)
+            return -1;
+        out = put_bin_header(buf->data + buf->length, length);
+        memcpy(out, PyBytes_AS_STRING(value), (size_t)length);
+        out += length;
+    } else if (PyDict_CheckExact(value)) {
+        return canonical_map(buf, value, NULL, depth);
+    } else if (PyList_CheckExact(value) || PyTuple_CheckExact(value)) {
+        Py_ssize_t count = PySequence_Fast_GET_SIZE(value);
+        buf->length = put_sized_header(out, count, 0x90, 0x0F, 0xDB, 0) - buf->data;
+        for (Py_ssize_t i = 0; i < count; i++) {   /* (an item could change the list: re-read it) */
+            if (i >= PySequence_Fast_GET_SIZE(value))
+                return 1;
+            int written = canonical_value(buf, PySequence_Fast_GET_ITEM(value, i), depth + 1);
+            if (written != 0)
+                return written;
+        }
+        return 0;
+    } else {
+        return 1;
+    }
+    buf->length = out - buf->data;
+    return 0;
+}
+
+static PyObject *
+canonical_bytes(PyObject *module, PyObject *args)
+{
+    PyObject *scheme, *code, *fields, *skip, *digest;
+    if (!PyArg_ParseTuple(args, "UOOUS:canonical_bytes", &scheme, &code, &fields, &skip, &digest))
+        return NULL;
+    if (!PyDict_CheckExact(fields) || !PyLong_CheckExact(code))
+        Py_RETURN_NONE;
+    growbuf buf = {NULL, 0, 0};
+    int written = grow(&buf, 1) < 0 ? -1 : 0;
+    if (written == 0) {
+        buf.data[buf.length++] = 0x94;
+        written = canonical_str(&buf, scheme);
+    }
+    if (written == 0)
+        written = canonical_value(&buf, code, 0);
+    if (written == 0)
+        written = canonical_map(&buf, fields, skip, 0);
+    if (written == 0)
+        written = canonical_value(&buf, digest, 0);
+    PyObject *result = NULL;
+    if (written == 0)
+        result = PyBytes_FromStringAndSize((const char *)buf.data, buf.length);
+    else if (written > 0)
+        result = Py_NewRef(Py_None);
+    PyMem_Free(buf.data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"read_batch_body", read_batch_body, METH_VARARGS,
      "read_batch_body(raw, max_messages, max_message_bytes[, max_properties_bytes]) -> (items, body_bytes) | None."},
@@ -1016,6 +1196,8 @@ static PyMethodDef methods[] = {
      "version must encode it."},
     {"configure", configure, METH_VARARGS,
      "configure(message_type, msg_id_prefix, protocol_error): the classes and function to use."},
+    {"canonical_bytes", canonical_bytes, METH_VARARGS,
+     "canonical_bytes(scheme, code, fields, skip_key, digest) -> bytes | None: what a signature covers."},
     {"decode_message_batch", decode_message_batch, METH_O,
      "decode_message_batch(body) -> list[MessageExt]; raises ProtocolError on bad bytes."},
     {NULL, NULL, 0, NULL},

@@ -29,9 +29,12 @@ body digest, the nonce and the timestamp make a captured frame useless to replay
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+import itertools
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +42,7 @@ from typing import Any
 
 import msgpack
 
+from protocol import native
 from protocol.command import Buffer, RemotingCommand
 
 SCHEME = "RQ1-HMAC-SHA256"
@@ -73,10 +77,20 @@ class Credentials:
         object.__setattr__(self, "key", signing_key(self.access_key, self.secret_key))
 
 
+# One msgpack Packer per thread (`packb` builds one per call: ~0.6 µs of every signature); a
+# Packer is not safe to share between threads, and signing runs on any thread with a loop.
+_PACKERS = threading.local()
+_c_canonical_bytes = getattr(native.speedups(), "canonical_bytes", None)
+_SCALARS = frozenset({str, int, bool, float, bytes, type(None)})    # packed as they are, nothing to sort
+
+
 def _sorted(value: Any) -> Any:
-    if isinstance(value, Mapping):
+    kind = type(value)
+    if kind in _SCALARS:        # (exact types first: an ABC isinstance check costs ~0.5 µs a value)
+        return value
+    if kind is dict or isinstance(value, Mapping):
         return {k: _sorted(value[k]) for k in sorted(value)}
-    if isinstance(value, list | tuple):
+    if kind is list or kind is tuple or isinstance(value, list | tuple):
         return [_sorted(v) for v in value]
     return value
 
@@ -92,15 +106,53 @@ def _digest(body: Buffer | Iterable[Buffer]) -> bytes:
 
 def canonical_bytes(code: int, fields: Mapping[str, Any], body: Buffer | Iterable[Buffer]) -> bytes:
     """The bytes that are signed: see the module docstring. Raises `TypeError` when a map in
-    `fields` has keys that cannot be sorted together (the protocol's maps have string keys)."""
-    ext = {k: _sorted(fields[k]) for k in sorted(fields) if k != SIGNATURE}
-    packed: bytes = msgpack.packb([SCHEME, code, ext, _digest(body)], use_bin_type=True)
+    `fields` has keys that cannot be sorted together (the protocol's maps have string keys).
+    Packed in C when `protocol._speedups` was built (a third of the time), else by the twin."""
+    digest = _digest(body)
+    if _c_canonical_bytes is not None:
+        packed: bytes | None = _c_canonical_bytes(SCHEME, code, fields, SIGNATURE, digest)
+        if packed is not None:
+            return packed
+    return canonical_bytes_py(code, fields, digest)
+
+
+def canonical_bytes_py(code: int, fields: Mapping[str, Any], digest: bytes) -> bytes:
+    """`canonical_bytes` with the body's digest given, in Python: the reference of
+    `protocol._speedups.canonical_bytes`."""
+    scalars = _SCALARS
+    ext = {}
+    for key in sorted(fields):
+        value = fields[key]
+        ext[key] = value if type(value) in scalars else _sorted(value)
+    ext.pop(SIGNATURE, None)
+    packer = getattr(_PACKERS, "packer", None)
+    if packer is None:
+        packer = _PACKERS.packer = msgpack.Packer(use_bin_type=True)
+    packed: bytes = packer.pack([SCHEME, code, ext, digest])
     return packed
+
+
+_IPAD = bytes(x ^ 0x36 for x in range(256))     # RFC 2104's pads, as `bytes.translate` tables
+_OPAD = bytes(x ^ 0x5C for x in range(256))
+
+
+@functools.lru_cache(maxsize=1_024)
+def _hmac_pads(key: bytes) -> tuple[Any, Any]:
+    """SHA-256 states after `key` XOR ipad and XOR opad (RFC 2104): each signature copies them
+    instead of starting HMAC over (~1 µs of the ~2 µs hmac.new costs); a key is a user's."""
+    block = (key if len(key) <= 64 else hashlib.sha256(key).digest()).ljust(64, b"\0")
+    return hashlib.sha256(block.translate(_IPAD)), hashlib.sha256(block.translate(_OPAD))
 
 
 def signature(key: bytes, code: int, fields: Mapping[str, Any], body: Buffer | Iterable[Buffer]) -> str:
     """HMAC-SHA256 of the canonical bytes under `key`, as 64 lower-case hex digits."""
-    return hmac.new(key, canonical_bytes(code, fields, body), hashlib.sha256).hexdigest()
+    inner_pad, outer_pad = _hmac_pads(key)
+    inner = inner_pad.copy()
+    inner.update(canonical_bytes(code, fields, body))
+    outer = outer_pad.copy()
+    outer.update(inner.digest())
+    digest: str = outer.hexdigest()
+    return digest
 
 
 def sign(cmd: RemotingCommand, credentials: Credentials, *, now_ms: int | None = None,
@@ -115,9 +167,15 @@ def sign(cmd: RemotingCommand, credentials: Credentials, *, now_ms: int | None =
 
 
 def signer(credentials: Credentials) -> Callable[[RemotingCommand], None]:
-    """A function that signs a request in place (what `Channel.signer` holds)."""
+    """A function that signs a request in place (what `Channel.signer` holds). Its nonces are a
+    random 64-bit prefix drawn once and a counter, 32 hex digits: unique without a `getrandom`
+    call per request (a nonce must never repeat; it need not be unpredictable, the signature
+    covers it)."""
+    prefix = os.urandom(8).hex()
+    counter = itertools.count()
+
     def sign_request(cmd: RemotingCommand) -> None:
-        sign(cmd, credentials)
+        sign(cmd, credentials, nonce=f"{prefix}{next(counter) & 0xFFFFFFFFFFFFFFFF:016x}")
     return sign_request
 
 

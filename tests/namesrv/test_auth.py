@@ -146,3 +146,13 @@ async def test_every_name_server_code_is_refused_without_credentials_wrong_secre
                 assert response.code == ResponseCode.NO_PERMISSION, (RequestCode(cmd.code).name, response)
                 assert response.remark == "authentication failed for root"
                 assert _state(namesrv) == before
+
+
+async def test_a_code_the_name_server_does_not_serve_is_answered_not_supported_unchecked(tmp_path: Path) -> None:
+    """A client whose endpoint is a name server sends it HEART_BEAT: answered 3 as without
+    authentication (not 16, which every such client logged as a refusal), signed or not."""
+    async with secured_namesrv(tmp_path) as namesrv:
+        for credentials in (None, ROOT):
+            async with admin_as(credentials) as api:
+                response = await api.remoting.invoke(namesrv.address, request(RequestCode.HEART_BEAT), TIMEOUT_MS)
+            assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, response

@@ -5,7 +5,9 @@ The backlog is sent once; then a fresh group of 4 `PushConsumer`s (sync no-op li
 (the baseline: `client_consume`'s backlog x4 run), then a fresh group of 4 `SimpleConsumer`s, each
 looping `receive(32, invisible_duration_s=60)` and acking every message (the acks of one batch sent
 together, `asyncio.gather`, while the next `receive` is on its way: at most one batch's acks
-outstanding per consumer, as the push consumer pulls while its listener works). A rate is the
+outstanding per receive loop, as the push consumer pulls while its listener works). Each consumer
+runs `RECEIVES_IN_FLIGHT` (2) such loops: 8 pops in flight, as the push consumers keep 8 pulls (one
+per queue) in flight. A rate is the
 backlog over the time from the first consumer's start until every (queue_id, queue_offset) was
 delivered (and, for POP, acked). Target: POP ≥ 50 % of push. All consumers share this one bench
 process and event loop."""
@@ -34,6 +36,7 @@ from bench.report import BenchResult
 from client import MessageView, SimpleConsumer
 
 CONSUMERS = 4
+RECEIVES_IN_FLIGHT = 2      # per consumer: 8 pops in flight, as the 4 push consumers keep 8 pulls (one per queue)
 TARGET_RATIO = 0.5
 TOPIC = "bench_cc_backlog"      # the topic `_fill` writes
 
@@ -64,7 +67,7 @@ async def _pop_run(address: str, expected: set[int], time_limit_s: float) -> tup
     members = [SimpleConsumer("bench_pop", address, subscriptions={TOPIC: "*"}, await_duration_s=0.5)
                for _ in range(CONSUMERS)]
     await asyncio.gather(*(c.start() for c in members))
-    tasks = [asyncio.create_task(run(c)) for c in members]
+    tasks = [asyncio.create_task(run(c)) for c in members for _ in range(RECEIVES_IN_FLIGHT)]
     try:
         done_at = None
         deadline = time.perf_counter() + time_limit_s
@@ -83,6 +86,7 @@ async def _pop_run(address: str, expected: set[int], time_limit_s: float) -> tup
 async def pop(result: BenchResult, opts: Options) -> None:
     params = replace(QUICK if opts.quick else FULL, backlog_messages=20_000 if opts.quick else 100_000)
     result.params = {**asdict(params), "batch_size": BATCH_SIZE, "consumers": CONSUMERS,
+                     "receives_in_flight_per_consumer": RECEIVES_IN_FLIGHT,
                      "flush_disk_type": "ASYNC_FLUSH"}
     result.notes.append("push baseline and POP read the same backlog in the same run, each with a fresh group")
     async with running_broker(opts, {"store.flush_disk_type": "ASYNC_FLUSH"}) as broker:

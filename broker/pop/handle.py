@@ -9,13 +9,15 @@ revive in place, never through `%RETRY%`) and `revive_qid` always 0 (one revive 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from protocol.errors import SystemError_
 
 
-@dataclass(frozen=True, slots=True)
-class ReceiptHandle:
+class ReceiptHandle(NamedTuple):
+    """A NamedTuple, not a frozen dataclass: one is parsed per ack (the dataclass's `__init__` cost
+    as much as the parse)."""
+
     ck_id: int
     pop_at_ms: int
     invisible_ms: int

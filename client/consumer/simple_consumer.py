@@ -192,11 +192,13 @@ class SimpleConsumer(Lifecycle):
                 targets.append((topic, broker_name, address))
         return targets
 
-    async def ack(self, message: MessageView) -> None:
-        """Acknowledge `message`: it is not delivered again. Raises `ReceiptHandleExpired` when its
-        invisible duration passed (it was made visible again) or its handle was replaced.
-        Acks made in the same event-loop step (`asyncio.gather(*(consumer.ack(m) for m in batch))`)
-        to one broker and topic go in one BATCH_ACK_MESSAGE; a lone ack is an ACK_MESSAGE."""
+    def ack(self, message: MessageView) -> asyncio.Future[None]:
+        """Acknowledge `message` (`await consumer.ack(message)`): it is not delivered again. The
+        awaitable raises `ReceiptHandleExpired` when the invisible duration passed (the message was
+        made visible again) or its handle was replaced. Acks made in the same event-loop step
+        (`asyncio.gather(*(consumer.ack(m) for m in batch))`) to one broker and topic go in one
+        BATCH_ACK_MESSAGE; a lone ack is an ACK_MESSAGE. A future rather than a coroutine: a gather
+        of futures makes no task per ack. Raises `ClientStateError` at once when not started."""
         self._require()
         key = (message.broker_address, message.topic)
         loop = asyncio.get_running_loop()
@@ -206,7 +208,7 @@ class SimpleConsumer(Lifecycle):
             pending = self._pending_acks[key] = []
             loop.call_soon(self._flush_acks, key)
         pending.append((message, done))
-        await done
+        return done
 
     def _flush_acks(self, key: tuple[str, str]) -> None:
         items = self._pending_acks.pop(key, [])

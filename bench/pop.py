@@ -83,6 +83,11 @@ async def _pop_run(address: str, expected: set[int], time_limit_s: float) -> tup
     return tally, done_at, acked[0]
 
 
+def _cpu_us(cpu: dict[str, float], elapsed_s: float, messages: int) -> float:
+    """Broker + client CPU per message (µs): what a run costs, whatever else the machine does."""
+    return round((cpu["broker_cores"] + cpu["client_cores"]) * elapsed_s / messages * 1e6, 1)
+
+
 async def pop(result: BenchResult, opts: Options) -> None:
     params = replace(QUICK if opts.quick else FULL, backlog_messages=20_000 if opts.quick else 100_000)
     result.params = {**asdict(params), "batch_size": BATCH_SIZE, "consumers": CONSUMERS,
@@ -103,6 +108,8 @@ async def pop(result: BenchResult, opts: Options) -> None:
         push_rate = len(expected) / ((push_done or time.perf_counter()) - started) if push_done else 0.0
         _record_check(result, "pop.push_baseline", check(tally, expected))
         result.add("pop.push_baseline.x4", round(push_rate), "msg/s")
+        push_elapsed = (push_done or time.perf_counter()) - started
+        result.add("pop.push_baseline.cpu_per_msg", _cpu_us(push_cpu, push_elapsed, len(expected)), "µs")
         note_neighbours(result, "pop.push_baseline", push_cpu)
 
         meter = CpuMeter(broker)
@@ -116,6 +123,8 @@ async def pop(result: BenchResult, opts: Options) -> None:
         result.add("pop.receive_ack.x4", round(pop_rate), "msg/s")
         result.add("pop.receive_ack.x4.vs_push", round(pop_rate / push_rate, 3) if push_rate else 0.0, "ratio",
                    ("≥", TARGET_RATIO))
+        pop_elapsed = (pop_done or time.perf_counter()) - started
+        result.add("pop.receive_ack.cpu_per_msg", _cpu_us(pop_cpu, pop_elapsed, len(expected)), "µs")
         result.add("pop.receive_ack.broker_cpu", pop_cpu["broker_cores"], "cores")
         result.add("pop.receive_ack.client_cpu", pop_cpu["client_cores"], "cores")
         details: dict[str, Any] = {"push": {"completed": push_done is not None, **push_cpu},

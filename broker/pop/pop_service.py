@@ -150,23 +150,27 @@ class PopService(Service):
     def ack_batch(self, group: str, topic: str, acks: list[tuple[int, int, int]]) -> list[bool]:
         """Acknowledge several (queue_id, ck_id, queue_offset) of one (group, topic) with one
         journal record; per ack, whether its handle was current (a stale one changes nothing)."""
-        seen: set[tuple[int, int]] = set()
         current: list[bool] = []
-        for queue_id, ck_id, queue_offset in acks:       # the same handle twice: the second is stale
-            current.append((queue_id, queue_offset) not in seen
-                           and self._current(group, topic, queue_id, ck_id, queue_offset))
-            seen.add((queue_id, queue_offset))
-        valid = [list(a) for a, ok in zip(acks, current, strict=True) if ok]
+        valid: list[tuple[int, int, int]] = []
+        queues, last_queue_id, in_flight = self.queues, -1, None
+        taken: set[tuple[int, int]] = set()
+        for ack in acks:
+            queue_id, ck_id, queue_offset = ack
+            if queue_id != last_queue_id:
+                state = queues.get((group, topic, queue_id))
+                last_queue_id, in_flight = queue_id, state.in_flight if state is not None else None
+            entry = in_flight.get(queue_offset) if in_flight is not None else None
+            ok = entry is not None and entry.ck_id == ck_id and (queue_id, queue_offset) not in taken
+            current.append(ok)          # the same handle twice: the second is stale
+            if ok:
+                valid.append(ack)
+                taken.add((queue_id, queue_offset))
         if valid:
             self._journal.append(["acks", group, topic, -1, valid])
             for queue_id, ck_id, queue_offset in valid:
-                self.queues[(group, topic, queue_id)].ack(queue_offset, ck_id)
+                queues[(group, topic, queue_id)].ack(queue_offset, ck_id)
             self.notify(group, topic)
         return current
-
-    def _current(self, group: str, topic: str, queue_id: int, ck_id: int, queue_offset: int) -> bool:
-        state = self.queues.get((group, topic, queue_id))
-        return state is not None and state.current(queue_offset, ck_id) is not None
 
     def change(self, group: str, topic: str, queue_id: int, queue_offset: int, ck_id: int,
                deadline_ms: int) -> int | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 import msgpack
@@ -95,7 +96,10 @@ class PopMessageProcessor:
 
     # -- POP_MESSAGE ------------------------------------------------------------------------------
 
-    async def pop_message(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    def pop_message(self, ctx: RequestContext, request: RemotingCommand) -> \
+            RemotingCommand | Coroutine[Any, Any, RemotingCommand]:
+        """The response now when messages are visible (or `poll_time` is 0), else a coroutine that
+        holds the pop (a task only for pops that wait: it cost ~15 µs of broker CPU per pop)."""
         header = PopMessageRequestHeader.from_fields(request.fields)
         group, topic = header.consumer_group, header.topic
         require_group_name(group)
@@ -108,13 +112,25 @@ class PopMessageProcessor:
         message_filter = self._filter(header.exp_type, header.exp)
         found = self._pop_once(header, queues, fifo, message_filter)
         if not found and header.poll_time > 0:
-            deadline = time.monotonic() + header.poll_time / 1000
-            while not found:
-                remaining_ms = int((deadline - time.monotonic()) * 1000)
-                if remaining_ms <= 0 or not await self._hold_until_change(group, topic, queues, message_filter,
-                                                                          remaining_ms):
-                    break
-                found = self._pop_once(header, queues, fifo, message_filter)
+            return self._held_pop(request, header, queues, fifo, message_filter)
+        return self._pop_response(request, header, found)
+
+    async def _held_pop(self, request: RemotingCommand, header: PopMessageRequestHeader, queues: list[int],
+                        fifo: bool, message_filter: MessageFilter | None) -> RemotingCommand:
+        group, topic = header.consumer_group, header.topic
+        deadline = time.monotonic() + header.poll_time / 1000
+        found: list[tuple[int, str, int, bytes | memoryview]] = []
+        while not found:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0 or not await self._hold_until_change(group, topic, queues, message_filter,
+                                                                      remaining_ms):
+                break
+            found = self._pop_once(header, queues, fifo, message_filter)
+        return self._pop_response(request, header, found)
+
+    @staticmethod
+    def _pop_response(request: RemotingCommand, header: PopMessageRequestHeader,
+                      found: list[tuple[int, str, int, bytes | memoryview]]) -> RemotingCommand:
         if not found:
             return request.response(code=ResponseCode.PULL_NOT_FOUND, remark="no message visible")
         pop_at_ms = found[0][0]
@@ -250,6 +266,12 @@ class PopMessageProcessor:
         parsed: list[tuple[int, int, int]] = []
         where: list[int] = []
         for index, (queue_id, extra_info, offset) in enumerate(acks):
+            parts = extra_info.split(" ")      # the usual, well-formed handle: no NamedTuple, 3 ints
+            if (len(parts) == 8 and parts[0].isascii() and parts[0].isdigit() and parts[6] == str(queue_id)
+                    and parts[7] == str(offset)):
+                parsed.append((queue_id, int(parts[0]), offset))
+                where.append(index)
+                continue
             try:
                 handle = self._handle(extra_info, queue_id, offset)
             except SystemError_ as exc:

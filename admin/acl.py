@@ -22,14 +22,12 @@ import click
 from admin.auth_targets import (
     Outcome,
     Selection,
-    exit_code,
     report_changes,
-    report_failures,
     run_on_targets,
-    target_options,
+    show_rows,
+    target_command,
 )
 from admin.base import admin_group, example_epilog
-from admin.common import emit, endpoints_option, json_option
 from auth.model import DECISIONS, AuthModelError, Resource, parse_actions, parse_networks, subject_user
 from client.admin_api import AdminAPI
 from protocol.bodies import AclEntryData, AclInfo
@@ -87,8 +85,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _entry_options(command: F) -> F:
     """The options of `create` and `update`: the subject, its entries, the targets."""
-    for option in reversed((_SUBJECT, _RESOURCES, _ACTIONS, _DECISION, _SOURCE_IPS, target_options,
-                            endpoints_option, json_option)):
+    for option in reversed((_SUBJECT, _RESOURCES, _ACTIONS, _DECISION, _SOURCE_IPS, target_command)):
         command = option(command)
     return command
 
@@ -130,9 +127,7 @@ def update(subject: str, resources: str, actions: str, decision: str, source_ips
 @_SUBJECT
 @click.option("--resources", "-r", default=None, metavar="RESOURCE[,...]", callback=_checked(_resources),
               help="Only the entries of these resource patterns (as written in the ACL); default: the whole ACL.")
-@target_options
-@endpoints_option
-@json_option
+@target_command
 def delete(subject: str, resources: str | None, brokers: tuple[str, ...], cluster: str | None, namesrv: bool,
            endpoints: str, as_json: bool) -> None:
     """Delete a subject's ACL, or some of its entries, on each target."""
@@ -145,23 +140,16 @@ def delete(subject: str, resources: str | None, brokers: tuple[str, ...], cluste
 def _show(outcomes: list[Outcome[list[AclInfo]]], as_json: bool, title: str) -> None:
     """One row per entry (subject, resource, actions, decision, source ips), an `at` column first
     when there is more than one target; exits 1 or 2 when a target failed."""
-    many = len(outcomes) > 1
-    rows = [{**({"at": o.target.label} if many else {}), "subject": acl.subject, "resource": entry.resource,
+    rows = [{"at": o.target.label, "subject": acl.subject, "resource": entry.resource,
              "actions": ",".join(entry.actions), "decision": entry.decision,
              "source_ips": ",".join(entry.source_ips) or "*"}
             for o in outcomes for acl in o.value or () for entry in acl.entries]
-    columns = [*(["at"] if many else []), "subject", "resource", "actions", "decision", "source_ips"]
-    emit(rows, as_json, title=title, columns=columns)
-    report_failures(outcomes)
-    if exit_code(outcomes):
-        raise SystemExit(exit_code(outcomes))
+    show_rows(outcomes, rows, ["subject", "resource", "actions", "decision", "source_ips"], as_json, title)
 
 
 @acl_group.command("get", epilog=example_epilog("rocketq admin acl get --subject User:billing -b 127.0.0.1:10911"))
 @_SUBJECT
-@target_options
-@endpoints_option
-@json_option
+@target_command
 def get(subject: str, brokers: tuple[str, ...], cluster: str | None, namesrv: bool, endpoints: str,
         as_json: bool) -> None:
     """Show a subject's ACL entries on each target."""
@@ -173,9 +161,7 @@ def get(subject: str, brokers: tuple[str, ...], cluster: str | None, namesrv: bo
 @acl_group.command("list", epilog=example_epilog("rocketq admin acl list --resource-filter orders"))
 @click.option("--subject-filter", "-s", default="", help="Only subjects containing this.")
 @click.option("--resource-filter", "-r", default="", help="Only entries whose resource contains this.")
-@target_options
-@endpoints_option
-@json_option
+@target_command
 def list_acls(subject_filter: str, resource_filter: str, brokers: tuple[str, ...], cluster: str | None,
               namesrv: bool, endpoints: str, as_json: bool) -> None:
     """List the ACLs of each target, an entry per row."""

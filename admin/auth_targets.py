@@ -19,7 +19,17 @@ from typing import Any, Generic, TypeVar
 
 import click
 
-from admin.common import EXIT_REFUSED, EXIT_UNREACHABLE, CommandError, parse_endpoints, print_json, run_admin
+from admin.common import (
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+    CommandError,
+    emit,
+    endpoints_option,
+    json_option,
+    parse_endpoints,
+    print_json,
+    run_admin,
+)
 from client.admin_api import AdminAPI
 from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseError
 
@@ -155,3 +165,25 @@ def report_failures(outcomes: Sequence[Outcome[Any]]) -> None:
     for outcome in outcomes:
         if outcome.error is not None:
             click.echo(f"{outcome.target.label}: {error_text(outcome.error)}", err=True)
+
+
+def show_rows(outcomes: Sequence[Outcome[Any]], rows: list[dict[str, Any]], columns: list[str], as_json: bool,
+              title: str) -> None:
+    """For reads: `rows` (each with an "at" key naming its target) as a table or JSON, the "at"
+    column kept only when there is more than one target; failed targets on stderr; then exits 1
+    or 2 when a target failed (`exit_code`)."""
+    if len(outcomes) > 1:
+        columns = ["at", *columns]
+    else:
+        for row in rows:
+            row.pop("at", None)
+    emit(rows, as_json, title=title, columns=columns)
+    report_failures(outcomes)
+    if exit_code(outcomes):
+        raise SystemExit(exit_code(outcomes))
+
+
+def target_command(command: F) -> F:
+    """`target_options`, `--endpoints` (with the connection options) and `--json`: what every user
+    and ACL command takes, in that order of parameters."""
+    return target_options(endpoints_option(json_option(command)))

@@ -8,21 +8,17 @@ as `admin.auth_targets`; calling these needs a Super user (`--access-key`) when 
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from admin.auth_targets import (
     Outcome,
     Selection,
-    exit_code,
     report_changes,
-    report_failures,
     run_on_targets,
-    target_options,
+    show_rows,
+    target_command,
 )
 from admin.base import admin_group, example_epilog
-from admin.common import emit, endpoints_option, json_option
 from auth.model import USER_TYPES, AuthModelError, check_username
 from client.admin_api import AdminAPI
 from protocol.bodies import UserInfo
@@ -58,9 +54,7 @@ def user_group() -> None:
                    "is visible to the host's other users).")
 @click.option("--user-type", "-t", type=_USER_TYPE, default="Normal", show_default=True,
               help="Super: may do everything; Normal: what its ACL allows.")
-@target_options
-@endpoints_option
-@json_option
+@target_command
 def create(username: str, password: str, user_type: str, brokers: tuple[str, ...], cluster: str | None,
            namesrv: bool, endpoints: str, as_json: bool) -> None:
     """Create a user (refused where it exists) on each target; only its derived key is sent."""
@@ -76,9 +70,7 @@ def create(username: str, password: str, user_type: str, brokers: tuple[str, ...
 @click.option("--user-type", "-t", type=_USER_TYPE, default=None, help="A new type: Super or Normal.")
 @click.option("--user-status", "-s", type=click.Choice(STATUSES), default=None,
               help="disable: the user's requests are refused until enabled again.")
-@target_options
-@endpoints_option
-@json_option
+@target_command
 def update(username: str, password: str | None, user_type: str | None, user_status: str | None,
            brokers: tuple[str, ...], cluster: str | None, namesrv: bool, endpoints: str, as_json: bool) -> None:
     """Change a user's password, type or status on each target; what is not given is kept."""
@@ -93,9 +85,7 @@ def update(username: str, password: str | None, user_type: str | None, user_stat
 @user_group.command("delete", epilog=example_epilog("rocketq admin user delete --username billing --cluster "
                                                     "DefaultCluster"))
 @_USERNAME
-@target_options
-@endpoints_option
-@json_option
+@target_command
 def delete(username: str, brokers: tuple[str, ...], cluster: str | None, namesrv: bool, endpoints: str,
            as_json: bool) -> None:
     """Delete a user, and its ACL, on each target."""
@@ -104,30 +94,15 @@ def delete(username: str, brokers: tuple[str, ...], cluster: str | None, namesrv
     report_changes(outcomes, f"deleted user {username}", as_json)
 
 
-def _rows(outcomes: list[Outcome[list[UserInfo]]]) -> list[dict[str, Any]]:
-    return [{"at": o.target.label, "username": user.username, "user_type": user.user_type,
-             "user_status": user.user_status} for o in outcomes for user in o.value or ()]
-
-
 def _show(outcomes: list[Outcome[list[UserInfo]]], as_json: bool, title: str) -> None:
-    rows = _rows(outcomes)
-    columns = ["username", "user_type", "user_status"]
-    if len(outcomes) > 1:
-        columns.insert(0, "at")
-    else:
-        for row in rows:
-            del row["at"]
-    emit(rows, as_json, title=title, columns=columns)
-    report_failures(outcomes)
-    if exit_code(outcomes):
-        raise SystemExit(exit_code(outcomes))
+    rows = [{"at": o.target.label, "username": user.username, "user_type": user.user_type,
+             "user_status": user.user_status} for o in outcomes for user in o.value or ()]
+    show_rows(outcomes, rows, ["username", "user_type", "user_status"], as_json, title)
 
 
 @user_group.command("get", epilog=example_epilog("rocketq admin user get --username billing -b 127.0.0.1:10911"))
 @_USERNAME
-@target_options
-@endpoints_option
-@json_option
+@target_command
 def get(username: str, brokers: tuple[str, ...], cluster: str | None, namesrv: bool, endpoints: str,
         as_json: bool) -> None:
     """Show a user's type and status on each target (never its key)."""
@@ -139,9 +114,7 @@ def get(username: str, brokers: tuple[str, ...], cluster: str | None, namesrv: b
 
 @user_group.command("list", epilog=example_epilog("rocketq admin user list --filter bill --cluster DefaultCluster"))
 @click.option("--filter", "-f", "name_filter", default="", help="Only users whose name contains this.")
-@target_options
-@endpoints_option
-@json_option
+@target_command
 def list_users(name_filter: str, brokers: tuple[str, ...], cluster: str | None, namesrv: bool, endpoints: str,
                as_json: bool) -> None:
     """List the users of each target, by name."""

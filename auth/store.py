@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from auth.model import AclEntry, AuthModelError, User, check_username
+from protocol.atomic import write_bytes_atomic
 from protocol.signing import signing_key
 
 FILE_MODE = 0o600
@@ -22,25 +23,6 @@ FILE_MODE = 0o600
 class AuthStoreError(ValueError):
     """A change that cannot be made (a user that exists already, or does not exist); the message
     says which."""
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Atomically replace `path` with `data`, readable by the owner only."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f"{path.name}.{threading.get_ident()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        os.fchmod(fd, FILE_MODE)
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 class AuthStore:
@@ -75,7 +57,7 @@ class AuthStore:
         data = {"users": [{"username": u.username, "signing_key": u.signing_key.hex(), "user_type": u.user_type,
                            "user_status": u.user_status} for u in users],
                 "acls": {name: [e.to_json() for e in entries] for name, entries in sorted(self._acls.items())}}
-        _write_private(self.path, json.dumps(data, indent=1).encode())
+        write_bytes_atomic(self.path, json.dumps(data, indent=1).encode(), FILE_MODE)
 
     # users
     def user(self, username: str) -> User | None:

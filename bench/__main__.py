@@ -31,6 +31,7 @@ from bench import (
     spark,
     sql92,
     tls,
+    txn_send,
 )
 from bench.common import Options, run, wait_for_quiet
 from bench.report import BenchResult, cpu_idle_line, format_table, write_result, write_summary
@@ -57,6 +58,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "spark_batch_read": spark.spark_batch_read,
     "spark_stream_latency": spark.spark_stream_latency,
     "auth_cost": auth.auth_cost,
+    "txn_send": txn_send.txn_send,
 }
 
 

@@ -16,10 +16,18 @@ from __future__ import annotations
 
 import ssl
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from bench.client_produce import batch_sender, create_topic, latency_summary, max_offsets, one_sender, stats_json
+from bench.client_produce import (
+    ProduceParams,
+    batch_sender,
+    create_topic,
+    latency_summary,
+    max_offsets,
+    one_sender,
+    stats_json,
+)
 from bench.common import BATCH_SIZE, PRODUCER_GROUP, CpuMeter, Options, drive, note_neighbours, running_broker
 from bench.report import BenchResult
 from client import Producer
@@ -29,15 +37,7 @@ from tests.tls_certs import make_certs
 SEND_TIMEOUT_MS = 10_000
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TlsParams:
-    one_messages: int
-    one_workers: int
-    batch_messages: int
-    batch_workers: int
-    time_limit_s: float
-    queues: int
-    body_bytes: int
+TlsParams = ProduceParams     # the same shape as client_produce's rows, other sizes
 
 
 FULL = TlsParams(one_messages=60_000, one_workers=64, batch_messages=320_000, batch_workers=32,

@@ -39,6 +39,9 @@ from broker.topics.recovery import recover_topic_configs
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfigManager
+from broker.transaction.bridge import TransactionBridge
+from broker.transaction.check_service import TransactionCheckService
+from broker.transaction.wiring import start_transactions
 from conf.broker import BrokerConfig
 from conf.namesrv import parse_namesrv_addr
 from conf.tls import broker_client_context, server_context
@@ -92,6 +95,8 @@ class Broker(Lifecycle):
         self.schedule: ScheduleService | None = None
         self.pop_service: PopService | None = None
         self.registration: NamesrvRegistration | None = None
+        self.transactions: TransactionBridge | None = None
+        self.transaction_check: TransactionCheckService | None = None
         self._server: RemotingServer | None = None
         self._store_lock = StoreLock(config.store.path)
         self._persist = ConfigPersistService(config.store.path / "config",
@@ -178,6 +183,10 @@ class Broker(Lifecycle):
                     notify_hold_run(topic, queue_id, queue_offset, units, properties)
             store.set_arrival_listener(on_arrival, on_arrival_run)
             await schedule.start()
+            self.transactions, self.transaction_check = await start_transactions(
+                config, store, self.topics, self.producers, self._address, self.clock.now_ms,
+                self.metrics.on_stored, self.metrics.on_transaction_dropped)
+            self.metrics.track_transactions(lambda: self.transactions.table.pending_count if self.transactions else 0)
             await hold.start()
             self.pop_service = build_pop_service(
                 store, self.retry_topics, self.clock.now_ms, cluster_name=config.cluster_name,
@@ -198,7 +207,7 @@ class Broker(Lifecycle):
             self.metrics.track_schedule(len(store.delay_levels), schedule.backlog)
             if config.metrics_port > 0:
                 self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port, tls)
-            handlers = build_handlers(self, store, hold, self.pop_service)
+            handlers = build_handlers(self, store, hold, self.transactions, self.pop_service)
             self.metrics.set_request_codes(handlers)
             self._dispatcher = Dispatcher(handlers, self.metrics.observe_request, config.max_in_flight_per_connection,
                                           max_in_flight_bytes_per_channel=config.max_unsent_bytes_per_connection,
@@ -242,6 +251,9 @@ class Broker(Lifecycle):
         if self._housekeeping is not None:
             await self._housekeeping.stop()
             self._housekeeping = None
+        if self.transaction_check is not None:
+            await self.transaction_check.stop()
+            self.transaction_check = None
         if self.schedule is not None:
             await self.schedule.stop()
             self.schedule = None

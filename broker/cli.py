@@ -275,12 +275,22 @@ def _start_options(command: _F) -> _F:
             help="Set any config key by its dotted name, e.g. --set long_polling.enable=false or "
                  "--set store.flush_disk_type=ASYNC_FLUSH. Repeatable; overrides the environment "
                  "and the config file."),
-        click.option(
-            "--insecure", is_flag=True,
-            help="Serve clients from any address with authentication off (protected_mode = false). "
-                 "Without it, a broker listening beyond loopback with authentication off refuses "
-                 "non-loopback clients (protected mode)."),
+        insecure_option("clients", "a broker"),
     ]
+    return with_options(command, options)
+
+
+def insecure_option(peers: str, server: str) -> Callable[[_F], _F]:
+    """`--insecure`: protected_mode = false (shared by `broker start` and `namesrv start`)."""
+    return click.option(
+        "--insecure", is_flag=True,
+        help=f"Serve {peers} from any address with authentication off (protected_mode = false). Without it, "
+             f"{server} listening beyond loopback with authentication off refuses non-loopback peers "
+             f"(protected mode).")
+
+
+def with_options(command: _F, options: Sequence[Callable[[_F], _F]]) -> _F:
+    """`command` with click `options` applied, the first listed first in --help."""
     for option in reversed(options):
         command = option(command)
     return command

@@ -34,6 +34,8 @@ from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.system_topics import SystemTopics
 from broker.topics.topic_config_manager import TopicConfigManager
+from broker.transaction.bridge import TransactionBridge
+from broker.transaction.processor import EndTransactionProcessor
 from conf.broker import BrokerConfig
 from protocol.clock import Clock
 from protocol.codes import RequestCode
@@ -67,13 +69,14 @@ class BrokerParts(Protocol):
 
 
 def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
+                   transactions: TransactionBridge | None = None,
                    pop_service: PopService | None = None) -> dict[int, Handler]:
     """Request code -> handler: every processor of the broker, built over its managers and services."""
     config = broker.config
     system_topics = SystemTopics(cluster_name=config.cluster_name, broker_name=config.broker_name)
     send = SendMessageProcessor(store, broker.topics, broker.address, config.store.max_message_bytes,
                                 broker.metrics.on_stored, broker.retry_topics, broker.metrics.on_dlq,
-                                config.max_properties_bytes)
+                                config.max_properties_bytes, transactions)
     send_back = SendBackProcessor(store, broker.retry_topics, broker.address, broker.metrics.on_dlq,
                                   config.max_properties_bytes)
     pull = PullMessageProcessor(store, broker.topics, broker.groups, broker.consumers, broker.offsets, hold,
@@ -132,5 +135,7 @@ def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
         RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
         RequestCode.LOCK_BATCH_MQ: locks.lock_batch_mq,
         RequestCode.UNLOCK_BATCH_MQ: locks.unlock_batch_mq,
+        **({RequestCode.END_TRANSACTION: EndTransactionProcessor(transactions).process}
+           if transactions is not None else {}),
         **auth_handlers(broker.auth),
     }

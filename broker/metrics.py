@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
@@ -35,7 +35,7 @@ from broker.metric_tables import (
 )
 from broker.remoting.guard import CLOSE_REASONS
 from protocol.codes import RequestCode, ResponseCode
-from protocol.metrics_http import MetricsHttpServer
+from protocol.metrics_http import MetricsEndpoint
 from protocol.tls_accept import TlsAcceptor
 
 UNKNOWN_REQUEST_CODE = "unknown"
@@ -56,7 +56,7 @@ class _Exposition(CollectorRegistry):
             yield from part.collect()
 
 
-class BrokerMetrics:
+class BrokerMetrics(MetricsEndpoint):
     def __init__(self, cluster: str, node_id: str, store_path: Path | None = None, *,
                  max_label_sets: int = DEFAULT_MAX_LABEL_SETS) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -93,6 +93,13 @@ class BrokerMetrics:
         self.schedule_backlog = self._register(Gauge(
             "rocketq_schedule_backlog_messages", "Delayed messages stored but not yet delivered, per delay level.",
             [*common, "delay_level"], registry=None))
+        self.transactions_dropped = self._register(Counter(
+            "rocketq_transaction_dropped", "Half messages dropped after transaction_check_max check-backs.",
+            common, registry=None))
+        self._dropped_child = self.transactions_dropped.labels(**self._labels)
+        self.transactions_pending = self._register(Gauge(
+            "rocketq_transaction_pending_messages", "Half messages neither committed nor rolled back yet.",
+            common, registry=None))
         self.store_writable = self._register(Gauge(
             "rocketq_store_writable", "1 while the store takes sends; 0 when refused (disk full or a write error).",
             common, registry=None))
@@ -104,7 +111,6 @@ class BrokerMetrics:
             common, registry=None))
         self._state: BrokerStateCollector | None = None
         self._store_path = store_path
-        self._http: MetricsHttpServer | None = None
         self._render_lock = asyncio.Lock()
 
     @property
@@ -200,6 +206,12 @@ class BrokerMetrics:
     def on_dlq(self, group: str) -> None:
         self.send_to_dlq.row((group,))[0] += 1
 
+    def on_transaction_dropped(self) -> None:
+        self._dropped_child.inc()
+
+    def track_transactions(self, pending: Callable[[], int]) -> None:
+        self.transactions_pending.labels(**self._labels).set_function(pending)
+
     def track_schedule(self, levels: int, backlog: Callable[[int], int]) -> None:
         """`backlog(level)` for levels 1..`levels`, read at scrape time."""
         for level in range(1, levels + 1):
@@ -210,17 +222,8 @@ class BrokerMetrics:
         """Serve /metrics on host:port (0: any free port), HTTPS only with `tls` (the broker port's
         context and handshake timeout); returns the port. Raises `OSError` naming the metrics
         endpoint when the port is taken."""
-        http = MetricsHttpServer(self.render)
         try:
-            bound = await http.start(host, port, ssl_context=tls.context if tls else None,
-                                     handshake_timeout_ms=tls.handshake_timeout_ms if tls else 0)
+            return await self.serve_metrics(self.render, host, port, tls)
         except OSError as err:
             raise OSError(err.errno, f"cannot serve metrics on {host}:{port}: {err.strerror}; set "
                           f"metrics_port to a free port, or 0 to turn the endpoint off", "metrics_port") from err
-        self._http = http
-        return bound
-
-    async def close(self) -> None:
-        http, self._http = self._http, None
-        if http is not None:
-            await http.close()

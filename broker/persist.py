@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from broker.atomic import write_bytes_atomic
+from protocol.atomic import write_bytes_atomic
 from protocol.errors import ServiceNotAvailable
 from protocol.service import Service
 

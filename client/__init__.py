@@ -27,6 +27,7 @@ from client.consumer.simple_consumer import SimpleConsumer
 from client.errors import ClientStateError
 from client.producer.producer import Producer
 from client.producer.selector import SelectMessageQueueByHash, SelectMessageQueueByRandom
+from client.producer.transaction_producer import TransactionListener, TransactionProducer, TransactionSendResult
 from protocol.errors import (
     ConnectionClosed,
     MQError,
@@ -40,15 +41,16 @@ from protocol.errors import (
 from protocol.message import Message, MessageExt
 from protocol.model import ConsumeFromWhere, MessageModel, MessageQueue
 from protocol.signing import Credentials
+from protocol.transaction import LocalTransactionState
 
 __all__ = [
     "AllocateMachineRoomNearby", "AllocateMessageQueueAveragely", "AllocateMessageQueueAveragelyByCircle",
-    "AllocateMessageQueueByConfig", "AllocateMessageQueueByMachineRoom",
-    "AllocateMessageQueueConsistentHash", "ClientStateError", "ConnectionClosed",
-    "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus", "ConsumeFromWhere", "ConsumeOrderlyContext",
-    "ConsumeOrderlyStatus", "Credentials", "MQError", "Message", "MessageExt", "MessageModel",
-    "MessageQueue", "MessageSelector", "MessageView", "NoPermission", "Producer", "PullConsumer",
-    "PullResult", "PushConsumer", "ReceiptHandleExpired", "RequestTimeout", "ResponseError",
-    "SelectMessageQueueByHash", "SelectMessageQueueByRandom", "SendResult", "SendStatus", "SimpleConsumer",
-    "SubscriptionParseFailed", "TopicNotExist",
+    "AllocateMessageQueueByConfig", "AllocateMessageQueueByMachineRoom", "AllocateMessageQueueConsistentHash",
+    "ClientStateError", "ConnectionClosed", "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus",
+    "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "Credentials",
+    "LocalTransactionState", "MQError", "Message", "MessageExt", "MessageModel", "MessageQueue",
+    "MessageSelector", "MessageView", "NoPermission", "Producer", "PullConsumer", "PullResult", "PushConsumer",
+    "ReceiptHandleExpired", "RequestTimeout", "ResponseError", "SelectMessageQueueByHash",
+    "SelectMessageQueueByRandom", "SendResult", "SendStatus", "SimpleConsumer", "SubscriptionParseFailed",
+    "TopicNotExist", "TransactionListener", "TransactionProducer", "TransactionSendResult",
 ]

@@ -32,6 +32,7 @@ from protocol.headers import (
     ConsumerGroupRequestHeader,
     CreateSubscriptionGroupRequestHeader,
     CreateTopicRequestHeader,
+    EndTransactionRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
     GetRouteInfoRequestHeader,
     OffsetResponseHeader,
@@ -214,6 +215,12 @@ class ClientAPI:
         """SEND_BATCH_MESSAGE; the result names `broker_name` and carries `uniq_keys` as given."""
         response = await self._call(address, request(RequestCode.SEND_BATCH_MESSAGE, header, body), timeout_ms)
         return _batch_result(response.fields, header.topic, broker_name, uniq_keys)
+
+    async def end_transaction(self, address: str, header: EndTransactionRequestHeader,
+                              timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        """END_TRANSACTION; raises the broker's refusal (`SystemError_` for an unknown or resolved
+        half message)."""
+        await self._call(address, request(RequestCode.END_TRANSACTION, header), timeout_ms)
 
     # -- consuming ---------------------------------------------------------------------------------
 

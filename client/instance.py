@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from client.api import ClientAPI
@@ -144,6 +144,8 @@ class ClientInstance:
         self.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         self.remoting.register_handler(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
         self.remoting.register_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
+        self.transaction_checkers: dict[str, Callable[[Channel, RemotingCommand], None]] = {}  # by producer group
+        self.remoting.register_handler(RequestCode.CHECK_TRANSACTION_STATE, self._on_check_transaction)
         self.remoting.on_reconnect = self._on_reconnect
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._metrics: ClientMetrics | None = None
@@ -357,6 +359,12 @@ class ClientInstance:
         task = asyncio.get_running_loop().create_task(reset_logged())
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
+
+    def _on_check_transaction(self, channel: Channel, cmd: RemotingCommand) -> None:
+        """CHECK_TRANSACTION_STATE (one-way): to the transaction producer of the named group."""
+        checker = self.transaction_checkers.get(str(cmd.fields.get("producer_group")))
+        if checker is not None:
+            checker(channel, cmd)
 
     def _on_ids_changed(self, channel: Channel, cmd: RemotingCommand) -> None:
         log.debug("%s: consumers of %s changed", self.client_id, cmd.fields.get("consumer_group"))

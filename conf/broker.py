@@ -25,8 +25,9 @@ class LongPollingConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfig:
     RANGES: ClassVar[Mapping[str, Range]] = MappingProxyType({
-        "max_requests_per_step": Range(low=0), "pop_max_in_flight_per_queue": Range(low=1),
-        "pop_revive_interval_ms": Range(low=1)})
+        "max_requests_per_step": Range(low=0), "transaction_timeout_ms": Range(0, 86_400_000),
+        "transaction_check_interval_ms": Range(10, 86_400_000), "transaction_check_max": Range(1, 1_000),
+        "pop_max_in_flight_per_queue": Range(low=1), "pop_revive_interval_ms": Range(low=1)})
 
     listen_host: str = "127.0.0.1"                # address clients connect to; "0.0.0.0" for all interfaces
     listen_port: int = 10911                      # TCP port (RocketMQ's default); 0 picks a free port
@@ -69,6 +70,9 @@ class BrokerConfig:
     sql92_max_depth: int = 64                     # parentheses / NOT / sign nesting of an SQL92 expression
     sql92_max_terms: int = 1_024                  # conditions joined by AND / OR in one SQL92 expression
     sql92_compile_cache_bytes: int = 32 * 1024 * 1024  # compiled SQL92 expressions kept, by estimated size
+    transaction_timeout_ms: int = 6_000           # a half message unresolved this long is checked back
+    transaction_check_interval_ms: int = 60_000   # how often pending half messages are scanned
+    transaction_check_max: int = 15               # check-backs before a half message is dropped (and counted)
     protected_mode: bool = True                   # auth off and listening beyond loopback: refuse non-loopback peers
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
     store: StoreConfig = field(default_factory=StoreConfig)

@@ -20,8 +20,10 @@ from broker.cli import (
     LOG_FORMAT,
     describe_start_failure,
     event_loop_factory,
+    insecure_option,
     parse_sets,
     serve_until_signalled,
+    with_options,
 )
 from conf import ConfigError, load
 from conf.namesrv import ENV_PREFIX, NamesrvConfig
@@ -78,14 +80,9 @@ def _start_options(command: _F) -> _F:
                      help=f"TCP port; 0 picks a free one (the log shows which). [default: {defaults.listen_port}]"),
         click.option("--set", "sets", metavar="KEY=VALUE", multiple=True,
                      help="Set any config key, e.g. --set broker_channel_expired_time_ms=30000. Repeatable."),
-        click.option("--insecure", is_flag=True,
-                     help="Serve brokers and clients from any address with authentication off (protected_mode = "
-                          "false). Without it, listening beyond loopback with authentication off refuses "
-                          "non-loopback peers (protected mode)."),
+        insecure_option("brokers and clients", "a name server"),
     ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    return with_options(command, options)
 
 
 def _start(config_path: Path | None, listen_host: str | None, listen_port: int | None,

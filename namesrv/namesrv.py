@@ -41,7 +41,7 @@ from protocol.command import RemotingCommand
 from protocol.errors import ConnectionClosed, NoPermission, ResponseError, SystemError_, TopicNotExist
 from protocol.headers import GetRouteInfoRequestHeader, RegisterBrokerRequestHeader
 from protocol.lifecycle import Lifecycle
-from protocol.metrics_http import MetricsHttpServer
+from protocol.metrics_http import MetricsEndpoint
 from protocol.service import PeriodicService
 from protocol.tls_accept import TlsAcceptor
 from protocol.topics import check_topic
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[RemotingCommand], RemotingCommand]
 
 
-class NamesrvMetrics:
+class NamesrvMetrics(MetricsEndpoint):
     """The name server's own registry: requests by code, live brokers, topics, expired brokers."""
 
     def __init__(self, routes: RouteInfoManager) -> None:
@@ -63,22 +63,12 @@ class NamesrvMetrics:
             lambda: len(routes.broker_live_table))
         Gauge("rocketq_namesrv_topics", "Topics some live broker serves.", registry=self.registry).set_function(
             lambda: len(routes.topic_queue_table))
-        self._http: MetricsHttpServer | None = None
 
     async def serve(self, host: str, port: int, tls: TlsAcceptor | None = None) -> int:
         """/metrics on host:port (0: a free port; HTTPS only with `tls`); returns the port."""
         async def render() -> bytes:
             return generate_latest(self.registry)     # a few gauges: cheap enough for the loop
-        http = MetricsHttpServer(render)
-        port = await http.start(host, port, ssl_context=tls.context if tls else None,
-                                handshake_timeout_ms=tls.handshake_timeout_ms if tls else 0)
-        self._http = http
-        return port
-
-    async def close(self) -> None:
-        http, self._http = self._http, None
-        if http is not None:
-            await http.close()
+        return await self.serve_metrics(render, host, port, tls)
 
 
 class NameServer(Lifecycle):

@@ -362,6 +362,40 @@ class ListAclsRequestHeader(Header):
     resource_filter: str | None = None
 
 
+@header
+class EndTransactionRequestHeader(Header):
+    """END_TRANSACTION (37), producer → broker (RocketMQ `EndTransactionRequestHeader`): resolve
+    the half message at `commit_log_offset` / `tran_state_table_offset` (its queue offset in
+    RMQ_SYS_TRANS_HALF_TOPIC) of `producer_group`. `commit_or_rollback`: 8 commit, 12 rollback,
+    0 unknown (`protocol.transaction`). `topic` is the message's real topic (what authorization
+    checks Pub on, as RocketMQ 5.3's header)."""
+
+    producer_group: str
+    topic: str
+    tran_state_table_offset: Offset
+    commit_log_offset: Offset
+    commit_or_rollback: Int32
+    from_transaction_check: bool = False
+    msg_id: str | None = None
+    transaction_id: str | None = None
+
+
+@header
+class CheckTransactionStateRequestHeader(Header):
+    """CHECK_TRANSACTION_STATE (39), broker → producer, one-way (RocketMQ
+    `CheckTransactionStateRequestHeader`); the body is the half message as a stored array (its real
+    topic and queue), as a pull body carries it."""
+
+    producer_group: str
+    topic: str
+    tran_state_table_offset: Offset
+    commit_log_offset: Offset
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None
+    broker_name: str = ""
+
+
 # -- POP consumption (RocketMQ 5's PopMessageRequestHeader & co., fields in snake_case) -------------
 
 @header

@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from protocol.tls_accept import TlsAcceptor
+
 log = logging.getLogger(__name__)
 
 Render = Callable[[], Awaitable[bytes]]
@@ -87,3 +89,24 @@ class MetricsHttpServer:
         if self._handlers:
             await asyncio.gather(*self._handlers, return_exceptions=True)
         await server.wait_closed()
+
+
+class MetricsEndpoint:
+    """What a metrics holder (the broker's, the name server's) needs to serve its /metrics:
+    `serve_metrics(render, host, port, tls)` starts a `MetricsHttpServer` (HTTPS with `tls`: the
+    server port's context and handshake timeout) and returns the bound port; `close()` stops it."""
+
+    _http: MetricsHttpServer | None = None
+
+    async def serve_metrics(self, render: Callable[[], Awaitable[bytes]], host: str, port: int,
+                            tls: TlsAcceptor | None) -> int:
+        http = MetricsHttpServer(render)
+        bound = await http.start(host, port, ssl_context=tls.context if tls else None,
+                                 handshake_timeout_ms=tls.handshake_timeout_ms if tls else 0)
+        self._http = http
+        return bound
+
+    async def close(self) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()

@@ -8,6 +8,9 @@ import re
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"        # transactional half messages (queue 0)
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"  # their resolutions ("d") and check-backs ("c")
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"  # half messages dropped after the last check
 MAX_TOPIC_LENGTH = 127
 MAX_GROUP_LENGTH = 255
 _NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")

@@ -10,6 +10,7 @@ Producing and consuming, as RocketMQ:
   ACK_MESSAGE, BATCH_ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, NOTIFICATION the same (RocketMQ 5.3's
   `@RocketMQAction`).
 - QUERY_CONSUMER_OFFSET: Sub or Get on the topic and the group; UPDATE_CONSUMER_OFFSET: Sub or Update.
+- END_TRANSACTION: Pub on its (real) topic, as RocketMQ 5.3's `EndTransactionRequestHeader`.
 - CONSUMER_SEND_MSG_BACK, GET_CONSUMER_LIST_BY_GROUP (Sub or Get), UNREGISTER_CLIENT (its
   consumer group, if any): Sub on the group.
 - HEART_BEAT, CHECK_CLIENT_CONFIG: Sub on each consumer group and each subscribed topic (retry
@@ -124,6 +125,7 @@ BROKER_CODE_MAP: dict[int, RequirementBuilder] = {
     RequestCode.QUERY_CONSUMER_OFFSET: on_group_and_topic(SUB_OR_GET),
     RequestCode.UPDATE_CONSUMER_OFFSET: on_group_and_topic(("Sub", "Update")),
     RequestCode.CONSUMER_SEND_MSG_BACK: on_group(SUB, "group"),
+    RequestCode.END_TRANSACTION: on_topic(PUB),
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: on_group(SUB_OR_GET),
     RequestCode.HEART_BEAT: heart_beat,
     RequestCode.UNREGISTER_CLIENT: unregister_client,

@@ -24,10 +24,10 @@ from typing import Any
 
 import msgpack
 
-from broker.atomic import write_bytes_atomic
 from broker.processors.send_message import check_put
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageStatus
+from protocol.atomic import write_bytes_atomic
 from protocol.message import F_BODY
 
 log = logging.getLogger(__name__)

@@ -21,6 +21,7 @@ from broker.store.results import PutMessageResult, PutMessageStatus
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.system_topics import require_sendable
 from broker.topics.topic_config_manager import TopicConfigManager
+from broker.transaction.bridge import TransactionBridge
 from protocol import native
 from protocol.codes import FLAG_RESPONSE, ResponseCode
 from protocol.command import RemotingCommand
@@ -40,6 +41,7 @@ from protocol.message import (
     msg_id_prefix,
     offset_msg_ids,
 )
+from protocol.transaction import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED
 
 MessagesIn = Callable[[str, int, int], None]   # (topic, message count, bytes)
 DlqCounter = Callable[[str], None]             # (consumer_group) per message sent to a DLQ
@@ -134,8 +136,10 @@ class SendMessageProcessor:
 
     def __init__(self, store: MessageStore, topics: TopicConfigManager, store_host: str,
                  max_message_bytes: int, on_stored: MessagesIn, retry_topics: RetryTopics,
-                 on_dlq: DlqCounter, max_properties_bytes: int = MAX_PROPERTIES_BYTES) -> None:
+                 on_dlq: DlqCounter, max_properties_bytes: int = MAX_PROPERTIES_BYTES,
+                 transactions: TransactionBridge | None = None) -> None:
         self._store, self._topics, self._store_host = store, topics, store_host
+        self._transactions = transactions       # None: TRAN_MSG sends refused
         self._max_message_bytes = max_message_bytes
         self._max_properties_bytes = max_properties_bytes
         self._on_stored = on_stored
@@ -170,6 +174,7 @@ class SendMessageProcessor:
                 # the int32 / int64 ranges of the header (literals: this runs for every send)
                 or not -0x80000000 <= flag <= 0x7FFFFFFF or not 0 <= born_timestamp <= 0x7FFFFFFFFFFFFFFF
                 or not 0 <= reconsume_times <= 0x7FFFFFFF or PROPERTY_DELAY_TIME_LEVEL in properties
+                or PROPERTY_TRANSACTION_PREPARED in properties
                 or (topic, queue_id, group) not in self._checked_sends()):
             return self._process_typed(ctx, request)
         max_reconsume_times = fields.get("max_reconsume_times")
@@ -216,6 +221,8 @@ class SendMessageProcessor:
         refusal = self._store.write_refusal         # create no topic for a send that is refused
         if refusal is not None:
             raise ServiceNotAvailable(refusal)
+        if properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
+            return self._prepare(ctx, request, header, body)
         dlq_group = None
         if topic[0] == "%":                 # %RETRY%<group>: the consumer's fallback path (§9)
             topic, queue_id, properties, dlq_group = self._retry_topics.route_send(
@@ -238,6 +245,35 @@ class SendMessageProcessor:
                 msg_id=make_msg_id(self._store_host, result.commit_log_offsets[0]),
                 queue_id=header.queue_id, queue_offset=result.queue_offset))
             self._stored(topic, 1, len(body), dlq_group)
+            return response, result.end_offset
+        return answer_put(self._store, topics, topic, put, lambda: topics.for_send(topic, queue_id))
+
+    def _prepare(self, ctx: RequestContext, request: RemotingCommand, header: SendMessageRequestHeader,
+                 body: bytes) -> Answer:
+        """A half message (TRAN_MSG "true", RocketMQ `SendMessageProcessor`'s transactional branch):
+        stored by the transaction bridge; the answer's queue_offset is its offset in the half
+        queue (the END_TRANSACTION `tran_state_table_offset`), its queue_id the real one. Refused:
+        no bridge (NO_PERMISSION, as a broker with transactions off), a retry topic or a DELAY
+        level (MESSAGE_ILLEGAL: a half message is neither retried nor delayed)."""
+        transactions = self._transactions
+        topic, queue_id, properties = header.topic, header.queue_id, header.properties
+        if transactions is None:
+            raise NoPermission("this broker does not take transactional messages")
+        if topic[0] == "%" or PROPERTY_DELAY_TIME_LEVEL in properties:
+            raise MessageIllegal("a transactional message cannot go to a retry topic or have a DELAY level")
+        topics = self._topics
+        topics.for_send(topic, queue_id)
+        # checked back on the group that sent it, whatever PGROUP the client wrote
+        properties = {**properties, PROPERTY_PRODUCER_GROUP: header.producer_group}
+
+        def put() -> tuple[RemotingCommand, int]:
+            result = transactions.prepare(topic=topic, queue_id=queue_id, body=body, properties=properties,
+                                          flag=header.flag, born_timestamp=header.born_timestamp,
+                                          born_host=ctx.client_addr, reconsume_times=header.reconsume_times)
+            check_put(result)
+            response = request.response(header=SendMessageResponseHeader(
+                msg_id=make_msg_id(self._store_host, result.commit_log_offsets[0]), queue_id=queue_id,
+                queue_offset=result.queue_offset))
             return response, result.end_offset
         return answer_put(self._store, topics, topic, put, lambda: topics.for_send(topic, queue_id))
 

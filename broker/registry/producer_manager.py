@@ -23,6 +23,10 @@ class ProducerManager:
         for group in [g for g, chans in self._groups.items() if channel in chans]:
             self.unregister(group, channel)
 
+    def channels_of(self, group: str) -> list[Channel]:
+        """The connections of `group`'s producers (for a transaction check-back)."""
+        return list(self._groups.get(group, ()))
+
     def expired_channels(self, now_ms: int, timeout_ms: int) -> list[Channel]:
         return [ch for chans in self._groups.values() for ch, (_, at) in chans.items()
                 if now_ms - at > timeout_ms]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgpack
 
-from broker.atomic import write_bytes_atomic
+from protocol.atomic import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 

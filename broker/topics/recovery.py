@@ -8,7 +8,7 @@ until someone creates it again, and a send auto-creates it with the default 4 qu
 queues 4.. of a wider topic unreachable. We rebuild it and say so in a warning per topic.
 
 Topics deleted on purpose are remembered in `topics.json` (`deleted_topics`) and never come
-back; `SCHEDULE_TOPIC_XXXX` has no config by design."""
+back; `SCHEDULE_TOPIC_XXXX` and the transaction topics (half, op, check-max) have no config by design."""
 
 from __future__ import annotations
 
@@ -19,11 +19,18 @@ from broker.topics.retry_topics import DLQ_PERM
 from broker.topics.topic_config_manager import TopicConfig, TopicConfigManager
 from protocol.codes import Perm
 from protocol.errors import ServiceNotAvailable, SystemError_
-from protocol.topics import SCHEDULE_TOPIC, is_dlq_topic, is_retry_topic
+from protocol.topics import (
+    SCHEDULE_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    is_dlq_topic,
+    is_retry_topic,
+)
 
 log = logging.getLogger(__name__)
 
-INTERNAL_TOPICS = frozenset({SCHEDULE_TOPIC})
+INTERNAL_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
 MAX_QUEUE_NUMS = 1024
 
 

@@ -109,11 +109,13 @@ async def _scrape(port: int) -> int:
 async def test_sends_are_not_stalled_while_a_large_exposition_is_scraped(tmp_path: Path) -> None:
     """1,000 topics x 4 queues with committed offsets: ~2.3 MB of /metrics, which took ~300 ms on the
     event loop (a send waited as long); rendered in a thread, a send's p99 meanwhile stays under
-    50 ms (#35's target) with the C modules built. On the pure-Python twins (`make test-pure`) a send
-    shares the GIL with the rendering thread and took 50-52 ms on a loaded 2-core CI machine while a
-    render took ~300 ms: there the bound is half of one render, measured in the same run (a render on
-    the loop makes a send wait all of it). The broker runs in its own process, as in production: the
-    test's client does not share its loop."""
+    50 ms (#35's target) with the C modules built, or under 3 times the p99 of the same probe measured
+    just before the scrapes when the machine is loaded (a CI run beside other work: 63 ms with
+    renders of 453 ms). On the pure-Python twins (`make test-pure`) a send shares the GIL with the
+    rendering thread (50-52 ms on a loaded 2-core CI machine while a render took ~300 ms): there the
+    bound is half of one render. Every bound is far below a render on the loop, which makes a send
+    wait all of it. The broker runs in its own process, as in production: the test's client does
+    not share its loop."""
     metrics_port = _free_port()
     async with BrokerSubprocess(tmp_path / "store", settings={"metrics_port": str(metrics_port)}) as broker:
         remoting = RemotingClient()
@@ -124,7 +126,11 @@ async def test_sends_are_not_stalled_while_a_large_exposition_is_scraped(tmp_pat
                 await asyncio.gather(*(api.create_topic(broker.address, t, 4) for t in topics[start:start + 250]))
                 await asyncio.gather(*(api.update_consumer_offset(broker.address, "g", t, q, 0, oneway=False)
                                        for t in topics[start:start + 250] for q in range(4)))
-            await send(api, broker.address, "probe")
+            idle_ms: list[float] = []
+            for _ in range(100):
+                started = time.perf_counter()
+                await send(api, broker.address, "probe")
+                idle_ms.append((time.perf_counter() - started) * 1000)
             latencies_ms: list[float] = []
             scraping = True
 
@@ -146,6 +152,7 @@ async def test_sends_are_not_stalled_while_a_large_exposition_is_scraped(tmp_pat
     assert len(latencies_ms) >= 10, f"only {len(latencies_ms)} sends in {scrape_ms:.0f} ms of scrapes"
     p99 = latencies_ms[int(len(latencies_ms) * 0.99)]
     render_ms = scrape_ms / len(sizes)
-    bound_ms = 50 if native.speedups() is not None else render_ms / 2
-    assert p99 < bound_ms, (f"p99 send latency {p99:.1f} ms (max {latencies_ms[-1]:.1f}) "
-                                 f"during {scrape_ms:.0f} ms of scrapes ({render_ms:.0f} ms each)")
+    idle_p99 = sorted(idle_ms)[98]
+    bound_ms = max(50, 3 * idle_p99) if native.speedups() is not None else render_ms / 2
+    assert p99 < bound_ms, (f"p99 send latency {p99:.1f} ms (max {latencies_ms[-1]:.1f}, idle p99 {idle_p99:.1f}) "
+                            f"during {scrape_ms:.0f} ms of scrapes ({render_ms:.0f} ms each)")

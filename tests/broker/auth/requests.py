@@ -30,6 +30,7 @@ from protocol.headers import (
     CreateUserRequestHeader,
     DeleteAclRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
+    EndTransactionRequestHeader,
     GetAclRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsRequestHeader,
@@ -92,6 +93,9 @@ def broker_requests(broker: Broker, msg_id: str, commit_log_offset: int) -> dict
                                                                                queue_id=0, commit_offset=1)),
         request(code.CONSUMER_SEND_MSG_BACK, ConsumerSendMsgBackRequestHeader(
             commit_log_offset=commit_log_offset, group=GROUP, origin_msg_id=msg_id, origin_topic=TOPIC)),
+        request(code.END_TRANSACTION, EndTransactionRequestHeader(
+            producer_group="pg", topic=TOPIC, tran_state_table_offset=0, commit_log_offset=commit_log_offset,
+            commit_or_rollback=8)),
         request(code.GET_CONSUMER_LIST_BY_GROUP, consumer_group),
         request(code.POP_MESSAGE, PopMessageRequestHeader(consumer_group=GROUP, topic=TOPIC, queue_id=0,
                                                           max_msg_nums=1, invisible_time=60_000)),

@@ -1,0 +1,1 @@
+"""Transactional (half) messages: the pure state, the store bridge, END_TRANSACTION and the check service."""

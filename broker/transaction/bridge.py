@@ -1,0 +1,230 @@
+"""`TransactionBridge`: transactional messages in the store (RocketMQ `TransactionalMessageBridge`
+and `EndTransactionProcessor`'s store side). Half messages go to RMQ_SYS_TRANS_HALF_TOPIC queue 0
+with their real topic and queue in REAL_TOPIC / REAL_QID; a resolution (commit, rollback, drop) is
+an op record tagged "d" in RMQ_SYS_TRANS_OP_HALF_TOPIC queue 0 whose body is the half's queue
+offset; a check-back an op record tagged "c". Both topics are in the commit log, so a restart (or a
+kill -9) rebuilds the `TransactionTable` from them (`rebuild`).
+
+Where we differ from RocketMQ, and why:
+- A check-back does not re-append the half message (RocketMQ's `putBackHalfMsgQueue`, which gives
+  it a new offset and the new TRANSACTION_CHECK_TIMES): it writes a "c" op record. The half keeps
+  one identity, so a commit is accepted once only, whichever check or send it answers; a second
+  commit (a duplicate, a late answer to an earlier check) is refused and delivers nothing.
+- END_TRANSACTION for an unknown or already resolved half is an error (SYSTEM_ERROR naming which),
+  where RocketMQ would write the real message again.
+- The timeout counts from the half's store time (the broker's clock), not the producer's born time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from broker.store.message_store import MessageStore
+from broker.store.record import RecordError, decode_stored_fields
+from broker.store.results import PutMessageResult, PutMessageStatus
+from broker.topics.topic_config_manager import TopicConfigManager
+from broker.transaction.state import HalfState, TransactionTable
+from protocol.errors import ServiceNotAvailable, SystemError_
+from protocol.headers import EndTransactionRequestHeader
+from protocol.message import (
+    F_BODY,
+    F_FLAG,
+    F_PROPERTIES,
+    F_STORE_TIMESTAMP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
+    encode_stored_message,
+    stored_origin,
+)
+from protocol.topics import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from protocol.transaction import (
+    OP_TAG_CHECKED,
+    OP_TAG_REMOVED,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    decode_op_body,
+    encode_op_body,
+)
+
+log = logging.getLogger(__name__)
+_UNITS_PER_READ = 4096
+MessagesIn = Callable[[str, int, int], None]
+
+
+class TransactionBridge:
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, table: TransactionTable, store_host: str,
+                 now_ms: Callable[[], int], on_stored: MessagesIn) -> None:
+        self._store, self._topics, self.table = store, topics, table
+        self._store_host, self._now_ms, self._on_stored = store_host, now_ms, on_stored
+
+    # -- start-up --------------------------------------------------------------------------------
+
+    def rebuild(self) -> None:
+        """Rebuild the table from the half and op queues as the store recovered them (RocketMQ
+        rebuilds the same from its op-queue scan, per check pass): every retained half, then every
+        op, then the store time of each half still pending."""
+        store = self._store
+        half_min = store.get_min_offset(TRANS_HALF_TOPIC, 0)
+        self.table = table = TransactionTable(base=half_min)
+        for half_offset, (commit_log_offset, _, _) in self._units(TRANS_HALF_TOPIC, half_min):
+            table.add_half(half_offset, commit_log_offset, 0)
+        for _, (commit_log_offset, size, _) in self._units(TRANS_OP_HALF_TOPIC,
+                                                          store.get_min_offset(TRANS_OP_HALF_TOPIC, 0)):
+            payload = store.read_payload(commit_log_offset, size)
+            try:
+                if payload is None:
+                    raise RecordError("gone")
+                fields = decode_stored_fields(payload)
+            except RecordError:
+                continue
+            tag = fields[F_PROPERTIES].get(PROPERTY_TAGS)
+            for half_offset in decode_op_body(bytes(fields[F_BODY])):
+                if tag == OP_TAG_REMOVED:
+                    table.remove(half_offset)
+                elif tag == OP_TAG_CHECKED:
+                    table.checked(half_offset)
+        for half in table.pending.values():
+            half_fields = store.look_message_fields(half.commit_log_offset)
+            half.stored_at_ms = int(half_fields[F_STORE_TIMESTAMP]) if half_fields is not None else 0
+        if table.pending_count:
+            log.info("transactions: %d half messages pending after start-up", table.pending_count)
+
+    def _units(self, topic: str, queue_offset: int) -> Any:
+        store = self._store
+        end = store.get_max_offset(topic, 0)
+        while queue_offset < end:
+            units = store.read_queue_units(topic, 0, queue_offset, _UNITS_PER_READ)
+            if not units:
+                queue_offset += 1       # a hole (a file being removed): step over it
+                continue
+            for unit in units:
+                yield queue_offset, unit
+                queue_offset += 1
+
+    # -- half messages ---------------------------------------------------------------------------
+
+    def prepare(self, *, topic: str, queue_id: int, body: bytes, properties: dict[str, str], flag: int,
+                born_timestamp: int, born_host: str, reconsume_times: int) -> PutMessageResult:
+        """Store a half message (RocketMQ `parseHalfMessageInner`): in the half topic, queue 0,
+        with REAL_TOPIC / REAL_QID; pending in the table from now on."""
+        half_properties = {**properties, PROPERTY_REAL_TOPIC: topic, PROPERTY_REAL_QUEUE_ID: str(queue_id)}
+        result = self._store.put_message(topic=TRANS_HALF_TOPIC, queue_id=0, body=body, properties=half_properties,
+                                         flag=flag, born_timestamp=born_timestamp, born_host=born_host,
+                                         reconsume_times=reconsume_times)
+        if result.ok:
+            self.table.add_half(result.queue_offset, result.commit_log_offsets[0], self._now_ms())
+        return result
+
+    def half_message(self, commit_log_offset: int) -> list[Any] | None:
+        """The stored fields of the half at `commit_log_offset`, None when there is none there."""
+        fields = self._store.look_message_fields(commit_log_offset)
+        if fields is None or fields[0] != TRANS_HALF_TOPIC:
+            return None
+        return fields
+
+    def check_body(self, half_offset: int, fields: list[Any], checks: int) -> bytes:
+        """The CHECK_TRANSACTION_STATE body: the half as a stored array with its real topic and
+        queue (RocketMQ restores them the same way), TRANSACTION_CHECK_TIMES = `checks`."""
+        properties = dict(fields[F_PROPERTIES])
+        topic = properties.get(PROPERTY_REAL_TOPIC, "")
+        queue_id = int(properties.get(PROPERTY_REAL_QUEUE_ID, "0") or 0)
+        properties[PROPERTY_TRANSACTION_CHECK_TIMES] = str(checks)
+        born_timestamp, born_host, reconsume_times, sys_flag = stored_origin(fields)
+        return encode_stored_message(
+            topic=topic, queue_id=queue_id, queue_offset=half_offset, commit_log_offset=fields[3], flag=fields[F_FLAG],
+            sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
+            store_timestamp=fields[F_STORE_TIMESTAMP], store_host=fields[9], reconsume_times=reconsume_times,
+            properties=properties, body=fields[F_BODY])
+
+    # -- resolution ------------------------------------------------------------------------------
+
+    def end(self, header: EndTransactionRequestHeader) -> int:
+        """END_TRANSACTION: commit (the real message written to its topic and queue, sys_flag
+        COMMIT, then the op record) or roll back (the op record only); unknown (0): nothing.
+        Returns the commit-log end of what was written (0: nothing). Raises `SystemError_` naming
+        why for a half that is unknown, already resolved, of another group or another topic, or an
+        offset pair that does not match, and for any other `commit_or_rollback`; nothing changes
+        then. The table forgets the half before this returns, so a second END_TRANSACTION for it,
+        even one read in the same loop step, is refused."""
+        action = header.commit_or_rollback
+        if action not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_NOT_TYPE):
+            raise SystemError_(f"commit_or_rollback must be 8 (commit), 12 (rollback) or 0 (unknown), got {action}")
+        half_offset = header.tran_state_table_offset
+        state = self.table.state(half_offset)
+        if state is HalfState.RESOLVED:
+            raise SystemError_(f"the half message at transaction offset {half_offset} was already committed, "
+                               f"rolled back or dropped: nothing changed")
+        half = self.table.pending.get(half_offset)
+        if half is None:
+            raise SystemError_(f"no half message at transaction offset {half_offset}: nothing changed")
+        if half.commit_log_offset != header.commit_log_offset:
+            raise SystemError_(f"the half message at transaction offset {half_offset} is at commit log offset "
+                               f"{half.commit_log_offset}, not {header.commit_log_offset}: nothing changed")
+        fields = self.half_message(half.commit_log_offset)
+        if fields is None:
+            raise SystemError_(f"the half message at commit log offset {half.commit_log_offset} is no longer "
+                               f"stored: nothing changed")
+        properties: dict[str, str] = fields[F_PROPERTIES]
+        if properties.get(PROPERTY_PRODUCER_GROUP) != header.producer_group:
+            raise SystemError_(f"the half message at transaction offset {half_offset} belongs to producer group "
+                               f"{properties.get(PROPERTY_PRODUCER_GROUP)!r}, not {header.producer_group!r}")
+        if properties.get(PROPERTY_REAL_TOPIC) != header.topic:
+            raise SystemError_(f"the half message at transaction offset {half_offset} is for topic "
+                               f"{properties.get(PROPERTY_REAL_TOPIC)!r}, not {header.topic!r}")
+        if action == TRANSACTION_NOT_TYPE:
+            return 0
+        if action == TRANSACTION_COMMIT_TYPE:
+            self._commit(fields)
+        return self.remove(half_offset)
+
+    def _commit(self, fields: list[Any]) -> None:
+        properties = dict(fields[F_PROPERTIES])
+        topic = properties.pop(PROPERTY_REAL_TOPIC)
+        queue_id = int(properties.pop(PROPERTY_REAL_QUEUE_ID))
+        properties.pop(PROPERTY_TRANSACTION_CHECK_TIMES, None)
+        self._topics.for_send(topic, queue_id)          # raises when the topic is gone or read-only
+        born_timestamp, born_host, reconsume_times, _ = stored_origin(fields)
+        # a half message has no DELAY (refused at its send), so this is the plain one-message put
+        result = self._store.put_message(topic=topic, queue_id=queue_id, body=fields[F_BODY], properties=properties,
+                                         flag=fields[F_FLAG], born_timestamp=born_timestamp, born_host=born_host,
+                                         reconsume_times=reconsume_times, sys_flag=TRANSACTION_COMMIT_TYPE)
+        _check(result, "the committed message")
+        self._on_stored(topic, 1, len(fields[F_BODY]))
+
+    def remove(self, half_offset: int) -> int:
+        """Resolve `half_offset`: the op record "d" written and the table told; returns its end."""
+        result = self._put_op(half_offset, OP_TAG_REMOVED)
+        self.table.remove(half_offset)
+        _check(result, "the op record")
+        return result.end_offset
+
+    def record_check(self, half_offset: int) -> int:
+        """One check-back of `half_offset`: the op record "c" written and the table told."""
+        result = self._put_op(half_offset, OP_TAG_CHECKED)
+        if result.ok:
+            self.table.checked(half_offset)
+        return result.end_offset
+
+    def drop(self, half_offset: int, fields: list[Any]) -> None:
+        """After the last check-back: a copy in TRANS_CHECK_MAX_TIME_TOPIC (as RocketMQ, for an
+        operator to look at) and the half resolved."""
+        origin = stored_origin(fields)
+        self._store.put_scheduled(topic=TRANS_CHECK_MAX_TIME_TOPIC, queue_id=0,
+                                  messages=[(dict(fields[F_PROPERTIES]), fields[F_FLAG], fields[F_BODY])],
+                                  origins=[origin])
+        self.remove(half_offset)
+
+    def _put_op(self, half_offset: int, tag: str) -> PutMessageResult:
+        return self._store.put_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=encode_op_body([half_offset]),
+                                       properties={PROPERTY_TAGS: tag}, flag=0, born_timestamp=self._now_ms(),
+                                       born_host=self._store_host)
+
+
+def _check(result: PutMessageResult, what: str) -> None:
+    if result.status is not PutMessageStatus.PUT_OK:
+        raise ServiceNotAvailable(f"{what} could not be stored: {result.status.name} {result.remark}".rstrip())

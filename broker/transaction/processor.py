@@ -1,0 +1,33 @@
+"""END_TRANSACTION (37) → `TransactionBridge.end` (RocketMQ `EndTransactionProcessor`).
+
+Answered as soon as the commit's records are written, not after their fsync: RocketMQ's producers
+send it one-way and never wait; ours wait for the answer (so a refusal reaches them) but not for the
+disk. What is written survives a kill -9 (it is in the page cache); on a power loss before the
+fsync the half message is pending again after the restart and its check-back decides it once more
+(the op record follows the real message in the commit log, so it is never durable without it)."""
+
+from __future__ import annotations
+
+from broker.remoting.context import RequestContext
+from broker.transaction.bridge import TransactionBridge
+from protocol.command import RemotingCommand
+from protocol.errors import MessageIllegal
+from protocol.headers import EndTransactionRequestHeader
+
+
+class EndTransactionProcessor:
+    """Refusals, each answered with nothing changed: a body (END_TRANSACTION takes none:
+    MESSAGE_ILLEGAL), a mistyped or out-of-range field (an offset outside 0..2**63-1, a
+    `commit_or_rollback` outside int32: MESSAGE_ILLEGAL / SYSTEM_ERROR naming the field), and the
+    bridge's SYSTEM_ERRORs (unknown or resolved half, wrong group, topic or offsets)."""
+
+    def __init__(self, bridge: TransactionBridge) -> None:
+        self._bridge = bridge
+
+    def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        body = request.body_bytes()
+        if body:
+            raise MessageIllegal(f"END_TRANSACTION takes no body, got {len(body)} bytes")
+        header = EndTransactionRequestHeader.from_fields(request.fields)
+        self._bridge.end(header)
+        return request.response()

@@ -1,0 +1,219 @@
+"""`TransactionProducer` (RocketMQ `TransactionMQProducer`): a message published only if the local
+transaction commits.
+
+    class Listener:
+        def execute_local_transaction(self, message, arg) -> LocalTransactionState: ...
+        async def check_local_transaction(self, message_ext) -> LocalTransactionState: ...
+
+    async with TransactionProducer("pg", "127.0.0.1:10911", Listener()) as producer:
+        result = await producer.send_message_in_transaction(Message("orders", b"..."), arg)
+
+`send_message_in_transaction` sends a half message (TRAN_MSG, invisible to consumers), runs
+`execute_local_transaction`, then ends the transaction (END_TRANSACTION: commit writes the message
+to its topic, rollback discards it, UNKNOW leaves it to the broker's check-back). A half message
+left unresolved is checked back (CHECK_TRANSACTION_STATE) on a live producer of the group, which
+answers with `check_local_transaction`. Listener methods may be plain (run in a worker thread, off
+the event loop) or `async def` (awaited on it); one raising, or returning something other than a
+`LocalTransactionState`, counts as UNKNOW (as RocketMQ logs and treats a thrown exception).
+
+Where we differ from RocketMQ: END_TRANSACTION is a request, not one-way, so a refusal is logged
+with its reason; UNKNOW sends nothing (RocketMQ sends a one-way "not type" the broker ignores); a
+check for a transaction whose previous check is still running here is ignored, so a listener
+slower than the check interval runs once per transaction at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from client.api import SendStatus
+from client.errors import ClientStateError
+from client.producer.producer import Producer
+from protocol.channel import Channel
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand, request
+from protocol.errors import MQError
+from protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from protocol.message import PROPERTY_UNIQ_KEY, Message, MessageExt, decode_message_batch, parse_msg_id
+from protocol.model import MessageQueue
+from protocol.transaction import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED, LocalTransactionState
+
+log = logging.getLogger(__name__)
+
+
+class TransactionListener(Protocol):
+    def execute_local_transaction(self, message: Message, arg: Any) -> Any: ...
+
+    def check_local_transaction(self, message_ext: MessageExt) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionSendResult:
+    """`msg_id`: the half message's offset id; `queue_offset`: its offset in the half queue (the
+    broker's `tran_state_table_offset`); `message_queue`: the real topic's queue it goes to;
+    `transaction_id`: the message's UNIQ_KEY (RocketMQ's transactionId)."""
+
+    send_status: SendStatus
+    msg_id: str
+    message_queue: MessageQueue
+    queue_offset: int
+    transaction_id: str
+    local_transaction_state: LocalTransactionState
+
+
+async def _decide(method: Callable[..., Any], *args: Any) -> LocalTransactionState:
+    """Run a listener method (a plain one in a worker thread); UNKNOW if it raises or returns
+    anything but a `LocalTransactionState`."""
+    try:
+        if inspect.iscoroutinefunction(method):
+            state = await method(*args)
+        else:
+            state = await asyncio.to_thread(method, *args)
+            if inspect.isawaitable(state):
+                state = await state
+    except Exception:
+        log.exception("transaction listener %s raised; taken as UNKNOW", getattr(method, "__name__", method))
+        return LocalTransactionState.UNKNOW
+    if not isinstance(state, LocalTransactionState):
+        log.warning("transaction listener returned %r, not a LocalTransactionState; taken as UNKNOW", state)
+        return LocalTransactionState.UNKNOW
+    return state
+
+
+class TransactionProducer(Producer):
+    """`TransactionProducer(group, endpoints, listener, **options)`: `options` are `Producer`'s
+    (`credentials=`, `tls=`, `ssl_context=`, `send_msg_timeout_ms=`, ...) plus
+    `shutdown_timeout_ms` (5,000): how long `shutdown` waits for transactions and checks in flight.
+    Raises `ClientStateError` for a send before `start()` or once `shutdown()` began, `ValueError`
+    for a message with a delay level (a half message is not delayed, as RocketMQ 5)."""
+
+    def __init__(self, producer_group: str, endpoints: str | Sequence[str], listener: TransactionListener, *,
+                 shutdown_timeout_ms: int = 5_000, **options: Any) -> None:
+        super().__init__(producer_group, endpoints, **options)
+        self.listener = listener
+        self.shutdown_timeout_ms = shutdown_timeout_ms
+        self._closing = False
+        self._in_flight = 0
+        self._idle: asyncio.Event | None = None
+        self._checking: set[tuple[str, int]] = set()
+        self._check_tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        if self._instance is not None:
+            return
+        self._closing = False
+        await super().start()
+        self._require_instance().transaction_checkers[self.producer_group] = self._on_check
+
+    async def shutdown(self) -> None:
+        """Take no more sends or checks, wait up to `shutdown_timeout_ms` for those in flight
+        (cancelling checks still running then: the broker checks again), then `Producer.shutdown`."""
+        if self._instance is None:
+            return
+        self._closing = True
+        if self._in_flight:
+            self._idle = self._idle or asyncio.Event()
+            try:
+                async with asyncio.timeout(self.shutdown_timeout_ms / 1000):
+                    await self._idle.wait()
+            except TimeoutError:
+                log.warning("%d transactions still running after %d ms; shutting down", self._in_flight,
+                            self.shutdown_timeout_ms)
+        if self._check_tasks:
+            _, pending = await asyncio.wait(self._check_tasks, timeout=self.shutdown_timeout_ms / 1000)
+            for task in pending:
+                task.cancel()
+        instance = self._instance
+        if instance is not None and instance.transaction_checkers.get(self.producer_group) == self._on_check:
+            del instance.transaction_checkers[self.producer_group]
+        await super().shutdown()
+
+    _close = shutdown
+
+    async def send_message_in_transaction(self, message: Message, arg: Any = None) -> TransactionSendResult:
+        """Send `message` as a half message, run `execute_local_transaction(message, arg)`, then
+        commit or roll back (a send answered other than SEND_OK rolls back without running the
+        listener, as RocketMQ). Raises what `send` raises for the half message; an END_TRANSACTION
+        that fails is logged, not raised (the broker checks the transaction back)."""
+        if self._closing:
+            raise ClientStateError("transaction producer is shutting down")
+        self._require_instance()
+        if message.delay_level > 0:
+            raise ValueError("a transactional message cannot have a delay level")
+        properties = dict(message.properties or {})
+        properties[PROPERTY_TRANSACTION_PREPARED] = "true"
+        properties[PROPERTY_PRODUCER_GROUP] = self.producer_group
+        half = Message(message.topic, message.body, message.tags, message.keys, properties, 0, message.flag)
+        self._in_flight += 1
+        try:
+            result = await self.send(half)
+            if result.status is SendStatus.SEND_OK:
+                state = await _decide(self.listener.execute_local_transaction, message, arg)
+            else:
+                state = LocalTransactionState.ROLLBACK_MESSAGE
+            transaction_id = result.uniq_keys[0] if result.uniq_keys else ""
+            queue = MessageQueue(message.topic, result.broker_name, result.queue_id)
+            if state is not LocalTransactionState.UNKNOW:
+                await self._end(queue, result.msg_id, result.queue_offset, transaction_id, state)
+            return TransactionSendResult(result.status, result.msg_id, queue, result.queue_offset, transaction_id,
+                                         state)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._idle is not None:
+                self._idle.set()
+
+    async def _end(self, queue: MessageQueue, offset_msg_id: str, half_offset: int, transaction_id: str,
+                   state: LocalTransactionState) -> None:
+        header = EndTransactionRequestHeader(
+            producer_group=self.producer_group, topic=queue.topic, tran_state_table_offset=half_offset,
+            commit_log_offset=parse_msg_id(offset_msg_id)[1], commit_or_rollback=state.commit_or_rollback,
+            from_transaction_check=False, msg_id=transaction_id, transaction_id=transaction_id)
+        try:
+            await self._require_instance().api.end_transaction(self._address_of(queue), header,
+                                                               self.send_msg_timeout_ms)
+        except MQError as exc:
+            log.warning("end of transaction %s (%s) not accepted: %s; the broker will check it back",
+                        transaction_id, state.name, exc)
+
+    # -- check-backs ---------------------------------------------------------------------------------
+
+    def _on_check(self, channel: Channel, cmd: RemotingCommand) -> None:
+        try:
+            header = CheckTransactionStateRequestHeader.from_fields(cmd.fields)
+            message = decode_message_batch(cmd.body_bytes())[0]
+        except (MQError, IndexError) as exc:
+            log.warning("malformed transaction check from %s: %s", channel, exc)
+            return
+        key = (channel.remote_address, header.tran_state_table_offset)
+        if self._closing or key in self._checking:
+            return
+        self._checking.add(key)
+        task = asyncio.get_running_loop().create_task(self._check(channel, header, message, key))
+        self._check_tasks.add(task)
+        task.add_done_callback(self._check_tasks.discard)
+
+    async def _check(self, channel: Channel, header: CheckTransactionStateRequestHeader, message: MessageExt,
+                     key: tuple[str, int]) -> None:
+        try:
+            state = await _decide(self.listener.check_local_transaction, message)
+            if state is LocalTransactionState.UNKNOW or channel.closed:
+                return
+            transaction_id = header.transaction_id or message.properties.get(PROPERTY_UNIQ_KEY, "")
+            end = EndTransactionRequestHeader(
+                producer_group=self.producer_group, topic=message.topic,
+                tran_state_table_offset=header.tran_state_table_offset, commit_log_offset=header.commit_log_offset,
+                commit_or_rollback=state.commit_or_rollback, from_transaction_check=True,
+                msg_id=header.msg_id, transaction_id=transaction_id)
+            try:
+                response = await channel.invoke(request(RequestCode.END_TRANSACTION, end), self.send_msg_timeout_ms)
+            except MQError as exc:
+                log.info("answer to the check of transaction %s not sent: %s", transaction_id, exc)
+                return
+            if response.code != ResponseCode.SUCCESS:
+                log.info("answer to the check of transaction %s refused: %s", transaction_id, response.remark)
+        finally:
+            self._checking.discard(key)

@@ -34,6 +34,9 @@ def _group_options(command: _F) -> _F:
                      help="Queues of the group's %RETRY% topic. [default: 1]"),
         click.option("--retry-max-times", type=click.IntRange(0, 10_000), default=None,
                      help="Redeliveries before a message goes to the DLQ. [default: 16]"),
+        click.option("--fifo/--no-fifo", "fifo", default=None,
+                     help="A FIFO group (consume_message_orderly): POP hands each queue out in order. "
+                          "[default: off]"),
     ]):
         command = option(command)
     return command
@@ -41,7 +44,7 @@ def _group_options(command: _F) -> _F:
 
 async def _write_group(api: AdminAPI, address: str, group: str, consume_enable: bool | None,
                        broadcast_enable: bool | None, retry_queues: int | None, retry_max_times: int | None,
-                       *, refuse_existing: bool) -> CreateSubscriptionGroupRequestHeader:
+                       *, refuse_existing: bool, fifo: bool | None = None) -> CreateSubscriptionGroupRequestHeader:
     existing = {g.group_name: g for g in await api.get_all_subscription_groups(address)}.get(group)
     if refuse_existing and existing is not None:
         raise SystemError_(f"group {group!r} already exists (use `group update`)")
@@ -51,7 +54,8 @@ async def _write_group(api: AdminAPI, address: str, group: str, consume_enable: 
         consume_enable=base.consume_enable if consume_enable is None else consume_enable,
         consume_broadcast_enable=base.consume_broadcast_enable if broadcast_enable is None else broadcast_enable,
         retry_queue_nums=base.retry_queue_nums if retry_queues is None else retry_queues,
-        retry_max_times=base.retry_max_times if retry_max_times is None else retry_max_times)
+        retry_max_times=base.retry_max_times if retry_max_times is None else retry_max_times,
+        consume_message_orderly=base.consume_message_orderly if fifo is None else fifo)
     await api.create_subscription_group(address, header)
     return header
 
@@ -62,7 +66,8 @@ def _print_written(header: CreateSubscriptionGroupRequestHeader, as_json: bool, 
     else:
         click.echo(f"{verb} group {header.group_name}: consume {'on' if header.consume_enable else 'off'}, "
                    f"broadcast {'on' if header.consume_broadcast_enable else 'off'}, "
-                   f"{header.retry_queue_nums} retry queue(s), retry max {header.retry_max_times}")
+                   f"{header.retry_queue_nums} retry queue(s), retry max {header.retry_max_times}"
+                   f"{', fifo' if header.consume_message_orderly else ''}")
 
 
 def _write_command(name: str, example: str, *, refuse_existing: bool, summary: str) -> click.Command:
@@ -73,10 +78,10 @@ def _write_command(name: str, example: str, *, refuse_existing: bool, summary: s
     @_group_options
     @command_options
     def write(group: str, consume_enable: bool | None, broadcast_enable: bool | None, retry_queues: int | None,
-              retry_max_times: int | None, endpoints: str, as_json: bool) -> None:
+              retry_max_times: int | None, fifo: bool | None, endpoints: str, as_json: bool) -> None:
         header = run_admin(endpoints, lambda api, address: _write_group(
             api, address, group, consume_enable, broadcast_enable, retry_queues, retry_max_times,
-            refuse_existing=refuse_existing))
+            refuse_existing=refuse_existing, fifo=fifo))
         _print_written(header, as_json, verb)
     return write
 

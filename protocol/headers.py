@@ -218,6 +218,7 @@ class CreateSubscriptionGroupRequestHeader(Header):
     retry_queue_nums: Int32 = 1
     retry_max_times: Int32 = 16
     consume_broadcast_enable: bool = True
+    consume_message_orderly: bool = False     # FIFO group (POP): RocketMQ 5 `consumeMessageOrderly`
 
 
 @header
@@ -393,3 +394,88 @@ class CheckTransactionStateRequestHeader(Header):
     transaction_id: str | None = None
     offset_msg_id: str | None = None
     broker_name: str = ""
+
+
+# -- POP consumption (RocketMQ 5's PopMessageRequestHeader & co., fields in snake_case) -------------
+
+@header
+class PopMessageRequestHeader(Header):
+    """POP_MESSAGE: up to `max_msg_nums` (1..32) messages of `topic` for `consumer_group`, from
+    `queue_id` (-1: any readable queue, the broker picks), each invisible to other pops for
+    `invisible_time` ms; held up to `poll_time` ms when nothing is visible. `init_mode` 0 starts a
+    new group's queue at its min offset, 1 at its max (RocketMQ `ConsumeInitMode` MIN/MAX).
+    `exp_type`/`exp`: a TAG expression (None or "*": all). `order`: FIFO delivery."""
+
+    consumer_group: str
+    topic: str
+    queue_id: Int32 = -1
+    max_msg_nums: Int32 = 32
+    invisible_time: int = 60_000
+    poll_time: int = 0
+    born_time: Timestamp = 0
+    init_mode: Int32 = 0
+    exp_type: str | None = None
+    exp: str | None = None
+    order: bool = False
+
+
+@header
+class AckMessageRequestHeader(Header):
+    """ACK_MESSAGE: acknowledge the popped message at queue offset `offset` of (`topic`,
+    `queue_id`) for `consumer_group`; `extra_info` is its receipt handle."""
+
+    consumer_group: str
+    topic: str
+    queue_id: Int32
+    extra_info: str
+    offset: Offset
+
+
+@header
+class BatchAckMessageRequestHeader(Header):
+    """BATCH_ACK_MESSAGE (RocketMQ 5's 200151): acks of several messages of one (`consumer_group`,
+    `topic`); the body is a `BatchAckBody`."""
+
+    consumer_group: str
+    topic: str
+
+
+@header
+class ChangeInvisibleTimeRequestHeader(Header):
+    """CHANGE_MESSAGE_INVISIBLETIME: an `AckMessageRequestHeader` plus the new `invisible_time`
+    (ms from now)."""
+
+    consumer_group: str
+    topic: str
+    queue_id: Int32
+    extra_info: str
+    offset: Offset
+    invisible_time: int
+
+
+@header
+class ChangeInvisibleTimeResponseHeader(Header):
+    """`extra_info`: the new receipt handle (the old one is stale from now on)."""
+
+    extra_info: str
+    pop_time: int
+    invisible_time: int
+    revive_qid: int = 0
+
+
+@header
+class NotificationRequestHeader(Header):
+    """NOTIFICATION: is a message visible for `consumer_group` on `topic` (`queue_id` -1: any)?
+    Held up to `poll_time` ms while not. Pops nothing."""
+
+    consumer_group: str
+    topic: str
+    queue_id: Int32 = -1
+    poll_time: int = 0
+    born_time: Timestamp = 0
+    order: bool = False
+
+
+@header
+class NotificationResponseHeader(Header):
+    has_msg: bool

@@ -35,6 +35,7 @@ PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
 PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
 PROPERTY_MIN_OFFSET = "MIN_OFFSET"
 PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"      # RocketMQ 5 `MessageConst.PROPERTY_SHARDING_KEY`: the message group
 PROPERTY_DLQ_REASON = "DLQ_REASON"          # rocketq's: why the broker stored it in %DLQ%<group>
 PROPERTY_DLQ_RESENT_FROM = "DLQ_RESENT_FROM"  # rocketq's: the DLQ msg id `admin dlq resend` copied
 KEY_SEPARATOR = " "
@@ -70,7 +71,10 @@ def stored_origin(fields: Sequence[Any]) -> tuple[int, str, int, int]:
 @dataclass(slots=True, kw_only=False)
 class Message:
     """A message to send. `tags`, `keys` and `delay_level` are stored as the TAGS, KEYS and DELAY
-    properties; `keys` may be one string or several (sent space-separated, as RocketMQ does)."""
+    properties; `keys` may be one string or several (sent space-separated, as RocketMQ does).
+    `message_group` (RocketMQ 5's FIFO message group, the `__SHARDINGKEY` property): the producer
+    sends every message of one group to one queue (hash of the group), so a FIFO consumer group
+    receives them in order."""
 
     topic: str
     body: bytes
@@ -79,6 +83,7 @@ class Message:
     properties: dict[str, str] | None = None
     delay_level: int = 0
     flag: int = 0
+    message_group: str | None = None
 
     @property
     def delay_time_level(self) -> int:
@@ -99,6 +104,8 @@ class Message:
             props[PROPERTY_KEYS] = self.keys if isinstance(self.keys, str) else KEY_SEPARATOR.join(self.keys)
         if self.delay_level > 0:
             props[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
+        if self.message_group:
+            props[PROPERTY_SHARDING_KEY] = self.message_group
         return props
 
 

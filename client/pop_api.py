@@ -12,7 +12,7 @@ from protocol.bodies import decode_batch_ack_result, encode_batch_ack
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import request
 from protocol.errors import ProtocolError, ResponseError, error_for
-from protocol.headers import (
+from protocol.headers_v5 import (
     AckMessageRequestHeader,
     BatchAckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,

@@ -44,7 +44,7 @@ from protocol.bodies import decode_batch_ack, encode_batch_ack_result
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import NoPermission, ReceiptHandleExpired, SubscriptionParseFailed, SystemError_
-from protocol.headers import (
+from protocol.headers_v5 import (
     AckMessageRequestHeader,
     BatchAckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,

@@ -37,7 +37,7 @@ from client.pop_api import PopAPI
 from conf.client import ClientConfig, with_tls
 from protocol.bodies import ConsumerData
 from protocol.errors import ConnectionClosed, MQError, ResponseError
-from protocol.headers import AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader, PopMessageRequestHeader
+from protocol.headers_v5 import AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader, PopMessageRequestHeader
 from protocol.lifecycle import Lifecycle
 from protocol.model import ConsumeFromWhere, ConsumeType, MessageModel
 from protocol.signing import Credentials

@@ -23,7 +23,7 @@ from protocol.errors import (
     SystemError_,
     TopicNotExist,
 )
-from protocol.headers import (
+from protocol.headers_v5 import (
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     NotificationRequestHeader,

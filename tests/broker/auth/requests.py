@@ -20,25 +20,14 @@ from protocol.bodies import (
 from protocol.codes import PullSysFlag, RequestCode
 from protocol.command import RemotingCommand, request
 from protocol.headers import (
-    AckMessageRequestHeader,
-    BatchAckMessageRequestHeader,
-    ChangeInvisibleTimeRequestHeader,
     ConsumerGroupRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     CreateSubscriptionGroupRequestHeader,
     CreateTopicRequestHeader,
-    CreateUserRequestHeader,
-    DeleteAclRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
-    EndTransactionRequestHeader,
-    GetAclRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsRequestHeader,
     GetRouteInfoRequestHeader,
-    ListAclsRequestHeader,
-    ListUsersRequestHeader,
-    NotificationRequestHeader,
-    PopMessageRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     ResetOffsetRequestHeader,
@@ -49,9 +38,22 @@ from protocol.headers import (
     TopicRequestHeader,
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
+    ViewMessageByIdRequestHeader,
+)
+from protocol.headers_v5 import (
+    AckMessageRequestHeader,
+    BatchAckMessageRequestHeader,
+    ChangeInvisibleTimeRequestHeader,
+    CreateUserRequestHeader,
+    DeleteAclRequestHeader,
+    EndTransactionRequestHeader,
+    GetAclRequestHeader,
+    ListAclsRequestHeader,
+    ListUsersRequestHeader,
+    NotificationRequestHeader,
+    PopMessageRequestHeader,
     UpdateUserRequestHeader,
     UserRequestHeader,
-    ViewMessageByIdRequestHeader,
 )
 from protocol.message import Message, encode_batch_body
 from protocol.signing import signing_key

@@ -97,11 +97,13 @@ sanitize: $(STAMP)
 sanitize-thread: $(STAMP)
 	$(BIN)/python -m chaos.sanitize --thread $(SANITIZE_ARGS)
 
-# DEMO_SECURE=1: with authentication and authorization on (a user and an ACL per role; docs/security.md)
+# DEMO_SECURE=1: with authentication, authorization (a user and an ACL per role) and mutual TLS (certificates
+# made for the run) on; docs/security.md
 demo: $(STAMP)
 	$(BIN)/python -m demo
 
-# the flights through rocketq into Spark Structured Streaming, checked against pandas (README "Spark")
+# the flights through rocketq into Spark Structured Streaming, checked against pandas (README "Spark");
+# DEMO_SECURE=1: with authentication, authorization and TLS on
 pipeline: $(STAMP)
 	$(BIN)/python -m demo.pipeline
 

@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from admin.base import admin_group, example_epilog
+from admin.cluster import BrokerAnswers, on_each_broker
 from admin.common import CommandError, command_options, emit, run_admin
 from client.admin_api import AdminAPI
 from protocol.codes import PullSysFlag
@@ -191,11 +192,25 @@ def dlq_group() -> None:
 def list_command(group: str, limit: int, endpoints: str, as_json: bool) -> None:
     """List the messages in the group's dead-letter queue, oldest first: original topic, why it is
     there (e.g. "failed 17 times (max reconsume times 16)"), keys, a body preview, whether resent."""
-    letters, rows = run_admin(endpoints, lambda api, address: _listed(api, address, group, limit))
-    emit(rows, as_json, title=f"{dlq_topic(group)} ({letters.max_offset - letters.min_offset} messages)",
-         columns=["dlq_offset", "msg_id", "origin_msg_id", "topic", "why", "reconsume_times", "stored_at",
-                  "keys", "body", "resent"],
+    found = run_admin(endpoints, lambda api, address: _listed_on_each_broker(api, address, group, limit))
+    stored = sum(letters.max_offset - letters.min_offset for letters, _ in found.values())
+    rows = [{"broker": answer.broker_name, **row} if found.via_name_server else row
+            for answer in found.answers for row in answer.value[1]]
+    emit(rows, as_json, title=f"{dlq_topic(group)} ({stored} messages)",
+         columns=[*(["broker"] if found.via_name_server else []), "dlq_offset", "msg_id", "origin_msg_id", "topic",
+                  "why", "reconsume_times", "stored_at", "keys", "body", "resent"],
          empty=f"no dead letters for group {group!r}")
+
+
+async def _listed_on_each_broker(api: AdminAPI, endpoint: str, group: str,
+                                 limit: int) -> BrokerAnswers[tuple[DeadLetters, list[dict[str, Any]]]]:
+    """`_listed` of the broker at `endpoint`, or through a name server of every broker that the
+    DLQ topic's route names (none when the name server knows no such topic)."""
+    try:
+        return await on_each_broker(api, endpoint, lambda address: _listed(api, address, group, limit),
+                                    topic=dlq_topic(group))
+    except TopicNotExist:
+        return BrokerAnswers(True, [])
 
 
 @dlq_group.command("resend", epilog=example_epilog("rocketq admin dlq resend --group order-audit --all"))

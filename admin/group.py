@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from admin.base import admin_group, example_epilog
+from admin.cluster import on_each_broker
 from admin.common import command_options, print_json, run_admin, show, table
 from client.admin_api import AdminAPI
 from protocol.errors import SystemError_
@@ -33,6 +34,9 @@ def _group_options(command: _F) -> _F:
                      help="Queues of the group's %RETRY% topic. [default: 1]"),
         click.option("--retry-max-times", type=click.IntRange(0, 10_000), default=None,
                      help="Redeliveries before a message goes to the DLQ. [default: 16]"),
+        click.option("--fifo/--no-fifo", "fifo", default=None,
+                     help="A FIFO group (consume_message_orderly): POP hands each queue out in order. "
+                          "[default: off]"),
     ]):
         command = option(command)
     return command
@@ -40,7 +44,7 @@ def _group_options(command: _F) -> _F:
 
 async def _write_group(api: AdminAPI, address: str, group: str, consume_enable: bool | None,
                        broadcast_enable: bool | None, retry_queues: int | None, retry_max_times: int | None,
-                       *, refuse_existing: bool) -> CreateSubscriptionGroupRequestHeader:
+                       *, refuse_existing: bool, fifo: bool | None = None) -> CreateSubscriptionGroupRequestHeader:
     existing = {g.group_name: g for g in await api.get_all_subscription_groups(address)}.get(group)
     if refuse_existing and existing is not None:
         raise SystemError_(f"group {group!r} already exists (use `group update`)")
@@ -50,7 +54,8 @@ async def _write_group(api: AdminAPI, address: str, group: str, consume_enable: 
         consume_enable=base.consume_enable if consume_enable is None else consume_enable,
         consume_broadcast_enable=base.consume_broadcast_enable if broadcast_enable is None else broadcast_enable,
         retry_queue_nums=base.retry_queue_nums if retry_queues is None else retry_queues,
-        retry_max_times=base.retry_max_times if retry_max_times is None else retry_max_times)
+        retry_max_times=base.retry_max_times if retry_max_times is None else retry_max_times,
+        consume_message_orderly=base.consume_message_orderly if fifo is None else fifo)
     await api.create_subscription_group(address, header)
     return header
 
@@ -61,7 +66,8 @@ def _print_written(header: CreateSubscriptionGroupRequestHeader, as_json: bool, 
     else:
         click.echo(f"{verb} group {header.group_name}: consume {'on' if header.consume_enable else 'off'}, "
                    f"broadcast {'on' if header.consume_broadcast_enable else 'off'}, "
-                   f"{header.retry_queue_nums} retry queue(s), retry max {header.retry_max_times}")
+                   f"{header.retry_queue_nums} retry queue(s), retry max {header.retry_max_times}"
+                   f"{', fifo' if header.consume_message_orderly else ''}")
 
 
 def _write_command(name: str, example: str, *, refuse_existing: bool, summary: str) -> click.Command:
@@ -72,10 +78,10 @@ def _write_command(name: str, example: str, *, refuse_existing: bool, summary: s
     @_group_options
     @command_options
     def write(group: str, consume_enable: bool | None, broadcast_enable: bool | None, retry_queues: int | None,
-              retry_max_times: int | None, endpoints: str, as_json: bool) -> None:
+              retry_max_times: int | None, fifo: bool | None, endpoints: str, as_json: bool) -> None:
         header = run_admin(endpoints, lambda api, address: _write_group(
             api, address, group, consume_enable, broadcast_enable, retry_queues, retry_max_times,
-            refuse_existing=refuse_existing))
+            refuse_existing=refuse_existing, fifo=fifo))
         _print_written(header, as_json, verb)
     return write
 
@@ -102,15 +108,24 @@ def delete(group: str, keep_offsets: bool, endpoints: str, as_json: bool) -> Non
         click.echo(f"deleted group {group}" + (" (offsets kept)" if keep_offsets else ""))
 
 
-@group_group.command("list", epilog=example_epilog("rocketq admin group list --json"))
+@group_group.command("list", epilog=example_epilog("rocketq admin group list -n 127.0.0.1:9876 --json"))
 @command_options
 def list_groups(endpoints: str, as_json: bool) -> None:
-    """Every subscription group of the broker."""
-    groups = run_admin(endpoints, lambda api, address: api.get_all_subscription_groups(address))
+    """Every subscription group of the broker; through a name server (e.g. --endpoints
+    127.0.0.1:9876) every group of every broker, a row per group and broker."""
+    found = run_admin(endpoints, lambda api, address: on_each_broker(api, address, api.get_all_subscription_groups))
+    pairs = sorted(((g, answer.broker_name) for answer in found.answers for g in answer.value),
+                   key=lambda pair: (pair[0].group_name, pair[1]))
+    columns = ["group", "consume", "broadcast", "retry queues", "retry max times"]
     rows = [[g.group_name, "on" if g.consume_enable else "off", "on" if g.consume_broadcast_enable else "off",
-             g.retry_queue_nums, g.retry_max_times] for g in groups]
-    show(as_json, [dataclasses.asdict(g) for g in groups],
-         table(f"{len(groups)} groups", ["group", "consume", "broadcast", "retry queues", "retry max times"], rows))
+             g.retry_queue_nums, g.retry_max_times] for g, _ in pairs]
+    if not found.via_name_server:
+        show(as_json, [dataclasses.asdict(g) for g, _ in pairs], table(f"{len(pairs)} groups", columns, rows))
+        return
+    show(as_json, [{"broker_name": name, **dataclasses.asdict(g)} for g, name in pairs],
+         table(f"{len({g.group_name for g, _ in pairs})} groups on {len(found.answers)} brokers",
+               [columns[0], "broker", *columns[1:]], [[row[0], name, *row[1:]] for row, (_, name) in zip(
+                   rows, pairs, strict=True)]))
 
 
 admin_group.aliases.update({

@@ -29,7 +29,7 @@ from protocol.bodies import AclEntryData, AclInfo, UserInfo, decode_body, encode
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.errors import SystemError_
-from protocol.headers import (
+from protocol.headers_v5 import (
     CreateUserRequestHeader,
     DeleteAclRequestHeader,
     GetAclRequestHeader,

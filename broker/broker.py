@@ -22,6 +22,7 @@ from broker.metrics import BrokerMetrics
 from broker.namesrv_register import NamesrvRegistration
 from broker.offset.consumer_offset_manager import ConsumerOffsetManager
 from broker.persist import ConfigPersistService
+from broker.pop.pop_service import PopService, build_pop_service
 from broker.registry.consumer_manager import ConsumerManager
 from broker.registry.housekeeping import HousekeepingService
 from broker.registry.ids_changed import IdsChangedNotifier
@@ -94,6 +95,7 @@ class Broker(Lifecycle):
         self.hold_service: HoldService | None = None
         self.schedule: ScheduleService | None = None
         self.timer: TimerMessageStore | None = None
+        self.pop_service: PopService | None = None
         self.registration: NamesrvRegistration | None = None
         self.transactions: TransactionBridge | None = None
         self.transaction_check: TransactionCheckService | None = None
@@ -192,6 +194,12 @@ class Broker(Lifecycle):
                 self.metrics.on_stored, self.metrics.on_transaction_dropped)
             self.metrics.track_transactions(lambda: self.transactions.table.pending_count if self.transactions else 0)
             await hold.start()
+            self.pop_service = build_pop_service(
+                store, self.retry_topics, self.clock.now_ms, cluster_name=config.cluster_name,
+                config_dir=config.store.path / "config", max_in_flight=config.pop_max_in_flight_per_queue,
+                revive_interval_ms=config.pop_revive_interval_ms, persist_interval_ms=config.persist_interval_ms,
+                store_host=self._address, on_dlq=self.metrics.on_dlq)
+            await self.pop_service.start()
             self._housekeeping = HousekeepingService(
                 self.consumers, self.producers, self.clock, config.channel_expired_timeout_ms,
                 config.housekeeping_interval_ms, on_expired=self._on_channel_expired)
@@ -205,7 +213,7 @@ class Broker(Lifecycle):
             self.metrics.track_schedule(len(store.delay_levels), schedule.backlog)
             if config.metrics_port > 0:
                 self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port, tls)
-            handlers = build_handlers(self, store, hold, self.transactions)
+            handlers = build_handlers(self, store, hold, self.transactions, self.pop_service)
             self.metrics.set_request_codes(handlers)
             self._dispatcher = Dispatcher(handlers, self.metrics.observe_request, config.max_in_flight_per_connection,
                                           max_in_flight_bytes_per_channel=config.max_unsent_bytes_per_connection,
@@ -234,6 +242,8 @@ class Broker(Lifecycle):
             self._server.stop_accepting()
         if self.hold_service is not None:
             self.hold_service.release_all()
+        if self.pop_service is not None:
+            self.pop_service.release_all()
         if self._dispatcher is not None:
             await self._dispatcher.drain(self.config.graceful_shutdown_timeout_ms)
         await self.filters.close()
@@ -256,6 +266,9 @@ class Broker(Lifecycle):
         if self.schedule is not None:
             await self.schedule.stop()
             self.schedule = None
+        if self.pop_service is not None:        # snapshots the POP state
+            await self.pop_service.stop()
+            self.pop_service = None
         if self.store is not None:      # delivery offsets are persisted only up to what is on disk
             await self.store.flush()
         await self._persist.stop()

@@ -12,6 +12,8 @@ from broker.locks.lock_manager import LockManager
 from broker.longpoll.hold_service import HoldService
 from broker.metrics import BrokerMetrics
 from broker.offset.consumer_offset_manager import ConsumerOffsetManager
+from broker.pop.pop_service import PopService
+from broker.pop.processor import PopMessageProcessor
 from broker.processors.admin import AdminProcessor
 from broker.processors.client_manage import ClientManageProcessor
 from broker.processors.consumer_admin import ConsumerAdminProcessor
@@ -68,7 +70,8 @@ class BrokerParts(Protocol):
 
 
 def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
-                   transactions: TransactionBridge | None = None) -> dict[int, Handler]:
+                   transactions: TransactionBridge | None = None,
+                   pop_service: PopService | None = None) -> dict[int, Handler]:
     """Request code -> handler: every processor of the broker, built over its managers and services."""
     config = broker.config
     system_topics = SystemTopics(cluster_name=config.cluster_name, broker_name=config.broker_name)
@@ -93,7 +96,15 @@ def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
                                             broker.clock.now_ms, broker.clock.monotonic_ms)
     runtime = RuntimeInfoProcessor(config, store, broker.topics, broker.groups, broker.address, broker.started_at_ms,
                                    broker.clock.now_ms, lambda: hold.held_count, broker._connection_count)
+    pop_handlers: dict[int, Handler] = {}
+    if pop_service is not None:
+        pop = PopMessageProcessor(store, broker.topics, broker.groups, pop_service, hold, config.broker_name)
+        pop_handlers = {RequestCode.POP_MESSAGE: pop.pop_message, RequestCode.ACK_MESSAGE: pop.ack_message,
+                        RequestCode.BATCH_ACK_MESSAGE: pop.batch_ack_message,
+                        RequestCode.CHANGE_MESSAGE_INVISIBLETIME: pop.change_invisible_time,
+                        RequestCode.NOTIFICATION: pop.notification}
     return {
+        **pop_handlers,
         RequestCode.GET_ALL_TOPIC_CONFIG: topic_group.get_all_topic_config,
         RequestCode.DELETE_TOPIC_IN_BROKER: topic_group.delete_topic,
         RequestCode.GET_TOPIC_STATS_INFO: topic_group.get_topic_stats_info,

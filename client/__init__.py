@@ -1,4 +1,4 @@
-"""The rocketq asyncio client: `Producer`, `PushConsumer`, `PullConsumer`, their values and the
+"""The rocketq asyncio client: `Producer`, `PushConsumer`, `PullConsumer`, `SimpleConsumer` (POP), their values and the
 errors they raise (all `MQError`s: a broker's answer is a `ResponseError` such as
 `SubscriptionParseFailed` or `TopicNotExist`; an unreachable peer `ConnectionClosed` or
 `RequestTimeout`; a refusal by a broker with authentication on `NoPermission`). `Credentials`
@@ -20,8 +20,10 @@ from client.consumer.listener import (
     ConsumeOrderlyStatus,
 )
 from client.consumer.message_selector import MessageSelector
+from client.consumer.message_view import MessageView
 from client.consumer.pull_consumer import PullConsumer
 from client.consumer.push_consumer import PushConsumer
+from client.consumer.simple_consumer import SimpleConsumer
 from client.errors import ClientStateError
 from client.producer.producer import Producer
 from client.producer.selector import SelectMessageQueueByHash, SelectMessageQueueByRandom
@@ -30,6 +32,7 @@ from protocol.errors import (
     ConnectionClosed,
     MQError,
     NoPermission,
+    ReceiptHandleExpired,
     RequestTimeout,
     ResponseError,
     SubscriptionParseFailed,
@@ -44,11 +47,10 @@ __all__ = [
     "AllocateMachineRoomNearby", "AllocateMessageQueueAveragely", "AllocateMessageQueueAveragelyByCircle",
     "AllocateMessageQueueByConfig", "AllocateMessageQueueByMachineRoom", "AllocateMessageQueueConsistentHash",
     "ClientStateError", "ConnectionClosed", "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus",
-    "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "Credentials", "LocalTransactionState",
-    "MQError", "Message",
-    "MessageExt", "MessageModel", "MessageQueue", "MessageSelector", "NoPermission", "Producer",
-    "PullConsumer", "PullResult", "PushConsumer", "RequestTimeout", "ResponseError",
-    "SelectMessageQueueByHash", "SelectMessageQueueByRandom", "SendResult", "SendStatus",
-    "SubscriptionParseFailed", "TopicNotExist", "TransactionListener", "TransactionProducer",
-    "TransactionSendResult",
+    "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "Credentials",
+    "LocalTransactionState", "MQError", "Message", "MessageExt", "MessageModel", "MessageQueue",
+    "MessageSelector", "MessageView", "NoPermission", "Producer", "PullConsumer", "PullResult", "PushConsumer",
+    "ReceiptHandleExpired", "RequestTimeout", "ResponseError", "SelectMessageQueueByHash",
+    "SelectMessageQueueByRandom", "SendResult", "SendStatus", "SimpleConsumer", "SubscriptionParseFailed",
+    "TopicNotExist", "TransactionListener", "TransactionProducer", "TransactionSendResult",
 ]

@@ -30,17 +30,19 @@ from protocol.command import request
 from protocol.headers import (
     ConsumerGroupRequestHeader,
     CreateTopicRequestHeader,
-    CreateUserRequestHeader,
-    DeleteAclRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
-    GetAclRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsRequestHeader,
-    ListAclsRequestHeader,
-    ListUsersRequestHeader,
     QueryMessageRequestHeader,
     ResetOffsetRequestHeader,
     TopicRequestHeader,
+)
+from protocol.headers_v5 import (
+    CreateUserRequestHeader,
+    DeleteAclRequestHeader,
+    GetAclRequestHeader,
+    ListAclsRequestHeader,
+    ListUsersRequestHeader,
     UpdateUserRequestHeader,
     UserRequestHeader,
 )

@@ -32,7 +32,6 @@ from protocol.headers import (
     ConsumerGroupRequestHeader,
     CreateSubscriptionGroupRequestHeader,
     CreateTopicRequestHeader,
-    EndTransactionRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
     GetRouteInfoRequestHeader,
     OffsetResponseHeader,
@@ -49,6 +48,7 @@ from protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
     ViewMessageByIdRequestHeader,
 )
+from protocol.headers_v5 import EndTransactionRequestHeader
 from protocol.message import PROPERTY_UNIQ_KEY, MessageExt, decode_message_batch
 from protocol.model import MessageQueue, PullStatus
 

@@ -127,6 +127,7 @@ class ClientInstance:
         self.consumers: dict[str, MemberConsumer] = {}
         self.name_servers: set[str] = set()       # endpoints found not to be brokers (see `update_route`)
         self._route_refreshed_at: dict[str, float] = {}
+        self._notified_groups: set[str] = set()   # groups a broker told to rebalance (NOTIFY_CONSUMER_IDS_CHANGED)
         self.producer_groups: set[str] = set()
         self.closed = False
         self._started = False
@@ -301,11 +302,25 @@ class ClientInstance:
             await consumer.persist_offsets()
 
     async def do_rebalance(self) -> None:
+        notified, self._notified_groups = self._notified_groups, set()
         for consumer in list(self.consumers.values()):
             try:
+                if consumer.consumer_group in notified:
+                    await self._refresh_routes_of(consumer)
                 await consumer.do_rebalance()
             except MQError as exc:
                 log.info("rebalance of %s failed: %s", consumer.consumer_group, exc)
+
+    async def _refresh_routes_of(self, consumer: MemberConsumer) -> None:
+        """The routes of `consumer`'s topics again: a broker's notice may mean one of them was just
+        created on it, and a route known from another broker would not list it until the next poll."""
+        for topic in consumer.subscribed_topics():
+            if not self.routes.has(topic):
+                continue            # the rebalance asks for it anyway
+            try:
+                await self.update_route(topic)
+            except MQError as exc:  # no endpoint answers: rebalance with the route known
+                log.info("route of %s not refreshed: %s", topic, exc)
 
     def rebalance_immediately(self) -> None:
         self._rebalance.wakeup()
@@ -367,5 +382,7 @@ class ClientInstance:
             checker(channel, cmd)
 
     def _on_ids_changed(self, channel: Channel, cmd: RemotingCommand) -> None:
-        log.debug("%s: consumers of %s changed", self.client_id, cmd.fields.get("consumer_group"))
+        group = str(cmd.fields.get("consumer_group"))
+        log.debug("%s: consumers of %s changed", self.client_id, group)
+        self._notified_groups.add(group)     # its next rebalance asks for its topics' routes first
         self.rebalance_immediately()

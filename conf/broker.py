@@ -27,7 +27,9 @@ class BrokerConfig:
     RANGES: ClassVar[Mapping[str, Range]] = MappingProxyType({
         "max_requests_per_step": Range(low=0), "transaction_timeout_ms": Range(0, 86_400_000),
         "transaction_check_interval_ms": Range(10, 86_400_000), "transaction_check_max": Range(1, 1_000),
-        "timer_max_delay_sec": Range(low=1, high=400 * 86_400), "timer_precision_ms": Range(low=1, high=1_000)})
+        "timer_max_delay_sec": Range(low=1, high=400 * 86_400),
+        "timer_precision_ms": Range(low=1, high=1_000),
+        "pop_max_in_flight_per_queue": Range(low=1), "pop_revive_interval_ms": Range(low=1)})
 
     listen_host: str = "127.0.0.1"                # address clients connect to; "0.0.0.0" for all interfaces
     listen_port: int = 10911                      # TCP port (RocketMQ's default); 0 picks a free port
@@ -57,6 +59,8 @@ class BrokerConfig:
     housekeeping_interval_ms: int = 10_000        # how often idle client connections are looked for
     lock_max_live_ms: int = 60_000                # orderly consumption: a queue lock not renewed this long expires
     persist_interval_ms: int = 5_000              # topics, groups, offsets → <store>/config/
+    pop_max_in_flight_per_queue: int = 2_000      # POP: unacked (+ revived) per group and queue; past it no new ones
+    pop_revive_interval_ms: int = 100             # POP: how often messages past their invisible time are revived
     notify_consumer_ids_changed_enable: bool = True   # tell a group to rebalance when a member joins or leaves
     notify_consumer_ids_changed_interval_ms: int = 500   # notice rounds of a group are counted per window
     notify_consumer_ids_changed_max_rounds: int = 4      # rounds sent at once per window; later changes: one at its end

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,13 +47,15 @@ def hourly_stats(flights: DataFrame) -> DataFrame:
             .select("carrier", F.col("window.start").alias("hour"), "flights", "mean_dep_delay", "mean_arr_delay"))
 
 
-def start_query(spark: SparkSession, endpoint: str, topic: str, out_dir: Path) -> StreamingQuery:
+def start_query(spark: SparkSession, endpoint: str, topic: str, out_dir: Path,
+                options: Mapping[str, str] | None = None) -> StreamingQuery:
     """The streaming query, from the topic's earliest offsets, one micro-batch a second; `out_dir`
-    is emptied first and receives `parquet/` and `checkpoint/`."""
+    is emptied first and receives `parquet/` and `checkpoint/`. `options`: more source options
+    (`accessKey`, `secretKey`, `caFile`)."""
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
     flights = (spark.readStream.format("rocketq").option("endpoints", endpoint).option("topic", topic)
-               .option("startingOffsets", "earliest").load())
+               .option("startingOffsets", "earliest").options(**(options or {})).load())
     return (hourly_stats(flights).writeStream.format("parquet").outputMode("append")
             .option("path", str(out_dir / "parquet")).option("checkpointLocation", str(out_dir / "checkpoint"))
             .trigger(processingTime="1 second").queryName("flights_by_carrier_hour").start())

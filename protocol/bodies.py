@@ -147,6 +147,7 @@ class SubscriptionGroupData:
     consume_broadcast_enable: bool = True
     retry_queue_nums: int = 1
     retry_max_times: int = 16
+    consume_message_orderly: bool = False
 
 
 @body
@@ -286,6 +287,59 @@ class BrokerRuntimeInfo:
     topic_count: int
     group_count: int
     config_diff: dict[str, list[str]]   # dotted key → [default, value], for keys not at default
+
+
+@body
+class BatchAckBody:
+    """BATCH_ACK_MESSAGE: `acks` items are [queue_id, extra_info (the receipt handle), offset]."""
+
+    acks: list[tuple[int, str, int]]
+
+
+@body
+class BatchAckResultBody:
+    """Per ack of a `BatchAckBody`, in order: its response code (0 SUCCESS, 208 NO_MESSAGE for a
+    handle no longer current, 1 SYSTEM_ERROR for a malformed one) and `remarks` ("" for SUCCESS)."""
+
+    codes: list[int]
+    remarks: list[str]
+
+
+def encode_batch_ack(acks: list[tuple[int, str, int]]) -> bytes:
+    """A `BatchAckBody` as `encode_body` writes it, packed directly (the typed walk cost ~0.5 ms
+    for 32 acks)."""
+    return msgpack.packb({"acks": acks}, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def decode_batch_ack(raw: bytes) -> list[tuple[int, str, int]]:
+    """The acks of a `BatchAckBody`; raises `MissingHeaderField` (SYSTEM_ERROR) on a bad shape."""
+    try:
+        value = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        acks = value["acks"]
+        out = [(int(q), e, int(o)) for q, e, o in acks]
+        if not all(type(q) is int and type(e) is str and type(o) is int and 0 <= o < 1 << 63
+                   for q, e, o in acks):
+            raise TypeError("an ack is not [queue_id: int, extra_info: str, offset: int ≥ 0]")
+    except Exception as exc:
+        raise MissingHeaderField("body", "msgpack BatchAckBody", exc) from None
+    return out
+
+
+def encode_batch_ack_result(codes: list[int], remarks: list[str]) -> bytes:
+    """A `BatchAckResultBody`, packed directly."""
+    return msgpack.packb({"codes": codes, "remarks": remarks}, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def decode_batch_ack_result(raw: bytes) -> tuple[list[int], list[str]]:
+    """(codes, remarks) of a `BatchAckResultBody`; raises `MissingHeaderField` on a bad shape."""
+    try:
+        value = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        codes, remarks = list(value["codes"]), list(value["remarks"])
+        if not all(type(c) is int for c in codes) or not all(type(r) is str for r in remarks):
+            raise TypeError("codes are ints, remarks strings")
+    except Exception as exc:
+        raise MissingHeaderField("body", "msgpack BatchAckResultBody", exc) from None
+    return codes, remarks
 
 
 def encode_body(obj: Any) -> bytes:

@@ -47,6 +47,12 @@ class RequestCode(IntEnum):
     INVOKE_BROKER_TO_RESET_OFFSET = 222
     GET_CONSUMER_RUNNING_INFO = 307
     SEND_BATCH_MESSAGE = 320
+    # POP consumption (RocketMQ 5's codes)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    BATCH_ACK_MESSAGE = 200151
     # users and ACLs (RocketMQ 5.3's ACL 2.0 codes)
     AUTH_CREATE_USER = 3001
     AUTH_UPDATE_USER = 3002
@@ -79,6 +85,7 @@ class ResponseCode(IntEnum):
     SUBSCRIPTION_NOT_LATEST = 25
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     CONSUMER_NOT_ONLINE = 206
+    NO_MESSAGE = 208            # POP: an ack or change whose receipt handle is no longer current
     FLOW_CONTROL = 215
 
 

@@ -152,12 +152,18 @@ class FlowControl(ResponseError, code=ResponseCode.FLOW_CONTROL):
     """The broker sheds load for now; retriable."""
 
 
+class ReceiptHandleExpired(ResponseError, code=ResponseCode.NO_MESSAGE):
+    """POP: an ack or invisible-time change whose receipt handle is no longer current: the message
+    became visible again (revived), went to the DLQ, was acked, or its invisible time was changed
+    (which issues a new handle). RocketMQ answers such an ack with NO_MESSAGE / an ack failure."""
+
+
 _BY_CODE: dict[int, type[ResponseError]] = {
     cls.code: cls
     for cls in (
         SystemError_, SystemBusy, RequestCodeNotSupported, FlushDiskTimeout, MessageIllegal, ServiceNotAvailable,
         NoPermission, QueryNotFound, SubscriptionParseFailed, SubscriptionNotExist,
-        SubscriptionNotLatest, SubscriptionGroupNotExist, ConsumerNotOnline, FlowControl,
+        SubscriptionNotLatest, SubscriptionGroupNotExist, ConsumerNotOnline, FlowControl, ReceiptHandleExpired,
     )
 }
 

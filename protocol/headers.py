@@ -218,6 +218,7 @@ class CreateSubscriptionGroupRequestHeader(Header):
     retry_queue_nums: Int32 = 1
     retry_max_times: Int32 = 16
     consume_broadcast_enable: bool = True
+    consume_message_orderly: bool = False     # FIFO group (POP): RocketMQ 5 `consumeMessageOrderly`
 
 
 @header
@@ -297,99 +298,3 @@ class ResetConsumerClientOffsetRequestHeader(Header):
     topic: str
     group: str
     timestamp: int = -1
-
-
-# -- users and ACLs (AUTH_* codes, issue #37; the same on brokers and name servers) ---------------
-
-
-@header
-class CreateUserRequestHeader(Header):
-    """AUTH_CREATE_USER: `signing_key` is 64 hex digits, `protocol.signing.signing_key(username,
-    password)` computed by the admin client, so the password never travels."""
-
-    username: str
-    signing_key: str
-    user_type: str = "Normal"       # "Super" or "Normal"
-
-
-@header
-class UpdateUserRequestHeader(Header):
-    """AUTH_UPDATE_USER: a field left out (None) is left unchanged."""
-
-    username: str
-    signing_key: str | None = None
-    user_type: str | None = None
-    user_status: str | None = None  # "enable" or "disable"
-
-
-@header
-class UserRequestHeader(Header):
-    """AUTH_DELETE_USER and AUTH_GET_USER: one user."""
-
-    username: str
-
-
-DeleteUserRequestHeader = GetUserRequestHeader = UserRequestHeader
-
-
-@header
-class ListUsersRequestHeader(Header):
-    """AUTH_LIST_USER: users whose name contains `filter` (None: all)."""
-
-    filter: str | None = None
-
-
-@header
-class DeleteAclRequestHeader(Header):
-    """AUTH_DELETE_ACL: `resources` comma-separated resource patterns (None: the whole ACL)."""
-
-    subject: str
-    resources: str | None = None
-
-
-@header
-class GetAclRequestHeader(Header):
-    subject: str
-
-
-@header
-class ListAclsRequestHeader(Header):
-    """AUTH_LIST_ACL: subjects containing `subject_filter`, entries whose resource contains
-    `resource_filter` (None: all)."""
-
-    subject_filter: str | None = None
-    resource_filter: str | None = None
-
-
-@header
-class EndTransactionRequestHeader(Header):
-    """END_TRANSACTION (37), producer → broker (RocketMQ `EndTransactionRequestHeader`): resolve
-    the half message at `commit_log_offset` / `tran_state_table_offset` (its queue offset in
-    RMQ_SYS_TRANS_HALF_TOPIC) of `producer_group`. `commit_or_rollback`: 8 commit, 12 rollback,
-    0 unknown (`protocol.transaction`). `topic` is the message's real topic (what authorization
-    checks Pub on, as RocketMQ 5.3's header)."""
-
-    producer_group: str
-    topic: str
-    tran_state_table_offset: Offset
-    commit_log_offset: Offset
-    commit_or_rollback: Int32
-    from_transaction_check: bool = False
-    msg_id: str | None = None
-    transaction_id: str | None = None
-
-
-@header
-class CheckTransactionStateRequestHeader(Header):
-    """CHECK_TRANSACTION_STATE (39), broker → producer, one-way (RocketMQ
-    `CheckTransactionStateRequestHeader`); the body is the half message as a stored array (its real
-    topic and queue), as a pull body carries it."""
-
-    producer_group: str
-    topic: str
-    tran_state_table_offset: Offset
-    commit_log_offset: Offset
-    msg_id: str | None = None
-    transaction_id: str | None = None
-    offset_msg_id: str | None = None
-    broker_name: str = ""

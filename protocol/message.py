@@ -35,6 +35,7 @@ PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
 PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
 PROPERTY_MIN_OFFSET = "MIN_OFFSET"
 PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"      # RocketMQ 5 `MessageConst.PROPERTY_SHARDING_KEY`: the message group
 PROPERTY_DLQ_REASON = "DLQ_REASON"          # rocketq's: why the broker stored it in %DLQ%<group>
 PROPERTY_DLQ_RESENT_FROM = "DLQ_RESENT_FROM"  # rocketq's: the DLQ msg id `admin dlq resend` copied
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # timer message: deliver at this epoch ms (RocketMQ 5)
@@ -76,6 +77,9 @@ def stored_origin(fields: Sequence[Any]) -> tuple[int, str, int, int]:
 class Message:
     """A message to send. `tags`, `keys` and `delay_level` are stored as the TAGS, KEYS and DELAY
     properties; `keys` may be one string or several (sent space-separated, as RocketMQ does).
+    `message_group` (RocketMQ 5's FIFO message group, the `__SHARDINGKEY` property): the producer
+    sends every message of one group to one queue (hash of the group), so a FIFO consumer group
+    receives them in order.
 
     A timer message (RocketMQ 5): `deliver_time_ms` (epoch ms) is sent as TIMER_DELIVER_MS,
     `delay_time_ms` (ms after the broker stores it) as TIMER_DELAY_MS; the broker delivers it no
@@ -89,6 +93,7 @@ class Message:
     properties: dict[str, str] | None = None
     delay_level: int = 0
     flag: int = 0
+    message_group: str | None = None
     deliver_time_ms: int | None = None
     delay_time_ms: int | None = None
 
@@ -111,6 +116,8 @@ class Message:
             props[PROPERTY_KEYS] = self.keys if isinstance(self.keys, str) else KEY_SEPARATOR.join(self.keys)
         if self.delay_level > 0:
             props[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
+        if self.message_group:
+            props[PROPERTY_SHARDING_KEY] = self.message_group
         if self.deliver_time_ms is not None:
             props[PROPERTY_TIMER_DELIVER_MS] = str(self.deliver_time_ms)
         if self.delay_time_ms is not None:

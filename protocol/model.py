@@ -27,6 +27,7 @@ class MessageModel(StrEnum):
 class ConsumeType(StrEnum):
     PUSH = "PUSH"
     PULL = "PULL"
+    POP = "POP"             # RocketMQ 5 CONSUME_POP: a SimpleConsumer
 
 
 class ConsumeFromWhere(StrEnum):

@@ -49,5 +49,5 @@ async def client_api() -> AsyncIterator[ClientAPI]:
 
 @pytest.fixture(scope="session")
 def tls_certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
-    """A CA, a server certificate for 127.0.0.1 / localhost, client certificates (tests/tls_certs.py)."""
+    """A CA, a server certificate for 127.0.0.1 / localhost, client certificates (conf/devcerts.py)."""
     return make_certs(tmp_path_factory.mktemp("tls"))

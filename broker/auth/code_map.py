@@ -6,7 +6,9 @@ Producing and consuming, as RocketMQ:
 - SEND_MESSAGE, SEND_BATCH_MESSAGE: Pub on the topic; to a retry topic `%RETRY%g`, Sub on Group g
   (RocketMQ takes the producer group when one is given; we take g, so a producer cannot write into
   another group's retries by naming its own group).
-- PULL_MESSAGE: Sub on the topic (not for a retry topic) and Sub on the group.
+- PULL_MESSAGE: Sub on the topic (not for a retry topic) and Sub on the group; POP_MESSAGE,
+  ACK_MESSAGE, BATCH_ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, NOTIFICATION the same (RocketMQ 5.3's
+  `@RocketMQAction`).
 - QUERY_CONSUMER_OFFSET: Sub or Get on the topic and the group; UPDATE_CONSUMER_OFFSET: Sub or Update.
 - END_TRANSACTION: Pub on its (real) topic, as RocketMQ 5.3's `EndTransactionRequestHeader`.
 - CONSUMER_SEND_MSG_BACK, GET_CONSUMER_LIST_BY_GROUP (Sub or Get), UNREGISTER_CLIENT (its
@@ -115,6 +117,11 @@ BROKER_CODE_MAP: dict[int, RequirementBuilder] = {
     RequestCode.SEND_MESSAGE: send,
     RequestCode.SEND_BATCH_MESSAGE: send,
     RequestCode.PULL_MESSAGE: on_group_and_topic(SUB),
+    RequestCode.POP_MESSAGE: on_group_and_topic(SUB),
+    RequestCode.ACK_MESSAGE: on_group_and_topic(SUB),
+    RequestCode.BATCH_ACK_MESSAGE: on_group_and_topic(SUB),
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: on_group_and_topic(SUB),
+    RequestCode.NOTIFICATION: on_group_and_topic(SUB),
     RequestCode.QUERY_CONSUMER_OFFSET: on_group_and_topic(SUB_OR_GET),
     RequestCode.UPDATE_CONSUMER_OFFSET: on_group_and_topic(("Sub", "Update")),
     RequestCode.CONSUMER_SEND_MSG_BACK: on_group(SUB, "group"),

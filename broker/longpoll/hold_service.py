@@ -169,6 +169,11 @@ class HoldService:
         self._untime(pull)
         return True
 
+    def cancel(self, pull: HeldPull) -> bool:
+        """Stop holding `pull` without answering it (its owner gave up waiting: a held POP woken
+        another way); False when it was not held."""
+        return self._take(pull)
+
     def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int, tags_code: int,
                                 properties: dict[str, str] | None) -> None:
         """Answer the pulls of (topic, queue_id) waiting below `max_offset` whose filter matches the

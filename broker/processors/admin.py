@@ -111,6 +111,7 @@ class AdminProcessor:
         self._groups.update(SubscriptionGroupConfig(
             group_name=header.group_name, consume_enable=header.consume_enable,
             consume_broadcast_enable=header.consume_broadcast_enable,
-            retry_queue_nums=header.retry_queue_nums, retry_max_times=header.retry_max_times))
+            retry_queue_nums=header.retry_queue_nums, retry_max_times=header.retry_max_times,
+            consume_message_orderly=header.consume_message_orderly))
         await self._groups.wait_durable(header.group_name)
         return request.response()

@@ -72,7 +72,8 @@ class TopicGroupAdminProcessor:
                                                 request: RemotingCommand) -> RemotingCommand:
         table = [SubscriptionGroupData(group_name=g.group_name, consume_enable=g.consume_enable,
                                        consume_broadcast_enable=g.consume_broadcast_enable,
-                                       retry_queue_nums=g.retry_queue_nums, retry_max_times=g.retry_max_times)
+                                       retry_queue_nums=g.retry_queue_nums, retry_max_times=g.retry_max_times,
+                                       consume_message_orderly=g.consume_message_orderly)
                  for g in self._groups.groups()]
         return request.response(body=encode_body(SubscriptionGroupTable(subscription_group_table=table)))
 

@@ -18,6 +18,7 @@ class SubscriptionGroupConfig:
     retry_queue_nums: int = 1
     retry_max_times: int = 16
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False     # RocketMQ 5's FIFO group: POP hands a queue out in order
 
 
 class SubscriptionGroupManager(DurableTable):

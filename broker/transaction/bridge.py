@@ -26,7 +26,7 @@ from broker.store.results import PutMessageResult, PutMessageStatus
 from broker.topics.topic_config_manager import TopicConfigManager
 from broker.transaction.state import HalfState, TransactionTable
 from protocol.errors import ServiceNotAvailable, SystemError_
-from protocol.headers import EndTransactionRequestHeader
+from protocol.headers_v5 import EndTransactionRequestHeader
 from protocol.message import (
     F_BODY,
     F_FLAG,

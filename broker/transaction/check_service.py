@@ -19,7 +19,7 @@ from broker.transaction.bridge import TransactionBridge
 from protocol.codes import RequestCode
 from protocol.command import request
 from protocol.errors import MQError
-from protocol.headers import CheckTransactionStateRequestHeader
+from protocol.headers_v5 import CheckTransactionStateRequestHeader
 from protocol.message import F_PROPERTIES, PROPERTY_UNIQ_KEY, make_msg_id
 from protocol.service import Service
 from protocol.transaction import PROPERTY_PRODUCER_GROUP

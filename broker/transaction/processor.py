@@ -12,7 +12,7 @@ from broker.remoting.context import RequestContext
 from broker.transaction.bridge import TransactionBridge
 from protocol.command import RemotingCommand
 from protocol.errors import MessageIllegal
-from protocol.headers import EndTransactionRequestHeader
+from protocol.headers_v5 import EndTransactionRequestHeader
 
 
 class EndTransactionProcessor:

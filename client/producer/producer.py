@@ -15,7 +15,7 @@ from client.errors import ClientStateError
 from client.instance import ClientInstance, build_client_id, get_instance, local_ip, parse_endpoints
 from client.metrics import ClientMetrics
 from client.producer.latency_fault import LatencyFaultTolerance, select_queue
-from client.producer.selector import MessageQueueSelector
+from client.producer.selector import MessageQueueSelector, SelectMessageQueueByHash
 from client.producer.uniq_id import UniqIdGenerator
 from conf.client import ClientConfig, with_tls
 from protocol.errors import ConnectionClosed, MQError, RequestTimeout, ResponseError
@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 # Broker answers after which RocketMQ's sync send tries another queue.
 _RETRY_CODES = {1, 2, 16, 17}   # SYSTEM_ERROR, SYSTEM_BUSY, NO_PERMISSION, TOPIC_NOT_EXIST
 
+
+_BY_HASH = SelectMessageQueueByHash()      # a message with a message_group goes to the queue of its hash
 
 class Producer(Lifecycle):
     """`async with Producer("pg", "127.0.0.1:10911") as producer: await producer.send(Message(...))`.
@@ -144,6 +146,8 @@ class Producer(Lifecycle):
         properties.setdefault(PROPERTY_UNIQ_KEY, self._uniq.next_id())
         instance = self._require_instance()
         queues = instance.routes.publish_queues(message.topic)
+        if message.message_group and queue is None and selector is None:     # FIFO: one queue per group
+            selector, arg = _BY_HASH, message.message_group
         if not queues or queue is not None or selector is not None or self._faults is not None:
             return await self._send_selected(message, properties, selector, arg, queue)
         target = queues[next(self._round_robin) % len(queues)]

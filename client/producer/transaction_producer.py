@@ -37,7 +37,7 @@ from protocol.channel import Channel
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
 from protocol.errors import MQError
-from protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from protocol.headers_v5 import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from protocol.message import PROPERTY_UNIQ_KEY, Message, MessageExt, decode_message_batch, parse_msg_id
 from protocol.model import MessageQueue
 from protocol.transaction import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED, LocalTransactionState

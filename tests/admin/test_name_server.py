@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from client.api import ClientAPI
+from protocol.headers import CreateSubscriptionGroupRequestHeader
 from tests.admin.cli_runner import rocketq, rocketq_json
-from tests.helpers import send
+from tests.helpers import pull_header, send
 from tests.namesrv.test_namesrv import cluster, wait_route
 
 GROUP = "billing"
@@ -56,3 +57,28 @@ async def test_topic_list_status_broker_status_and_progress_cover_every_broker(t
         table = await rocketq("admin", "consumerProgress", "-g", GROUP, *ep)
         assert table.exit_code == 0 and "total lag 3" in table.output
         assert "broker-a" in table.output and "broker-b" in table.output
+
+
+async def test_group_list_and_dlq_list_cover_every_broker(tmp_path: Path, client_api: ClientAPI) -> None:
+    async with cluster(tmp_path, ["broker-a", "broker-b"]) as (ns, brokers):
+        a, b = brokers
+        for broker, group in ((a, "only-on-a"), (b, GROUP)):
+            await client_api.create_subscription_group(broker.address,
+                                                       CreateSubscriptionGroupRequestHeader(group_name=group))
+        await client_api.create_topic(b.address, "orders", queue_nums=1)       # a dead letter on broker-b
+        await send(client_api, b.address, "orders", b"dead", properties={"KEYS": "poison"})
+        pulled = await client_api.pull_message(b.address, pull_header(topic="orders", max_msg_nums=1), 3_000)
+        await client_api.consumer_send_msg_back(b.address, pulled.messages[0], GROUP, -1, 16)
+        await wait_route(client_api, ns.address, f"%DLQ%{GROUP}", ["broker-b"])
+        ep = ("--endpoints", ns.address)
+
+        groups = {(g["group_name"], g["broker_name"]) for g in await rocketq_json("admin", "group", "list", *ep)}
+        assert {("only-on-a", "broker-a"), (GROUP, "broker-b")} <= groups
+        assert (GROUP, "broker-a") not in groups
+        table = await rocketq("admin", "groupList", *ep)
+        assert table.exit_code == 0 and "on 2 brokers" in table.output, table.output
+
+        letters = await rocketq_json("admin", "dlq", "list", "-g", GROUP, *ep)
+        assert [(row["broker"], row["keys"]) for row in letters] == [("broker-b", "poison")]
+        none = await rocketq("admin", "dlq", "list", "-g", "nobody", *ep)
+        assert none.exit_code == 0 and "no dead letters for group 'nobody'" in none.output, none.output

@@ -65,3 +65,17 @@ async def test_an_unreachable_broker_is_one_line_and_exit_code_2() -> None:
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("rocketq admin: cannot reach the broker at 127.0.0.1:"), lines
         assert "Traceback" not in result.output
+
+
+async def test_group_fifo_flag_is_created_kept_and_cleared(broker: Broker) -> None:
+    ep = ("--endpoints", broker.address)
+    created = await rocketq("admin", "group", "create", "-g", "order-flow", "--fifo", *ep)
+    assert created.exit_code == 0 and ", fifo" in created.output
+    config = broker.groups.get("order-flow")
+    assert config is not None and config.consume_message_orderly
+    kept = await rocketq_json("admin", "group", "update", "-g", "order-flow", "--retry-max-times", "2", *ep)
+    assert kept["consume_message_orderly"] is True and kept["retry_max_times"] == 2
+    cleared = await rocketq_json("admin", "group", "update", "-g", "order-flow", "--no-fifo", *ep)
+    assert cleared["consume_message_orderly"] is False
+    listed = {g["group_name"]: g for g in await rocketq_json("admin", "group", "list", *ep)}
+    assert listed["order-flow"]["consume_message_orderly"] is False

@@ -1,7 +1,7 @@
 """TLS on the broker's port (issue 37): enforcing refuses plaintext, permissive serves both on one
 port, mutual TLS refuses clients without a trusted certificate, and the connection guard bounds
 connections still in their handshake. Real brokers in this process, real clients over TCP, fresh
-test certificates (tests/tls_certs.py)."""
+test certificates (conf/devcerts.py)."""
 
 from __future__ import annotations
 

@@ -78,3 +78,29 @@ async def test_the_wait_is_said_once_at_info_and_the_route_when_it_comes(
         await client_api.create_topic(broker.address, "quiet", queue_nums=1)
         await wait_until(lambda: any(r.getMessage() == "topic quiet has a route now: broker-a (1 read queues)"
                                      for r in caplog.records), 3.0, "the route found is said")
+
+
+async def test_a_topic_created_on_a_second_broker_is_consumed_there_at_once(tmp_path: Path,
+                                                                          client_api: ClientAPI) -> None:
+    """The route already lists the first broker: the second's notice makes the consumer ask for the
+    route again (else it would wait for its route poll, 30 s), as a group's %RETRY% topic does in a
+    cluster when a second broker takes its first send-back."""
+    async with NameServer(NamesrvConfig(listen_port=0)) as ns, \
+            Broker(broker_config(tmp_path / "a", namesrv_addr=ns.address, broker_name="broker-a")) as a, \
+            Broker(broker_config(tmp_path / "b", namesrv_addr=ns.address, broker_name="broker-b")) as b:
+        for broker in (a, b):        # "both" is on both brokers: the consumer heartbeats each of them
+            await client_api.create_topic(broker.address, "both", queue_nums=1)
+        await client_api.create_topic(a.address, "spread", queue_nums=1)
+        await wait_until(lambda: len(ns.routes.topic_queue_table.get("both", {})) == 2
+                         and "spread" in ns.routes.topic_queue_table, 3.0, "the topics routed")
+        received: list[bytes] = []
+        consumer = waiting_consumer("spreaders", ns.address, "spread", received)
+        consumer.subscribe("both")
+        async with consumer:
+            await wait_until(lambda: len(consumer.assigned_queues("spread")) == 1, 3.0, "broker-a's queue")
+            await wait_until(lambda: b.consumers.get("spreaders") is not None, 3.0, "a heartbeat to broker-b")
+            await client_api.create_topic(b.address, "spread", queue_nums=1)
+            await wait_until(lambda: len(consumer.assigned_queues("spread")) == 2, 3.0, "broker-b's queue too")
+            async with Producer("pg", b.address) as producer:
+                await producer.send(Message("spread", b"on b"))
+            await wait_until(lambda: received == [b"on b"], 3.0, "the message on broker-b")

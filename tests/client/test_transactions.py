@@ -32,7 +32,7 @@ from conf.client import ClientConfig
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import request
 from protocol.errors import MQError, SystemError_
-from protocol.headers import EndTransactionRequestHeader
+from protocol.headers_v5 import EndTransactionRequestHeader
 from protocol.message import parse_msg_id
 from protocol.topics import TRANS_HALF_TOPIC
 from tests.conftest import broker_config

@@ -15,7 +15,7 @@ from client import LocalTransactionState, Message, MessageExt, NoPermission, Tra
 from client.admin_api import AdminAPI
 from client.remoting.remoting_client import RemotingClient
 from protocol.errors import SystemError_
-from protocol.headers import EndTransactionRequestHeader
+from protocol.headers_v5 import EndTransactionRequestHeader
 from protocol.message import parse_msg_id
 from tests.helpers import wait_until
 from tests.security_helpers import add_user, admin_api, secured_config

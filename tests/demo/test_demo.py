@@ -11,6 +11,7 @@ from broker.broker import Broker
 from demo import run_demo
 from demo.flights import CarrierStats, expected_stats, read_flights
 from tests.security_helpers import ADMIN, admin_api, secured_config
+from tests.tls_certs import CertFiles, server_tls
 
 
 async def test_demo_replays_a_slice_and_every_carrier_matches(broker: Broker) -> None:
@@ -58,3 +59,25 @@ async def test_a_secure_run_on_a_broker_of_your_own_needs_its_super_user(broker:
     result = await run_demo(endpoint=broker.address, limit=10, timeout_s=5, secure=True,
                             console=Console(file=io.StringIO()))
     assert not result.ok and result.error is not None and "Super user" in result.error
+
+
+async def test_the_secure_demo_starts_its_broker_with_mutual_tls() -> None:
+    """Authentication, authorization and mutual TLS all on, on a broker process it starts with
+    certificates made for the run."""
+    out = io.StringIO()
+    result = await run_demo(limit=1_000, timeout_s=30, secure=True, console=Console(file=out, width=200))
+    assert result.ok, out.getvalue()
+    text = out.getvalue()
+    assert "Started a broker" in text and "TLS on (enforcing, mutual)" in text, text
+    assert "Authentication and authorization on" in text
+
+
+async def test_the_secure_demo_on_a_tls_broker_of_your_own(tmp_path: Path, tls_certs: CertFiles) -> None:
+    async with Broker(secured_config(tmp_path, tls=server_tls(tls_certs))) as broker:
+        out = io.StringIO()
+        result = await run_demo(endpoint=broker.address, limit=500, timeout_s=15, secure=True, admin=ADMIN,
+                                ca_file=tls_certs.ca_file, console=Console(file=out, width=200))
+        assert result.ok, out.getvalue()
+        plaintext = await run_demo(endpoint=broker.address, limit=10, timeout_s=5, secure=True, admin=ADMIN,
+                                   console=Console(file=io.StringIO()))
+        assert not plaintext.ok and plaintext.error is not None, "TLS enforcing: a plaintext run is refused"

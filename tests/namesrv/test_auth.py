@@ -16,12 +16,8 @@ from protocol.bodies import RegisterBrokerBody, TopicConfigData, encode_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
 from protocol.errors import NoPermission
-from protocol.headers import (
-    GetRouteInfoRequestHeader,
-    ListUsersRequestHeader,
-    RegisterBrokerRequestHeader,
-    UserRequestHeader,
-)
+from protocol.headers import GetRouteInfoRequestHeader, RegisterBrokerRequestHeader
+from protocol.headers_v5 import ListUsersRequestHeader, UserRequestHeader
 from protocol.signing import Credentials
 from tests.auth.servers import (
     ROOT,

@@ -14,6 +14,7 @@ from protocol.bodies import (
     HeartbeatData,
     LockBatchBody,
     SubscriptionData,
+    encode_batch_ack,
     encode_body,
 )
 from protocol.codes import PullSysFlag, RequestCode
@@ -23,16 +24,10 @@ from protocol.headers import (
     ConsumerSendMsgBackRequestHeader,
     CreateSubscriptionGroupRequestHeader,
     CreateTopicRequestHeader,
-    CreateUserRequestHeader,
-    DeleteAclRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
-    EndTransactionRequestHeader,
-    GetAclRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsRequestHeader,
     GetRouteInfoRequestHeader,
-    ListAclsRequestHeader,
-    ListUsersRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     ResetOffsetRequestHeader,
@@ -43,9 +38,22 @@ from protocol.headers import (
     TopicRequestHeader,
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
+    ViewMessageByIdRequestHeader,
+)
+from protocol.headers_v5 import (
+    AckMessageRequestHeader,
+    BatchAckMessageRequestHeader,
+    ChangeInvisibleTimeRequestHeader,
+    CreateUserRequestHeader,
+    DeleteAclRequestHeader,
+    EndTransactionRequestHeader,
+    GetAclRequestHeader,
+    ListAclsRequestHeader,
+    ListUsersRequestHeader,
+    NotificationRequestHeader,
+    PopMessageRequestHeader,
     UpdateUserRequestHeader,
     UserRequestHeader,
-    ViewMessageByIdRequestHeader,
 )
 from protocol.message import Message, encode_batch_body
 from protocol.signing import signing_key
@@ -73,6 +81,7 @@ def broker_requests(broker: Broker, msg_id: str, commit_log_offset: int) -> dict
         SubscriptionData(topic=TOPIC, sub_string="a > 1", expression_type="SQL92"))))
     queue = TopicQueueRequestHeader(topic=TOPIC, queue_id=0)
     consumer_group = ConsumerGroupRequestHeader(consumer_group=GROUP)
+    handle = f"1 0 60000 0 0 {broker.config.broker_name} 0 0"      # a receipt handle of the form a pop gives
     requests = [
         request(code.SEND_MESSAGE, SendMessageRequestHeader(producer_group="pg", topic=TOPIC, queue_id=0,
                                                             properties={}), b"x"),
@@ -90,6 +99,15 @@ def broker_requests(broker: Broker, msg_id: str, commit_log_offset: int) -> dict
             producer_group="pg", topic=TOPIC, tran_state_table_offset=0, commit_log_offset=commit_log_offset,
             commit_or_rollback=8)),
         request(code.GET_CONSUMER_LIST_BY_GROUP, consumer_group),
+        request(code.POP_MESSAGE, PopMessageRequestHeader(consumer_group=GROUP, topic=TOPIC, queue_id=0,
+                                                          max_msg_nums=1, invisible_time=60_000)),
+        request(code.ACK_MESSAGE, AckMessageRequestHeader(consumer_group=GROUP, topic=TOPIC, queue_id=0,
+                                                          extra_info=handle, offset=0)),
+        request(code.BATCH_ACK_MESSAGE, BatchAckMessageRequestHeader(consumer_group=GROUP, topic=TOPIC),
+                encode_batch_ack([(0, handle, 0)])),
+        request(code.CHANGE_MESSAGE_INVISIBLETIME, ChangeInvisibleTimeRequestHeader(
+            consumer_group=GROUP, topic=TOPIC, queue_id=0, extra_info=handle, offset=0, invisible_time=1_000)),
+        request(code.NOTIFICATION, NotificationRequestHeader(consumer_group=GROUP, topic=TOPIC)),
         request(code.HEART_BEAT, body=heartbeat()),
         request(code.UNREGISTER_CLIENT, UnregisterClientRequestHeader(client_id="intruder", consumer_group=GROUP)),
         request(code.CHECK_CLIENT_CONFIG, body=check_client),
@@ -148,4 +166,6 @@ def snapshot(broker: Broker) -> dict[str, Any]:
         "locks": {group: sorted(map(repr, broker.locks.owners(group).items())) for group in (GROUP, "g2")},
         "users": sorted(map(repr, auth.users())),
         "acls": sorted(map(repr, auth.acls().items())),
+        "pop": sorted((key, state.to_json()) for key, state in broker.pop_service.queues.items())
+        if broker.pop_service is not None else [],
     }

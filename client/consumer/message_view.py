@@ -1,0 +1,92 @@
+"""`MessageView`: a message as a `SimpleConsumer` receives it, with the field names of RocketMQ 5's
+Python client (`rocketmq.v5.model.Message` as a received message): `message_id`, `topic`, `body`,
+`tag`, `keys`, `properties`, `message_group`, `delivery_timestamp`, `delivery_attempt` (1 on the
+first delivery), `receipt_handle` (what `ack` and `change_invisible_duration` send back),
+`born_host`, `born_timestamp`; plus `queue_id`, `offset` (the queue offset), `broker_name`,
+`reconsume_times` (= `delivery_attempt - 1`) and `ext` (the full `MessageExt`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocol.message import (
+    KEY_SEPARATOR,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    MessageExt,
+)
+
+
+@dataclass(slots=True, eq=False)
+class MessageView:
+    ext: MessageExt
+    receipt_handle: str
+    broker_name: str
+    broker_address: str
+    invisible_duration_ms: int
+
+    @property
+    def message_id(self) -> str:
+        """The producer's message id (UNIQ_KEY) when set, else the broker's offset id."""
+        return self.ext.properties.get(PROPERTY_UNIQ_KEY) or self.ext.msg_id
+
+    @property
+    def topic(self) -> str:
+        return self.ext.topic
+
+    @property
+    def body(self) -> bytes:
+        return self.ext.body
+
+    @property
+    def tag(self) -> str | None:
+        return self.ext.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.ext.properties.get(PROPERTY_KEYS)
+        return raw.split(KEY_SEPARATOR) if raw else []
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return self.ext.properties
+
+    @property
+    def message_group(self) -> str | None:
+        return self.ext.properties.get(PROPERTY_SHARDING_KEY)
+
+    @property
+    def delivery_timestamp(self) -> int | None:
+        """When a delayed message became deliverable (epoch ms); None for a plain message."""
+        return self.ext.store_timestamp if PROPERTY_DELAY_TIME_LEVEL in self.ext.properties else None
+
+    @property
+    def delivery_attempt(self) -> int:
+        return self.ext.reconsume_times + 1
+
+    @property
+    def reconsume_times(self) -> int:
+        return self.ext.reconsume_times
+
+    @property
+    def born_host(self) -> str:
+        return self.ext.born_host
+
+    @property
+    def born_timestamp(self) -> int:
+        return self.ext.born_timestamp
+
+    @property
+    def queue_id(self) -> int:
+        return self.ext.queue_id
+
+    @property
+    def offset(self) -> int:
+        return self.ext.queue_offset
+
+    def __repr__(self) -> str:
+        return (f"MessageView(topic={self.topic!r}, message_id={self.message_id!r}, queue_id={self.queue_id}, "
+                f"offset={self.offset}, delivery_attempt={self.delivery_attempt})")

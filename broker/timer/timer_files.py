@@ -1,6 +1,7 @@
-"""`TimerLog` (append-only records) and `TimerWheel` (a fixed-size, memory-mapped slot array):
-the files of the timer store under `<store>/timerlog` and `<store>/timerwheel` (RocketMQ 5
-`TimerLog`, `TimerWheel`). Synchronous; layout and arithmetic in `broker.timer.layout`.
+"""`TimerLog` (append-only records) and `TimerWheel` (a fixed-size, memory-mapped slot array,
+read and written only in pages allocated on disk): the files of the timer store under
+`<store>/timer/timerlog` and `<store>/timer/timerwheel` (RocketMQ 5 `TimerLog`, `TimerWheel`).
+Synchronous; layout and arithmetic in `broker.timer.layout`.
 
 Both survive a kill -9 as they are: records go to the file with `os.write` (the kernel has them
 once the call returns) and slots into a shared mapping; `flush()` makes them durable against a
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from broker.timer.layout import (
+    EMPTY_SLOT,
     RECORD_SIZE,
     SLOT_SIZE,
     Slot,
@@ -23,6 +26,7 @@ from broker.timer.layout import (
     slot_index,
 )
 
+PAGE_BYTES = mmap.PAGESIZE
 READ_BLOCK_BYTES = 64 * 1024     # records are read a block at a time: chains mostly run backwards
 
 
@@ -40,12 +44,17 @@ class TimerLog:
         self._block_start, self._block = 0, b""
 
     def append(self, records: bytes) -> int:
-        """Append whole records (a multiple of 32 bytes); returns the position of the first."""
+        """Append whole records (a multiple of 32 bytes); returns the position of the first.
+        Raises `OSError` (ENOSPC, EIO) with the log cut back to what it was: nothing appended."""
         pos = self.size
         view = memoryview(records)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        except OSError:
+            os.ftruncate(self._fd, pos)
+            raise
         self.size += len(records)
         return pos
 
@@ -80,8 +89,9 @@ class TimerWheel:
     def __init__(self, path: Path, total: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.total = total
-        length = total * SLOT_SIZE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        length = self._length = total * SLOT_SIZE
+        fd = self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._backed = bytearray(-(-length // PAGE_BYTES))     # pages whose disk blocks are allocated
         try:
             size = os.fstat(fd).st_size
             if size not in (0, length):
@@ -91,13 +101,46 @@ class TimerWheel:
             if size == 0:
                 os.ftruncate(fd, length)
             self._map = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
+            self._find_backed_pages(fd, length)
+        except BaseException:
             os.close(fd)
+            raise
+
+    def _find_backed_pages(self, fd: int, length: int) -> None:
+        """Mark the pages that hold data (SEEK_DATA / SEEK_HOLE): the others are holes, read as
+        empty without touching the mapping (on tmpfs even a read fault of a hole allocates a page,
+        a SIGBUS on a full disk)."""
+        backed, position = self._backed, 0
+        while position < length:
+            try:
+                data = os.lseek(fd, position, os.SEEK_DATA)
+            except OSError:         # ENXIO: no data after `position`
+                return
+            hole = min(os.lseek(fd, data, os.SEEK_HOLE), length)
+            for page in range(data // PAGE_BYTES, -(-hole // PAGE_BYTES)):
+                backed[page] = 1
+            position = hole
 
     def get(self, slot: int) -> Slot:
-        return decode_slot(self._map, slot_index(slot, self.total) * SLOT_SIZE, slot)
+        offset = slot_index(slot, self.total) * SLOT_SIZE
+        if not self._backed[offset // PAGE_BYTES]:
+            return EMPTY_SLOT
+        return decode_slot(self._map, offset, slot)
+
+    def reserve(self, slots: Iterable[int]) -> None:
+        """Allocate the disk blocks of the pages holding `slots` before they are written: a write
+        into a hole of the mapped sparse file on a full disk would be a SIGBUS, this is an `OSError`
+        (ENOSPC) with nothing written. A page is allocated once (`posix_fallocate`)."""
+        backed = self._backed
+        for slot in slots:
+            page = slot_index(slot, self.total) * SLOT_SIZE // PAGE_BYTES
+            if not backed[page]:
+                start = page * PAGE_BYTES       # (never past the end: the file keeps its size)
+                os.posix_fallocate(self._fd, start, min(PAGE_BYTES, self._length - start))
+                backed[page] = 1
 
     def put(self, slot: int, value: Slot) -> None:
+        """Write `slot` (its page `reserve`d first)."""
         offset = slot_index(slot, self.total) * SLOT_SIZE
         self._map[offset:offset + SLOT_SIZE] = encode_slot(slot, value)
 
@@ -106,3 +149,4 @@ class TimerWheel:
 
     def close(self) -> None:
         self._map.close()
+        os.close(self._fd)

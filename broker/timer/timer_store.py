@@ -32,6 +32,7 @@ UNITS_PER_READ = 4_096          # consume-queue units enqueued per step
 MAX_DELIVERIES_PER_STEP = 4_096   # then a service yields so sends and pulls are served in between
 MAX_SKIPS_PER_STEP = 100_000    # empty slots passed per step while catching up
 RETRY_AFTER_FAILURE_MS = 100
+DISK_RETRY_MS = 1_000           # the timer files could not be written (a full disk): retried this often
 CHECKPOINT_INTERVAL_MS = 200
 DRAIN_GRACE_MS = 2_000         # a stop waits this long (beyond the slot) for the open slot to finish
 IDLE_WAIT_MS = 60_000           # the enqueue sleeps until an arrival; this is a safety net only
@@ -64,7 +65,12 @@ class TimerEnqueueService(Service):
         if not units:
             return IDLE_WAIT_MS
         offset = state.enqueue_queue_offset
-        due_now, wake = state.enqueue(units, self._now_ms())
+        try:
+            due_now, wake = state.enqueue(units, self._now_ms())
+        except OSError as exc:
+            log.warning("timer: enqueue at queue offset %d failed (%s); retrying in %d ms", offset, exc,
+                        DISK_RETRY_MS)
+            return DISK_RETRY_MS
         if due_now and deliver(store, due_now) is None:
             state.enqueue_queue_offset = offset     # the wheel's records stay: a retry may add twins
             return RETRY_AFTER_FAILURE_MS
@@ -118,7 +124,10 @@ class TimerCheckpointService(Service):
 
     async def run(self) -> None:
         while await self.wait(CHECKPOINT_INTERVAL_MS):
-            await self.checkpoint(force=False)
+            try:
+                await self.checkpoint(force=False)
+            except OSError as exc:      # a full disk: the last checkpoint stands; tried again
+                log.warning("timer: checkpoint failed (%s); retrying", exc)
 
     async def checkpoint(self, *, force: bool) -> None:
         """Save the marks as they are now once what they cover is durable; raises `OSError`.

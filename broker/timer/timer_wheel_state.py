@@ -56,7 +56,8 @@ class TimerState:
         `enqueue_queue_offset`) to the log and the wheel. Returns the units already due (to be
         delivered at once by the caller) and whether the dequeue's open slot got records (wake
         it). The log is written before the wheel: a crash in between leaves records no slot
-        reaches, and the units are enqueued again from the last checkpoint."""
+        reaches, and the units are enqueued again from the last checkpoint. Raises `OSError` (a
+        full disk) with nothing written and `enqueue_queue_offset` unchanged."""
         precision, current = self.precision_ms, self.dequeue.slot
         due_now: list[tuple[int, int]] = []
         heads: dict[int, Slot] = {}
@@ -74,7 +75,8 @@ class TimerState:
             records += encode_record(head.head_pos, commit_log_offset, due_ms, size)
             heads[slot] = link(head, pos)
             pos += RECORD_SIZE
-        if records:
+        if records:             # nothing is written when the disk refuses (OSError)
+            self.wheel.reserve(heads)
             self.log.append(bytes(records))
             for slot, value in heads.items():
                 self.wheel.put(slot, value)

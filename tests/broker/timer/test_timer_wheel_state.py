@@ -8,6 +8,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,7 @@ from broker.timer.layout import (
     slots_total,
 )
 from broker.timer.timer_wheel_state import TimerState
+from tests.broker.test_disk_full import fill, small_disk
 
 PRECISION = 100
 MAX_DELAY = 60_000
@@ -168,3 +170,19 @@ def test_a_big_slot_is_read_a_chunk_at_a_time(tmp_path: Path) -> None:
     assert sorted(handed) == list(range(20_000))
     assert cursor.walk_from == NO_POS
     state.close()
+
+
+def test_a_full_disk_refuses_an_enqueue_with_nothing_written_and_holes_read_as_empty(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk", 4 << 20) as disk:
+        state = TimerState(disk / "timer", PRECISION, 3 * 86_400_000, START)      # a 166 MB sparse wheel
+        state.enqueue([(0, 10, START + 5_000)], START)
+        fill(disk, 0)
+        with pytest.raises(OSError):
+            state.enqueue([(1, 10, START + 86_400_000)], START)      # a slot in a page never written
+        assert state.enqueue_queue_offset == 1 and state.log.size == 32
+        assert state.scheduled(START + 86_400_000) is EMPTY_SLOT    # a hole is read without a fault
+        assert state.scheduled(START + 5_000).records == 1
+        state.close()
+        reopened = TimerState(disk / "timer", PRECISION, 3 * 86_400_000, START)
+        assert reopened.scheduled(START + 5_000).records == 1
+        reopened.close()

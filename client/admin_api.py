@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from client.api import DEFAULT_TIMEOUT_MS, ClientAPI
+from protocol import headers_v5 as v5
 from protocol.bodies import (
     AclEntryData,
     AclInfo,
@@ -36,15 +37,6 @@ from protocol.headers import (
     QueryMessageRequestHeader,
     ResetOffsetRequestHeader,
     TopicRequestHeader,
-)
-from protocol.headers_v5 import (
-    CreateUserRequestHeader,
-    DeleteAclRequestHeader,
-    GetAclRequestHeader,
-    ListAclsRequestHeader,
-    ListUsersRequestHeader,
-    UpdateUserRequestHeader,
-    UserRequestHeader,
 )
 from protocol.message import MessageExt, decode_message_batch
 from protocol.signing import signing_key
@@ -125,7 +117,7 @@ class AdminAPI(ClientAPI):
                           timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         """AUTH_CREATE_USER. Sends the signing key derived from the password (PBKDF2, ~5 ms here),
         never the password; `user_type` "Super" or "Normal"."""
-        header = CreateUserRequestHeader(username=username, signing_key=signing_key(username, password).hex(),
+        header = v5.CreateUserRequestHeader(username=username, signing_key=signing_key(username, password).hex(),
                                          user_type=user_type)
         await self._call(address, request(RequestCode.AUTH_CREATE_USER, header), timeout_ms)
 
@@ -134,24 +126,24 @@ class AdminAPI(ClientAPI):
                           timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         """AUTH_UPDATE_USER: what is None stays as it is; `user_status` "enable" or "disable"."""
         key = signing_key(username, password).hex() if password is not None else None
-        header = UpdateUserRequestHeader(username=username, signing_key=key, user_type=user_type,
+        header = v5.UpdateUserRequestHeader(username=username, signing_key=key, user_type=user_type,
                                          user_status=user_status)
         await self._call(address, request(RequestCode.AUTH_UPDATE_USER, header), timeout_ms)
 
     async def delete_user(self, address: str, username: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         """AUTH_DELETE_USER (its ACL goes with it)."""
-        await self._call(address, request(RequestCode.AUTH_DELETE_USER, UserRequestHeader(username=username)),
+        await self._call(address, request(RequestCode.AUTH_DELETE_USER, v5.UserRequestHeader(username=username)),
                          timeout_ms)
 
     async def get_user(self, address: str, username: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> UserInfo:
-        response = await self._call(address, request(RequestCode.AUTH_GET_USER, UserRequestHeader(username=username)),
-                                    timeout_ms)
+        header = v5.UserRequestHeader(username=username)
+        response = await self._call(address, request(RequestCode.AUTH_GET_USER, header), timeout_ms)
         return decode_body(UserInfo, response.body_bytes())
 
     async def list_users(self, address: str, name_filter: str = "",
                          timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[UserInfo]:
         """AUTH_LIST_USER: users whose name contains `name_filter`, by name."""
-        header = ListUsersRequestHeader(filter=name_filter or None)
+        header = v5.ListUsersRequestHeader(filter=name_filter or None)
         response = await self._call(address, request(RequestCode.AUTH_LIST_USER, header), timeout_ms)
         return decode_body_list(UserInfo, response.body_bytes())
 
@@ -172,11 +164,11 @@ class AdminAPI(ClientAPI):
                          timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         """AUTH_DELETE_ACL: the entries of `resources` (patterns as written, e.g. "Topic:orders-*"),
         or the whole ACL when none is given."""
-        header = DeleteAclRequestHeader(subject=subject, resources=",".join(resources) if resources else None)
+        header = v5.DeleteAclRequestHeader(subject=subject, resources=",".join(resources) if resources else None)
         await self._call(address, request(RequestCode.AUTH_DELETE_ACL, header), timeout_ms)
 
     async def get_acl(self, address: str, subject: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> AclInfo:
-        response = await self._call(address, request(RequestCode.AUTH_GET_ACL, GetAclRequestHeader(subject=subject)),
+        response = await self._call(address, request(RequestCode.AUTH_GET_ACL, v5.GetAclRequestHeader(subject=subject)),
                                     timeout_ms)
         return decode_body(AclInfo, response.body_bytes())
 
@@ -184,6 +176,7 @@ class AdminAPI(ClientAPI):
                         timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[AclInfo]:
         """AUTH_LIST_ACL: ACLs of subjects containing `subject_filter`, with their entries whose
         resource contains `resource_filter`."""
-        header = ListAclsRequestHeader(subject_filter=subject_filter or None, resource_filter=resource_filter or None)
+        header = v5.ListAclsRequestHeader(subject_filter=subject_filter or None,
+                                          resource_filter=resource_filter or None)
         response = await self._call(address, request(RequestCode.AUTH_LIST_ACL, header), timeout_ms)
         return decode_body_list(AclInfo, response.body_bytes())

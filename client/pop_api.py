@@ -8,19 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from client.remoting.remoting_client import RemotingClient
+from protocol import headers_v5 as v5
 from protocol.bodies import decode_batch_ack_result, encode_batch_ack
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import request
 from protocol.errors import ProtocolError, ResponseError, error_for
-from protocol.headers_v5 import (
-    AckMessageRequestHeader,
-    BatchAckMessageRequestHeader,
-    ChangeInvisibleTimeRequestHeader,
-    ChangeInvisibleTimeResponseHeader,
-    NotificationRequestHeader,
-    NotificationResponseHeader,
-    PopMessageRequestHeader,
-)
 from protocol.message import MessageExt, decode_message_batch
 
 
@@ -36,7 +28,8 @@ class PopAPI:
     def __init__(self, remoting: RemotingClient) -> None:
         self.remoting = remoting
 
-    async def pop_message(self, address: str, header: PopMessageRequestHeader, timeout_ms: int) -> list[PoppedMessage]:
+    async def pop_message(self, address: str, header: v5.PopMessageRequestHeader,
+                          timeout_ms: int) -> list[PoppedMessage]:
         """[] when nothing became visible within `header.poll_time` (PULL_NOT_FOUND)."""
         response = await self.remoting.invoke(address, request(RequestCode.POP_MESSAGE, header), timeout_ms)
         if response.code == ResponseCode.PULL_NOT_FOUND:
@@ -52,7 +45,7 @@ class PopAPI:
             message.reconsume_times = int(reconsume_times)
         return [PoppedMessage(m, h) for m, h in zip(messages, handles, strict=True)]
 
-    async def ack_message(self, address: str, header: AckMessageRequestHeader, timeout_ms: int) -> None:
+    async def ack_message(self, address: str, header: v5.AckMessageRequestHeader, timeout_ms: int) -> None:
         response = await self.remoting.invoke(address, request(RequestCode.ACK_MESSAGE, header), timeout_ms)
         if response.code != ResponseCode.SUCCESS:
             raise error_for(response.code, response.remark)
@@ -61,7 +54,7 @@ class PopAPI:
                                 acks: list[tuple[int, str, int]], timeout_ms: int) -> list[ResponseError | None]:
         """BATCH_ACK_MESSAGE of (queue_id, receipt handle, queue offset) acks; per ack None (acked)
         or its error (`ReceiptHandleExpired`, ...). Raises for the request as a whole."""
-        header = BatchAckMessageRequestHeader(consumer_group=consumer_group, topic=topic)
+        header = v5.BatchAckMessageRequestHeader(consumer_group=consumer_group, topic=topic)
         response = await self.remoting.invoke(
             address, request(RequestCode.BATCH_ACK_MESSAGE, header, encode_batch_ack(acks)), timeout_ms)
         if response.code != ResponseCode.SUCCESS:
@@ -72,16 +65,16 @@ class PopAPI:
         return [None if code == ResponseCode.SUCCESS else error_for(code, remark)
                 for code, remark in zip(codes, remarks, strict=True)]
 
-    async def change_invisible_time(self, address: str, header: ChangeInvisibleTimeRequestHeader,
-                                    timeout_ms: int) -> ChangeInvisibleTimeResponseHeader:
+    async def change_invisible_time(self, address: str, header: v5.ChangeInvisibleTimeRequestHeader,
+                                    timeout_ms: int) -> v5.ChangeInvisibleTimeResponseHeader:
         response = await self.remoting.invoke(address, request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header),
                                               timeout_ms)
         if response.code != ResponseCode.SUCCESS:
             raise error_for(response.code, response.remark)
-        return ChangeInvisibleTimeResponseHeader.from_fields(response.fields)
+        return v5.ChangeInvisibleTimeResponseHeader.from_fields(response.fields)
 
-    async def notification(self, address: str, header: NotificationRequestHeader, timeout_ms: int) -> bool:
+    async def notification(self, address: str, header: v5.NotificationRequestHeader, timeout_ms: int) -> bool:
         response = await self.remoting.invoke(address, request(RequestCode.NOTIFICATION, header), timeout_ms)
         if response.code != ResponseCode.SUCCESS:
             raise error_for(response.code, response.remark)
-        return NotificationResponseHeader.from_fields(response.fields).has_msg
+        return v5.NotificationResponseHeader.from_fields(response.fields).has_msg

@@ -8,6 +8,7 @@ first delivery), `receipt_handle` (what `ack` and `change_invisible_duration` se
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar, Generic, TypeVar
 
 from protocol.message import (
     KEY_SEPARATOR,
@@ -19,6 +20,19 @@ from protocol.message import (
     MessageExt,
 )
 
+T = TypeVar("T")
+
+
+class _FromExt(Generic[T]):
+    """A read-only attribute of `MessageView` that is the `MessageExt` field `name`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, view: MessageView, owner: type | None = None) -> T:
+        value: T = getattr(view.ext, self.name)
+        return value
+
 
 @dataclass(slots=True, eq=False)
 class MessageView:
@@ -27,19 +41,19 @@ class MessageView:
     broker_name: str
     broker_address: str
     invisible_duration_ms: int
+    topic: ClassVar[_FromExt[str]] = _FromExt("topic")
+    body: ClassVar[_FromExt[bytes]] = _FromExt("body")
+    properties: ClassVar[_FromExt[dict[str, str]]] = _FromExt("properties")
+    reconsume_times: ClassVar[_FromExt[int]] = _FromExt("reconsume_times")
+    born_host: ClassVar[_FromExt[str]] = _FromExt("born_host")
+    born_timestamp: ClassVar[_FromExt[int]] = _FromExt("born_timestamp")
+    queue_id: ClassVar[_FromExt[int]] = _FromExt("queue_id")
+    offset: ClassVar[_FromExt[int]] = _FromExt("queue_offset")     # the queue offset
 
     @property
     def message_id(self) -> str:
         """The producer's message id (UNIQ_KEY) when set, else the broker's offset id."""
         return self.ext.properties.get(PROPERTY_UNIQ_KEY) or self.ext.msg_id
-
-    @property
-    def topic(self) -> str:
-        return self.ext.topic
-
-    @property
-    def body(self) -> bytes:
-        return self.ext.body
 
     @property
     def tag(self) -> str | None:
@@ -49,10 +63,6 @@ class MessageView:
     def keys(self) -> list[str]:
         raw = self.ext.properties.get(PROPERTY_KEYS)
         return raw.split(KEY_SEPARATOR) if raw else []
-
-    @property
-    def properties(self) -> dict[str, str]:
-        return self.ext.properties
 
     @property
     def message_group(self) -> str | None:
@@ -66,26 +76,6 @@ class MessageView:
     @property
     def delivery_attempt(self) -> int:
         return self.ext.reconsume_times + 1
-
-    @property
-    def reconsume_times(self) -> int:
-        return self.ext.reconsume_times
-
-    @property
-    def born_host(self) -> str:
-        return self.ext.born_host
-
-    @property
-    def born_timestamp(self) -> int:
-        return self.ext.born_timestamp
-
-    @property
-    def queue_id(self) -> int:
-        return self.ext.queue_id
-
-    @property
-    def offset(self) -> int:
-        return self.ext.queue_offset
 
     def __repr__(self) -> str:
         return (f"MessageView(topic={self.topic!r}, message_id={self.message_id!r}, queue_id={self.queue_id}, "

@@ -22,6 +22,7 @@ import click
 from admin.auth_targets import (
     Outcome,
     Selection,
+    get_command,
     report_changes,
     run_on_targets,
     show_rows,
@@ -147,15 +148,8 @@ def _show(outcomes: list[Outcome[list[AclInfo]]], as_json: bool, title: str) -> 
     show_rows(outcomes, rows, ["subject", "resource", "actions", "decision", "source_ips"], as_json, title)
 
 
-@acl_group.command("get", epilog=example_epilog("rocketq admin acl get --subject User:billing -b 127.0.0.1:10911"))
-@_SUBJECT
-@target_command
-def get(subject: str, brokers: tuple[str, ...], cluster: str | None, namesrv: bool, endpoints: str,
-        as_json: bool) -> None:
-    """Show a subject's ACL entries on each target."""
-    async def one(api: AdminAPI, address: str) -> list[AclInfo]:
-        return [await api.get_acl(address, subject)]
-    _show(run_on_targets(endpoints, Selection(brokers, cluster, namesrv), one), as_json, f"ACL of {subject}")
+get_command(acl_group, "rocketq admin acl get --subject User:billing -b 127.0.0.1:10911", _SUBJECT,
+            "Show a subject's ACL entries on each target.", AdminAPI.get_acl, _show, "ACL of {}")
 
 
 @acl_group.command("list", epilog=example_epilog("rocketq admin acl list --resource-filter orders"))

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 import click
 
+from admin.base import example_epilog
 from admin.common import (
     EXIT_REFUSED,
     EXIT_UNREACHABLE,
@@ -187,3 +188,25 @@ def target_command(command: F) -> F:
     """`target_options`, `--endpoints` (with the connection options) and `--json`: what every user
     and ACL command takes, in that order of parameters."""
     return target_options(endpoints_option(json_option(command)))
+
+
+async def as_list(value: Awaitable[T]) -> list[T]:
+    """`[await value]`: a get's one answer shaped as a list's, so both print alike."""
+    return [await value]
+
+
+def get_command(group: click.Group, example: str, key_option: Callable[[Any], Any], doc: str,
+                fetch: Callable[[AdminAPI, str, str], Awaitable[T]],
+                show: Callable[[list[Outcome[list[T]]], bool, str], None], title: str) -> None:
+    """Add `get` to `group` (`user get`, `acl get`): `key_option`'s value (the user name, the
+    subject) fetched from each target with `fetch(api, address, key)` and printed by `show` under
+    `title` ("user {}": the key goes in the braces); `doc` is its help, `example` its example."""
+    @group.command("get", help=doc, epilog=example_epilog(example))
+    @key_option
+    @target_command
+    def get(brokers: tuple[str, ...], cluster: str | None, namesrv: bool, endpoints: str, as_json: bool,
+            **key_value: str) -> None:
+        [key] = key_value.values()
+        outcomes = run_on_targets(endpoints, Selection(brokers, cluster, namesrv),
+                                  lambda api, address: as_list(fetch(api, address, key)))
+        show(outcomes, as_json, title.format(key))

@@ -10,14 +10,7 @@ from __future__ import annotations
 
 import click
 
-from admin.auth_targets import (
-    Outcome,
-    Selection,
-    report_changes,
-    run_on_targets,
-    show_rows,
-    target_command,
-)
+from admin import auth_targets as targets
 from admin.base import admin_group, example_epilog
 from auth.model import USER_TYPES, AuthModelError, check_username
 from client.admin_api import AdminAPI
@@ -54,13 +47,13 @@ def user_group() -> None:
                    "is visible to the host's other users).")
 @click.option("--user-type", "-t", type=_USER_TYPE, default="Normal", show_default=True,
               help="Super: may do everything; Normal: what its ACL allows.")
-@target_command
+@targets.target_command
 def create(username: str, password: str, user_type: str, brokers: tuple[str, ...], cluster: str | None,
            namesrv: bool, endpoints: str, as_json: bool) -> None:
     """Create a user (refused where it exists) on each target; only its derived key is sent."""
-    outcomes = run_on_targets(endpoints, Selection(brokers, cluster, namesrv),
+    outcomes = targets.run_on_targets(endpoints, targets.Selection(brokers, cluster, namesrv),
                               lambda api, address: api.create_user(address, username, password, user_type))
-    report_changes(outcomes, f"created {user_type} user {username}", as_json)
+    targets.report_changes(outcomes, f"created {user_type} user {username}", as_json)
 
 
 @user_group.command("update", epilog=example_epilog(
@@ -70,55 +63,47 @@ def create(username: str, password: str, user_type: str, brokers: tuple[str, ...
 @click.option("--user-type", "-t", type=_USER_TYPE, default=None, help="A new type: Super or Normal.")
 @click.option("--user-status", "-s", type=click.Choice(STATUSES), default=None,
               help="disable: the user's requests are refused until enabled again.")
-@target_command
+@targets.target_command
 def update(username: str, password: str | None, user_type: str | None, user_status: str | None,
            brokers: tuple[str, ...], cluster: str | None, namesrv: bool, endpoints: str, as_json: bool) -> None:
     """Change a user's password, type or status on each target; what is not given is kept."""
     if password is None and user_type is None and user_status is None:
         raise click.UsageError("give --password, --user-type or --user-status")
-    outcomes = run_on_targets(endpoints, Selection(brokers, cluster, namesrv),
+    outcomes = targets.run_on_targets(endpoints, targets.Selection(brokers, cluster, namesrv),
                               lambda api, address: api.update_user(address, username, password, user_type,
                                                                    user_status))
-    report_changes(outcomes, f"updated user {username}", as_json)
+    targets.report_changes(outcomes, f"updated user {username}", as_json)
 
 
 @user_group.command("delete", epilog=example_epilog("rocketq admin user delete --username billing --cluster "
                                                     "DefaultCluster"))
 @_USERNAME
-@target_command
+@targets.target_command
 def delete(username: str, brokers: tuple[str, ...], cluster: str | None, namesrv: bool, endpoints: str,
            as_json: bool) -> None:
     """Delete a user, and its ACL, on each target."""
-    outcomes = run_on_targets(endpoints, Selection(brokers, cluster, namesrv),
+    outcomes = targets.run_on_targets(endpoints, targets.Selection(brokers, cluster, namesrv),
                               lambda api, address: api.delete_user(address, username))
-    report_changes(outcomes, f"deleted user {username}", as_json)
+    targets.report_changes(outcomes, f"deleted user {username}", as_json)
 
 
-def _show(outcomes: list[Outcome[list[UserInfo]]], as_json: bool, title: str) -> None:
+def _show(outcomes: list[targets.Outcome[list[UserInfo]]], as_json: bool, title: str) -> None:
     rows = [{"at": o.target.label, "username": user.username, "user_type": user.user_type,
              "user_status": user.user_status} for o in outcomes for user in o.value or ()]
-    show_rows(outcomes, rows, ["username", "user_type", "user_status"], as_json, title)
+    targets.show_rows(outcomes, rows, ["username", "user_type", "user_status"], as_json, title)
 
 
-@user_group.command("get", epilog=example_epilog("rocketq admin user get --username billing -b 127.0.0.1:10911"))
-@_USERNAME
-@target_command
-def get(username: str, brokers: tuple[str, ...], cluster: str | None, namesrv: bool, endpoints: str,
-        as_json: bool) -> None:
-    """Show a user's type and status on each target (never its key)."""
-    async def one(api: AdminAPI, address: str) -> list[UserInfo]:
-        return [await api.get_user(address, username)]
-    outcomes = run_on_targets(endpoints, Selection(brokers, cluster, namesrv), one)
-    _show(outcomes, as_json, f"user {username}")
+targets.get_command(user_group, "rocketq admin user get --username billing -b 127.0.0.1:10911", _USERNAME,
+            "Show a user's type and status on each target (never its key).", AdminAPI.get_user, _show, "user {}")
 
 
 @user_group.command("list", epilog=example_epilog("rocketq admin user list --filter bill --cluster DefaultCluster"))
 @click.option("--filter", "-f", "name_filter", default="", help="Only users whose name contains this.")
-@target_command
+@targets.target_command
 def list_users(name_filter: str, brokers: tuple[str, ...], cluster: str | None, namesrv: bool, endpoints: str,
                as_json: bool) -> None:
     """List the users of each target, by name."""
-    outcomes = run_on_targets(endpoints, Selection(brokers, cluster, namesrv),
+    outcomes = targets.run_on_targets(endpoints, targets.Selection(brokers, cluster, namesrv),
                               lambda api, address: api.list_users(address, name_filter))
     _show(outcomes, as_json, "users")
 

@@ -254,18 +254,11 @@ class Broker(Lifecycle):
         await self.connection_guard.stop()
         if self.hold_service is not None:
             await self.hold_service.stop()
-        if self._housekeeping is not None:
-            await self._housekeeping.stop()
-            self._housekeeping = None
-        if self.transaction_check is not None:
-            await self.transaction_check.stop()
-            self.transaction_check = None
-        if self.timer is not None:
-            await self.timer.stop()
-            self.timer = None
-        if self.schedule is not None:
-            await self.schedule.stop()
-            self.schedule = None
+        for name in ("_housekeeping", "transaction_check", "timer", "schedule"):    # in this order
+            service = getattr(self, name)
+            if service is not None:
+                await service.stop()
+                setattr(self, name, None)
         if self.pop_service is not None:        # snapshots the POP state
             await self.pop_service.stop()
             self.pop_service = None

@@ -23,16 +23,9 @@ from typing import Any
 from broker.persist import DirtyState
 from broker.schedule.delay_levels import countdown_ms, level_of, queue_id_of
 from broker.store.message_store import MessageStore
-from broker.store.record import RecordError, decode_stored_fields
-from broker.store.results import PutMessageStatus
+from broker.store.put_due import put_due
 from protocol.message import (
-    F_BODY,
-    F_FLAG,
-    F_PROPERTIES,
     PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    stored_origin,
 )
 from protocol.service import Service
 from protocol.topics import SCHEDULE_TOPIC
@@ -156,46 +149,19 @@ class LevelDelivery(Service):
         return 0
 
     def _deliver(self, units: list[tuple[int, int, int]]) -> int | None:
-        """Put the due messages of `units` to their real topics and queues, one append per run of
-        messages bound for the same queue (store order kept within each queue). Returns the
-        commit-log end of what was written (0 if nothing), or None when a put failed and the whole
-        run must be retried (some queues may then receive a message twice: at least once). A message
-        that cannot be read or has no real topic is logged and skipped for good."""
-        store = self._store
-        runs: dict[tuple[str, int], tuple[list[tuple[dict[str, str], int, bytes]],
-                                          list[tuple[int, str, int, int]]]] = {}
-        for commit_log_offset, size, _ in units:
-            payload = store.read_payload(commit_log_offset, size)
-            try:
-                if payload is None:
-                    raise RecordError(f"no record at commit log offset {commit_log_offset}")
-                fields = decode_stored_fields(payload)
-                properties: dict[str, str] = fields[F_PROPERTIES]
-                key = (properties[PROPERTY_REAL_TOPIC], int(properties[PROPERTY_REAL_QUEUE_ID]))
-            except (RecordError, KeyError, ValueError, TypeError) as exc:
-                log.error("schedule level %d: skipping the message at %d (%d bytes): %s",
-                          self.level, commit_log_offset, size, exc)
-                continue
-            properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)  # REAL_TOPIC / REAL_QID stay, as RocketMQ
-            run = runs.get(key)
-            if run is None:
-                run = runs[key] = ([], [])
-            run[0].append((properties, fields[F_FLAG], fields[F_BODY]))
-            run[1].append(stored_origin(fields))
-        end_offset = 0
-        for (topic, queue_id), (messages, origins) in runs.items():
-            result = store.put_scheduled(topic=topic, queue_id=queue_id, messages=messages, origins=origins)
-            if result.status is PutMessageStatus.MESSAGE_ILLEGAL:
-                log.error("schedule level %d: the store refused %d messages for %s:%d; skipping them",
-                          self.level, len(messages), topic, queue_id)
-                continue
-            if result.status is not PutMessageStatus.PUT_OK:
-                log.warning("schedule level %d: delivery to %s:%d failed (%s); retrying in %d ms",
-                            self.level, topic, queue_id, result.status.name, RETRY_AFTER_FAILURE_MS)
-                return None
-            end_offset = result.end_offset
-            self.delivered += len(messages)
-        return end_offset
+        """Put the due messages of `units` to their real topics and queues (`put_due`: one append
+        per run bound for the same queue, store order kept within each queue; None when a put
+        failed and the whole run must be retried, at least once). The DELAY level is removed;
+        REAL_TOPIC / REAL_QID stay, as RocketMQ."""
+        def delivered(count: int) -> None:
+            self.delivered += count
+        return put_due(self._store, [(offset, size) for offset, size, _ in units], _without_delay_level,
+                       f"schedule level {self.level}", delivered)
+
+
+def _without_delay_level(properties: dict[str, str]) -> dict[str, str]:
+    properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+    return properties
 
 
 class ScheduleService:

@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker.store.message_store import MessageStore
-from broker.timer.timer_deliver import deliver
+from broker.store.put_due import put_due
+from broker.timer.deliver_time import without_timer_properties
 from broker.timer.timer_wheel_state import TimerState
 from protocol.service import Service
 from protocol.topics import TIMER_TOPIC
@@ -71,7 +72,7 @@ class TimerEnqueueService(Service):
             log.warning("timer: enqueue at queue offset %d failed (%s); retrying in %d ms", offset, exc,
                         DISK_RETRY_MS)
             return DISK_RETRY_MS
-        if due_now and deliver(store, due_now) is None:
+        if due_now and put_due(store, due_now, without_timer_properties, "timer") is None:
             state.enqueue_queue_offset = offset     # the wheel's records stay: a retry may add twins
             return RETRY_AFTER_FAILURE_MS
         self.delivered_at_once += len(due_now)
@@ -105,7 +106,8 @@ class TimerDequeueService(Service):
                 if cursor.draining and not cursor.opened:
                     self.drained.set()
                 return wait_ms
-            if deliver(self._store, [(r.commit_log_offset, r.size) for r in records]) is None:
+            if put_due(self._store, [(r.commit_log_offset, r.size) for r in records], without_timer_properties,
+                       "timer") is None:
                 return RETRY_AFTER_FAILURE_MS
             cursor.delivered(len(records))
             delivered += len(records)

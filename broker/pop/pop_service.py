@@ -220,8 +220,12 @@ class PopService(Service):
                 log.exception("pop revive failed")
             since_persist += self._revive_interval_ms
             if since_persist >= self._persist_interval_ms:
+                try:
+                    await asyncio.to_thread(self._journal.write_snapshot, *self.snapshot())
+                except OSError as exc:   # a full disk: the journal still holds it all; tried next round
+                    log.warning("pop: snapshot not written (%s); retrying", exc)
+                    continue
                 since_persist = 0
-                await asyncio.to_thread(self._journal.write_snapshot, *self.snapshot())
 
     async def stop(self) -> None:
         self.release_all()

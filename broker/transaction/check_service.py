@@ -49,6 +49,8 @@ class TransactionCheckService(Service):
                 self.check_once()
             except MQError as exc:           # a store refusal (disk full): the next pass tries again
                 log.warning("transaction check pass stopped: %s", exc)
+            except Exception:                # anything else: logged, and the service lives on
+                log.exception("transaction check pass failed; trying again next interval")
 
     def check_once(self) -> int:
         """One pass; returns the check-backs sent to a producer."""

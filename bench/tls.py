@@ -8,7 +8,7 @@ so the TLS and the plaintext producer talk to the same broker on the same port.
   a machine shared with other work).
 
 ASYNC_FLUSH, so the numbers are the transport's and not the fsync's. The certificates are made
-fresh by `tests.tls_certs` (the `cryptography` package of the dev extra) in a temporary directory.
+fresh by `conf.devcerts` (the `cryptography` package of the dev extra) in a temporary directory.
 As `client_produce`, every run has its own topic and the broker's max offsets must add up to the
 messages acknowledged."""
 
@@ -31,8 +31,8 @@ from bench.client_produce import (
 from bench.common import BATCH_SIZE, PRODUCER_GROUP, CpuMeter, Options, drive, note_neighbours, running_broker
 from bench.report import BenchResult
 from client import Producer
+from conf.devcerts import make_certs
 from conf.tls import client_context
-from tests.tls_certs import make_certs
 
 SEND_TIMEOUT_MS = 10_000
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -92,6 +93,20 @@ async def _online(api: AdminAPI, address: str, group: str) -> tuple[ConsumerConn
     return connection, infos
 
 
+async def progress_report(api: AdminAPI, endpoint: str, group: str, topic: str | None = None) -> dict[str, Any]:
+    """What `consumer progress --json` prints (the console shows the same): `{"consumer_group",
+    "queues": [ConsumeStats queue fields + "lag" (messages, never negative) + "owner" (client id or
+    "")], "total_lag", "consume_tps", "max_lag_latency_ms"}`; raises `CommandError` when no broker
+    has offsets for the group (RocketMQ's consumerProgress)."""
+    found, owner = await _progress(api, endpoint, group, topic)
+    queues = [q for stats in found.values() for q in stats.offset_table]
+    rows = [dataclasses.asdict(q) | {"lag": max(0, q.broker_offset - q.consumer_offset),
+                                     "owner": owner.get((q.broker_name, q.topic, q.queue_id), "")} for q in queues]
+    return {"consumer_group": group, "queues": rows, "total_lag": sum(int(r["lag"]) for r in rows),
+            "consume_tps": sum(stats.consume_tps for stats in found.values()),
+            "max_lag_latency_ms": max((q.lag_latency_ms for q in queues), default=0)}
+
+
 @consumer_group.command("progress", epilog=example_epilog("rocketq admin consumer progress --group billing"))
 @click.option("--group", "-g", required=True, help="Consumer group name.")
 @click.option("--topic", "-t", default=None, help="Only this topic.")
@@ -99,18 +114,15 @@ async def _online(api: AdminAPI, address: str, group: str) -> tuple[ConsumerConn
 def progress(group: str, topic: str | None, endpoints: str, as_json: bool) -> None:
     """Per queue: broker offset, consumer offset, lag (messages and time) and owning client, with
     totals; through a name server (e.g. --endpoints 127.0.0.1:9876) the queues of every broker."""
-    found, owner = run_admin(endpoints, lambda api, address: _progress(api, address, group, topic))
-    queues = [q for stats in found.values() for q in stats.offset_table]
-    consume_tps = sum(stats.consume_tps for stats in found.values())
-    rows = [dataclasses.asdict(q) | {"lag": max(0, q.broker_offset - q.consumer_offset),
-                                     "owner": owner.get((q.broker_name, q.topic, q.queue_id), "")} for q in queues]
-    total_lag = sum(int(r["lag"]) for r in rows)
-    lines = [[q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset, row["lag"],
-              format_duration_ms(q.lag_latency_ms), format_time_ms(q.last_timestamp), row["owner"]]
-             for q, row in zip(queues, rows, strict=True)]
-    max_latency = max((q.lag_latency_ms for q in queues), default=0)
-    show(as_json, {"consumer_group": group, "queues": rows, "total_lag": total_lag, "consume_tps": consume_tps},
-         table(f"group {group}: total lag {total_lag}, oldest unconsumed {format_duration_ms(max_latency)}",
+    report = run_admin(endpoints, lambda api, address: progress_report(api, address, group, topic))
+    rows, total_lag = report["queues"], report["total_lag"]
+    lines = [[q["topic"], q["broker_name"], q["queue_id"], q["broker_offset"], q["consumer_offset"], q["lag"],
+              format_duration_ms(q["lag_latency_ms"]), format_time_ms(q["last_timestamp"]), q["owner"]]
+             for q in rows]
+    shown = {key: report[key] for key in ("consumer_group", "queues", "total_lag", "consume_tps")}
+    show(as_json, shown,
+         table(f"group {group}: total lag {total_lag}, oldest unconsumed "
+               f"{format_duration_ms(report['max_lag_latency_ms'])}",
                ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "lag time",
                 "last consumed", "owner"], lines))
 

@@ -179,6 +179,36 @@ async def _listed(api: AdminAPI, address: str, group: str, limit: int) -> tuple[
     return letters, rows
 
 
+async def resend_dead_letters(api: AdminAPI, address: str, group: str, msg_id: str | None, *,
+                              force: bool = False) -> list[dict[str, Any]]:
+    """`dlq resend` on the broker at `address`: `msg_id` (a DLQ msg id or an ORIGIN_MESSAGE_ID) or,
+    when None, every message after the resend mark, then the mark moves to the DLQ's end. Returns
+    a row per message (`resend`); raises `CommandError` for an unknown `msg_id` or, unless
+    `force`, one resent before (the console's resend buttons call this too)."""
+    resend_all = msg_id is None
+    letters = await read_dead_letters(api, address, group, None if resend_all else 0, 1_000_000)
+    chosen = letters.messages if resend_all else [
+        m for m in letters.messages if msg_id in (m.msg_id, m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID))]
+    if msg_id and not chosen:
+        raise CommandError(f"no message {msg_id!r} in {dlq_topic(group)}")
+    rows = [await resend(api, address, m, i, force=force) for i, m in enumerate(chosen)]
+    if msg_id and all(row["queue_id"] == "" and row["resent_before_as"] for row in rows):
+        copies = ", ".join(row["resent_before_as"] for row in rows)
+        raise CommandError(f"message {msg_id} of {dlq_topic(group)} was already resent (as {copies}); "
+                           "give --force to resend it again")
+    if resend_all and letters.max_offset > letters.resend_mark:
+        await api.update_consumer_offset(address, group, dlq_topic(group), 0, letters.max_offset)
+    return rows
+
+
+async def list_dead_letters(api: AdminAPI, endpoint: str, group: str,
+                            limit: int) -> BrokerAnswers[tuple[DeadLetters, list[dict[str, Any]]]]:
+    """What `dlq list` shows: per broker (one, or through a name server each of the DLQ topic's
+    route) its `DeadLetters` and up to `limit` rows (`_row`: dlq_offset, msg_id, origin_msg_id,
+    topic, why, reconsume_times, stored_at, keys, tags, body preview, resent)."""
+    return await _listed_on_each_broker(api, endpoint, group, limit)
+
+
 @admin_group.group("dlq")
 def dlq_group() -> None:
     """Dead-letter queues (%DLQ%<group>): list their messages and resend them."""
@@ -228,22 +258,7 @@ def resend_command(group: str, msg_id: str | None, resend_all: bool, force: bool
     a message is refused (exit 1)."""
     if bool(msg_id) == resend_all:
         raise click.UsageError("give exactly one of --msg-id ID or --all")
-    async def work(api: AdminAPI, address: str) -> list[dict[str, Any]]:
-        letters = await read_dead_letters(api, address, group, None if resend_all else 0, 1_000_000)
-        chosen = letters.messages if resend_all else [
-            m for m in letters.messages if msg_id in (m.msg_id, m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID))]
-        if msg_id and not chosen:
-            raise CommandError(f"no message {msg_id!r} in {dlq_topic(group)}")
-        rows = [await resend(api, address, m, i, force=force) for i, m in enumerate(chosen)]
-        if msg_id and all(row["queue_id"] == "" and row["resent_before_as"] for row in rows):
-            copies = ", ".join(row["resent_before_as"] for row in rows)
-            raise CommandError(f"message {msg_id} of {dlq_topic(group)} was already resent (as {copies}); "
-                               "give --force to resend it again")
-        if resend_all and letters.max_offset > letters.resend_mark:
-            await api.update_consumer_offset(address, group, dlq_topic(group), 0, letters.max_offset)
-        return rows
-
-    rows = run_admin(endpoints, work)
+    rows = run_admin(endpoints, lambda api, address: resend_dead_letters(api, address, group, msg_id, force=force))
     emit(rows, as_json, title=f"resent from {dlq_topic(group)}",
          columns=["dlq_offset", "dlq_msg_id", "origin_msg_id", "topic", "queue_id", "new_msg_id"],
          empty="nothing to resend", footer=f"{sum(1 for r in rows if r['queue_id'] != '')} message(s) resent")

@@ -19,7 +19,10 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/rocketq broker start --config conf/broker.toml --store-dir ./store
 
+# .ci/system-packages first: the system programs some tests drive (Prometheus, tmux, chromium),
+# installed when missing and possible (else those tests skip saying why)
 test: $(STAMP)
+	@.ci/system-packages
 	$(BIN)/python -m pytest
 
 # the whole suite on the pure-Python twins of the C modules, as on a machine without a C compiler
@@ -56,16 +59,17 @@ bench-peers: $(STAMP)
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq redis-server; fi; }
 	$(BIN)/python -m bench.peers
 
-# A name server (127.0.0.1:9876) and two brokers (broker-a :10911, broker-b :10921) in the
-# foreground, stores under ./store-cluster; Ctrl-C stops all three gracefully.
+# A name server (127.0.0.1:9876), two brokers (broker-a :10911, broker-b :10921) and the web
+# console (http://127.0.0.1:8080) in the foreground, stores under ./store-cluster; Ctrl-C stops all.
 cluster: $(STAMP)
-	@echo "name server 127.0.0.1:9876; broker-a 127.0.0.1:10911 (metrics :5557); broker-b 127.0.0.1:10921 (metrics :5558); Ctrl-C stops all"
-	@trap 'wait' INT; trap 'kill -TERM $$ns $$a $$b 2>/dev/null; wait' TERM; \
+	@echo "name server 127.0.0.1:9876; broker-a 127.0.0.1:10911 (metrics :5557); broker-b 127.0.0.1:10921 (metrics :5558); console http://127.0.0.1:8080; Ctrl-C stops all"
+	@trap 'wait' INT; trap 'kill -TERM $$ns $$a $$b $$c 2>/dev/null; wait' TERM; \
 	$(BIN)/rocketq namesrv start --config conf/namesrv.toml & ns=$$!; \
 	$(BIN)/rocketq broker start --config conf/broker.toml --listen-port 10911 --store-dir ./store-cluster/broker-a \
 	  --namesrv-addr 127.0.0.1:9876 --set broker_name=broker-a & a=$$!; \
 	$(BIN)/rocketq broker start --config conf/broker.toml --listen-port 10921 --store-dir ./store-cluster/broker-b \
 	  --namesrv-addr 127.0.0.1:9876 --set broker_name=broker-b --set metrics_port=5558 & b=$$!; \
+	$(BIN)/rocketq console start --endpoints 127.0.0.1:9876 --listen-host 127.0.0.1 --listen-port 8080 & c=$$!; \
 	wait
 
 replay: $(STAMP)

@@ -67,5 +67,7 @@ def lag_chart_svg(samples: Sequence[Sample], now_ms: int, *, width: int = 600, h
             f"{pad + plot_w * (at - (now_ms - span_ms)) / span_ms:.1f},"
             f"{5 + plot_h - (plot_h * lag / top if top else 0):.1f}" for at, lag in inside)
         parts.append(f'<polyline points="{points}" class="chart-line" fill="none"/>')
+        last_x, last_y = points.rsplit(" ", 1)[-1].split(",")
+        parts.append(f'<circle cx="{last_x}" cy="{last_y}" r="3" class="chart-dot"/>')     # also 1 sample
     parts.append("</svg>")
     return "".join(parts)

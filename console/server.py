@@ -25,6 +25,14 @@ from protocol.errors import MQError
 log = logging.getLogger(__name__)
 
 
+class _QuietServer(uvicorn.Server):
+    """uvicorn's server without its signal handlers: the console's owner (`rocketq console start`,
+    a test, a broker process) decides what a signal does and calls `ConsoleServer.stop`."""
+
+    def capture_signals(self) -> contextlib.AbstractContextManager[None]:    # type: ignore[override]
+        return contextlib.nullcontext()
+
+
 class ConsoleServer:
     def __init__(self, settings: ConsoleSettings) -> None:
         self.settings = settings
@@ -51,8 +59,7 @@ class ConsoleServer:
         config = uvicorn.Config(create_app(self.state), lifespan="off", log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=max(1, self.settings.shutdown_timeout_ms // 1000),
                                 server_header=False)
-        self._server = uvicorn.Server(config)
-        self._server.install_signal_handlers = lambda: None      # type: ignore[method-assign]
+        self._server = _QuietServer(config)
         self._tasks = [asyncio.create_task(self._server.serve(sockets=[sock]), name="console-http"),
                        asyncio.create_task(self._sample(), name="console-lag-sampler")]
         deadline = time.monotonic() + 10
@@ -74,7 +81,7 @@ class ConsoleServer:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.should_exit = True
-        http, *others = self._tasks or [None]
+        http, others = (self._tasks[0], self._tasks[1:]) if self._tasks else (None, [])
         for task in others:
             task.cancel()
         for task in others:

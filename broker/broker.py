@@ -14,6 +14,7 @@ from broker.auth.wiring import broker_auth
 from broker.filter.filter_manager import FilterManager
 from broker.filter.message_filter import MessageFilter
 from broker.filter.sql92.bounds import Sql92Limits
+from broker.ha.wiring import Replication, start_replication
 from broker.handlers import build_handlers
 from broker.lag_collector import BrokerStateCollector, LagCollector
 from broker.locks.lock_manager import LockManager
@@ -117,6 +118,7 @@ class Broker(Lifecycle):
             write_stall_timeout_ms=config.write_stall_timeout_ms, protected_remark=self.auth.protected_remark),
             self.clock.monotonic_ms)
         self._address: str | None = None
+        self.replication: Replication | None = None
         self.metrics_port: int | None = None
         self.started_at_ms = 0
 
@@ -205,6 +207,10 @@ class Broker(Lifecycle):
                 config.housekeeping_interval_ms, on_expired=self._on_channel_expired)
             await self._housekeeping.start()
             await self._persist.start()
+            self.replication = await start_replication(
+                config, store, [self.topics, self.groups, self.offsets, self.delay_offsets],
+                enforcer=lambda: self.auth.enforcer, credentials=self.auth.inner_credentials,
+                server_tls=tls_context, client_tls=broker_client_context(config.tls))
             self.metrics.track(lambda: hold.held_count, lambda: store.reput_lag_bytes)
             self.metrics.track_limits(lambda: store.disk_guard.refusal is None,
                                       lambda reason: self.connection_guard.closed[reason],
@@ -247,6 +253,9 @@ class Broker(Lifecycle):
         if self._dispatcher is not None:
             await self._dispatcher.drain(self.config.graceful_shutdown_timeout_ms)
         await self.filters.close()
+        if self.replication is not None:
+            await self.replication.stop()
+            self.replication = None
         if self._server is not None:
             await self._server.close()
             self._server = None

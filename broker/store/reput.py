@@ -74,6 +74,12 @@ class ReputService(Service):
         self.reput_from_offset, self._handoff_from = reput_from_offset, handoff_from
         self._pending = []
 
+    def extend_from_disk(self, end_offset: int) -> None:
+        """Records up to `end_offset` were written by something other than the put path (a slave's
+        replicated bytes): dispatch them from disk on the service's next pass."""
+        self._handoff_from = max(self._handoff_from, end_offset)
+        self.wakeup()
+
     def abandon(self) -> None:
         """Forget what was handed over but not dispatched (a crash-style stop: recovery re-reads it
         from the commit log)."""

@@ -317,15 +317,19 @@ class Broker(Lifecycle):
         """Register with the name servers now and every `register_name_server_period_ms`, and again
         at once whenever a topic changes."""
         config, topics = self.config, self.topics
+        replication = self.replication
+        ha_addr = replication.ha_address(self.address) if replication is not None else ""
         header = RegisterBrokerRequestHeader(broker_name=config.broker_name, broker_addr=self.address,
-                                             cluster_name=config.cluster_name, broker_id=0)
+                                             cluster_name=config.cluster_name, broker_id=config.broker_id,
+                                             ha_server_addr=ha_addr)
 
         def topic_configs() -> list[TopicConfigData]:
             return [TopicConfigData(topic=t.topic, read_queue_nums=t.read_queue_nums,
                                     write_queue_nums=t.write_queue_nums, perm=t.perm) for t in topics.topics()]
         registration = NamesrvRegistration(parse_namesrv_addr(namesrv_addr), header, topic_configs,
                                            config.register_name_server_period_ms, self.auth.inner_credentials,
-                                           ssl_context=broker_client_context(config.tls))
+                                           ssl_context=broker_client_context(config.tls),
+                                           on_master=replication.on_master if replication is not None else None)
         self.registration = registration
         topics.on_change = registration.wakeup
         await registration.start()

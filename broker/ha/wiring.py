@@ -31,17 +31,34 @@ def ha_port(config: BrokerConfig) -> int:
 class Replication:
     """A master's `server` and `gate`, or a slave's `client` and `metadata` (the others None)."""
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: MessageStore, fixed_master: str = "") -> None:
         self._store = store
         self.server: HAServer | None = None
         self.gate: SyncGate | None = None
         self.client: HAClient | None = None
         self.metadata: MetadataApplier | None = None
-        self.master_address: str | None = None     # a slave: the master's HA address when known
+        self.master_address = fixed_master or None    # a slave: the master's HA address when known
+        self._fixed_master = bool(fixed_master)       # ha_master_address: the name servers are not followed
 
     @property
     def ha_address_port(self) -> int:
         return self.server.port if self.server is not None else 0
+
+    def ha_address(self, broker_address: str) -> str:
+        """A master's "host:ha_port" (the host of `broker_address`); "" for a slave."""
+        if self.server is None:
+            return ""
+        return f"{broker_address.rpartition(':')[0]}:{self.server.port}"
+
+    def on_master(self, master_addr: str, ha_server_addr: str) -> None:
+        """A name server's answer to this broker's registration: a slave without
+        `ha_master_address` follows the HA address it names (the master may have moved)."""
+        if self.client is None or self._fixed_master or not ha_server_addr:
+            return
+        if ha_server_addr != self.master_address:
+            log.info("master of this replica set: %s (replication from %s)", master_addr, ha_server_addr)
+            self.master_address = ha_server_addr
+            self.client.wakeup()
 
     async def stop(self) -> None:
         if self.client is not None:
@@ -58,13 +75,11 @@ async def start_replication(config: BrokerConfig, store: MessageStore, tables: S
     store also waits on the `SyncGate` before acknowledging a send. A SLAVE refuses sends
     (SERVICE_NOT_AVAILABLE, as RocketMQ's store in slave mode) and follows its master. Raises
     `OSError` when the HA port cannot be bound."""
-    replication = Replication(store)
+    replication = Replication(store, config.ha_master_address if config.is_slave else "")
     if config.is_slave:
         store.read_only = (f"this broker is a SLAVE (broker_id {config.broker_id}) of {config.broker_name}: "
                            f"send to its master")
         metadata = replication.metadata = MetadataApplier(tables)
-        if config.ha_master_address:
-            replication.master_address = config.ha_master_address
         client = replication.client = HAClient(
             store, HAClientConfig(broker_name=config.broker_name, broker_id=config.broker_id,
                                   window_bytes=config.ha_window_bytes,

@@ -8,6 +8,8 @@ import pytest
 
 from broker.broker import Broker
 from client.api import ClientAPI
+from conf.namesrv import NamesrvConfig
+from namesrv.namesrv import NameServer
 from protocol.errors import FlushSlaveTimeout, ServiceNotAvailable, SlaveNotAvailable
 from protocol.model import PullStatus
 from tests.conftest import broker_config
@@ -100,3 +102,17 @@ async def test_slave_copies_consumer_offsets(tmp_path: Path, client_api: ClientA
         async with Broker(slave_config(tmp_path, master)) as slave:   # type: ignore[arg-type]
             await wait_until(lambda: slave.offsets.query("cg", "ha", 0) == 1, what="offset copied")
             assert slave.topics.get("ha") is not None
+
+
+async def test_slave_finds_its_master_through_the_name_server(tmp_path: Path, client_api: ClientAPI) -> None:
+    async with (NameServer(NamesrvConfig(listen_port=0)) as namesrv,
+                Broker(broker_config(tmp_path / "master", namesrv_addr=namesrv.address)) as master):
+        await send(client_api, master.address, "ha", b"x")
+        async with Broker(broker_config(tmp_path / "slave", broker_role="SLAVE", broker_id=1,
+                                        namesrv_addr=namesrv.address)) as slave:
+            await slave_caught_up(master, slave)
+            assert slave.replication is not None and master.replication is not None
+            assert slave.replication.master_address == master.replication.ha_address(master.address)
+            await wait_until(lambda: (route := namesrv.routes.topic_route("ha")) is not None
+                             and route.broker_datas[0].broker_addrs == {0: master.address, 1: slave.address},
+                             what="route lists master and slave")

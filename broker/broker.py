@@ -189,11 +189,15 @@ class Broker(Lifecycle):
                 if notify_hold_run is not None:
                     notify_hold_run(topic, queue_id, queue_offset, units, properties)
             store.set_arrival_listener(on_arrival, on_arrival_run)
-            await schedule.start()
-            await timer.start()
+            delivers = not config.is_slave    # a slave re-puts nothing: its master delivers (as RocketMQ's)
+            if delivers:
+                await schedule.start()
+                await timer.start()
             self.transactions, self.transaction_check = await start_transactions(
                 config, store, self.topics, self.producers, self._address, self.clock.now_ms,
                 self.metrics.on_stored, self.metrics.on_transaction_dropped)
+            if not delivers:
+                await self.transaction_check.stop()
             self.metrics.track_transactions(lambda: self.transactions.table.pending_count if self.transactions else 0)
             await hold.start()
             self.pop_service = build_pop_service(
@@ -201,7 +205,8 @@ class Broker(Lifecycle):
                 config_dir=config.store.path / "config", max_in_flight=config.pop_max_in_flight_per_queue,
                 revive_interval_ms=config.pop_revive_interval_ms, persist_interval_ms=config.persist_interval_ms,
                 store_host=self._address, on_dlq=self.metrics.on_dlq)
-            await self.pop_service.start()
+            if delivers:
+                await self.pop_service.start()
             self._housekeeping = HousekeepingService(
                 self.consumers, self.producers, self.clock, config.channel_expired_timeout_ms,
                 config.housekeeping_interval_ms, on_expired=self._on_channel_expired)

@@ -62,6 +62,8 @@ class HAServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
         self._arrived: set[asyncio.Event] = set()
+        self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._streams: dict[int, _Stream] = {}
         self.port = 0
 
     async def start(self) -> None:
@@ -77,6 +79,24 @@ class HAServer:
     @property
     def connections(self) -> int:
         return len(self._tasks)
+
+    @property
+    def unsent_bytes(self) -> int:
+        """Bytes queued in this server's sockets, unsent (bounded by the window per slave, plus a
+        heartbeat and a metadata snapshot)."""
+        return sum(writer.transport.get_write_buffer_size() for writer in self._writers.values())
+
+    @property
+    def unacked_bytes(self) -> int:
+        """Commit-log bytes sent to slaves and not acknowledged yet (at most `window_bytes` each,
+        or one record when a single record is larger)."""
+        return sum(stream.sent - stream.acked for stream in self._streams.values())
+
+    def close_connections(self) -> None:
+        """Cut every slave's connection now (tests, and an operator's "resync"): slaves reconnect
+        and resume from their own end."""
+        for writer in self._writers.values():
+            writer.transport.abort()
 
     async def stop(self) -> None:
         self._store.on_appended = None
@@ -97,6 +117,7 @@ class HAServer:
         peer = writer.get_extra_info("peername")
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         connection_id = next(self._ids)
+        self._writers[connection_id] = writer
         try:
             await self._serve(connection_id, address, reader, writer)
         except (HAProtocolError, FrameError) as exc:
@@ -106,6 +127,8 @@ class HAServer:
         finally:
             self.gate.disconnected(connection_id)
             self._tasks.discard(task)
+            self._writers.pop(connection_id, None)
+            self._streams.pop(connection_id, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1)
@@ -139,7 +162,7 @@ class HAServer:
         await writer.drain()
         log.info("slave %s/%d connected from %s; streaming from commit-log offset %d (master at %d)",
                  hello.broker_name, hello.broker_id, address, start, end)
-        stream = _Stream(start)
+        stream = self._streams[connection_id] = _Stream(start)
         self.gate.acknowledged(connection_id, hello.max_offset)
         arrived = asyncio.Event()
         self._arrived.add(arrived)
@@ -180,9 +203,11 @@ class HAServer:
                     writer.write(transfer_header(KIND_METADATA, stream.sent, len(snapshot)) + snapshot)
                     last_snapshot = snapshot
                 next_metadata = loop.time() + config.metadata_interval_ms / 1000
+            arrived.clear()                       # before looking: an append or ack after this wakes the wait
             room = config.window_bytes - (stream.sent - stream.acked)
             chunk = store.replication_chunk(stream.sent, room) if room > 0 else None
-            if chunk is not None:
+            # a record larger than the room left waits for the acks (alone, it may exceed the window)
+            if chunk is not None and (len(chunk[1]) <= room or stream.sent == stream.acked):
                 offset, data = chunk
                 writer.write(transfer_header(KIND_DATA, offset, len(data)))
                 writer.write(data)
@@ -190,7 +215,6 @@ class HAServer:
                 del data, chunk
                 await writer.drain()
                 continue
-            arrived.clear()
             try:
                 async with asyncio.timeout(min(config.heartbeat_interval_ms, config.metadata_interval_ms) / 1000):
                     await arrived.wait()

@@ -59,7 +59,7 @@ async def test_garbage_and_bad_hellos_are_refused(tmp_path: Path, client_api: Cl
         await closed_by_peer(reader)
         writer.close()
         for kwargs in ({"max_offset": 1 << 62}, {"name": "broker-b"}):
-            reader, writer, code = await hello(port, **kwargs)   # type: ignore[arg-type]
+            reader, writer, code = await hello(port, **kwargs)
             assert code != ResponseCode.SUCCESS
             await closed_by_peer(reader)
             writer.close()

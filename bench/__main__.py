@@ -20,6 +20,7 @@ from bench import (
     client_produce,
     cluster,
     filtered_pull,
+    ha,
     held,
     latency,
     orderly_consume,
@@ -61,6 +62,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "auth_cost": auth.auth_cost,
     "txn_send": txn_send.txn_send,
     "timer": timer.timer,
+    "ha_produce": ha.ha_produce,
 }
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from auth.enforcer import Enforcer, Peer
-from broker.ha.streams import read_first_frame
+from broker.ha.streams import Watchdog, read_first_frame
 from broker.ha.sync_gate import SyncGate
 from broker.ha.wire import (
     ACK,
@@ -167,25 +167,35 @@ class HAServer:
         arrived = asyncio.Event()
         self._arrived.add(arrived)
         sender = asyncio.create_task(self._send(stream, writer, arrived), name=f"ha-send-{connection_id}")
-        acks = asyncio.create_task(self._read_acks(connection_id, stream, reader, arrived),
+        watchdog = Watchdog(writer.transport, self._config.housekeeping_timeout_ms)
+        acks = asyncio.create_task(self._read_acks(connection_id, stream, reader, arrived, watchdog),
                                    name=f"ha-acks-{connection_id}")
         try:
             done, _ = await asyncio.wait((sender, acks), return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 task.result()           # raises what ended the connection
         finally:
+            watchdog.cancel()
             self._arrived.discard(arrived)
             for task in (sender, acks):
                 task.cancel()
             await asyncio.gather(sender, acks, return_exceptions=True)
 
     async def _read_acks(self, connection_id: int, stream: _Stream, reader: asyncio.StreamReader,
-                         arrived: asyncio.Event) -> None:
-        timeout = self._config.housekeeping_timeout_ms / 1000
+                         arrived: asyncio.Event, watchdog: Watchdog) -> None:
+        """Acks as they come, several per read when the slave got ahead: the last one counts."""
+        pending = b""
         while True:
-            async with asyncio.timeout(timeout):
-                data = await reader.readexactly(ACK.size)
-            (acked,) = ACK.unpack(data)
+            data = await reader.read(64 * ACK.size)
+            if not data:
+                raise asyncio.IncompleteReadError(pending, None)
+            watchdog.touch()
+            pending += data
+            whole = len(pending) - len(pending) % ACK.size
+            if not whole:
+                continue
+            (acked,) = ACK.unpack_from(pending, whole - ACK.size)
+            pending = pending[whole:]
             if acked > stream.sent:
                 raise HAProtocolError(f"ack {acked} is past what was sent ({stream.sent})")
             stream.acked = max(stream.acked, acked)

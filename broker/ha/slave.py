@@ -16,7 +16,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.ha.streams import read_first_frame
+from broker.ha.streams import Watchdog, read_first_frame
 from broker.ha.wire import (
     ACK,
     KIND_DATA,
@@ -117,26 +117,49 @@ class HAClient(Service):
         self.connected = True
         log.info("replicating from master %s from commit-log offset %d (master at %s)", address,
                  store.commit_log_max_offset(), answer.fields.get("master_max_offset"))
-        max_length = max(config.window_bytes, MAX_METADATA_BYTES)
-        timeout = config.housekeeping_timeout_ms / 1000
+        watchdog = Watchdog(writer.transport, config.housekeeping_timeout_ms)
+        wanted = asyncio.Event()
+        acker = asyncio.create_task(self._acknowledge(writer, wanted), name="ha-ack")
+        try:
+            await self._receive(reader, watchdog, wanted, acker)
+        finally:
+            watchdog.cancel()
+            acker.cancel()
+            await asyncio.gather(acker, return_exceptions=True)
+
+    async def _receive(self, reader: asyncio.StreamReader, watchdog: Watchdog, wanted: asyncio.Event,
+                       acker: asyncio.Task[None]) -> None:
+        """Append every transfer as it comes (the acker fsyncs and acknowledges behind, so one fsync
+        covers every transfer that arrived meanwhile: the slave's group commit)."""
+        store, max_length = self._store, max(self._config.window_bytes, MAX_METADATA_BYTES)
         while True:
-            async with asyncio.timeout(timeout):
-                kind, offset, length = parse_transfer_header(await reader.readexactly(TRANSFER_HEADER.size),
-                                                             max_length)
-                data = await reader.readexactly(length) if length else b""
+            kind, offset, length = parse_transfer_header(await reader.readexactly(TRANSFER_HEADER.size),
+                                                         max_length)
+            data = await reader.readexactly(length) if length else b""
+            watchdog.touch()
+            if acker.done():
+                acker.result()          # raises what stopped it
             if kind == KIND_DATA:
                 end = store.append_replicated(offset, data)
                 del data
-                if self._sync_flush:
-                    await store.wait_flushed(end)
                 self.master_offset = max(self.master_offset, end)
-                writer.write(ACK.pack(end))
+                wanted.set()
             elif kind == KIND_HEARTBEAT:
                 self.master_offset = offset
-                writer.write(ACK.pack(store.commit_log_flushed_offset if self._sync_flush
-                                      else store.commit_log_max_offset()))
+                wanted.set()
             else:
                 self._apply_metadata(data)
+
+    async def _acknowledge(self, writer: asyncio.StreamWriter, wanted: asyncio.Event) -> None:
+        """Acknowledge the commit-log end once it is written (and fsynced under SYNC_FLUSH)."""
+        store = self._store
+        while True:
+            await wanted.wait()
+            wanted.clear()
+            end = store.commit_log_max_offset()
+            if self._sync_flush:
+                await store.wait_flushed(end)
+            writer.write(ACK.pack(end))
 
 
 

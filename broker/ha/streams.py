@@ -28,3 +28,29 @@ async def read_first_frame(reader: asyncio.StreamReader, timeout_ms: int) -> Rem
     if len(commands) != 1:
         raise FrameError("first frame incomplete")
     return commands[0]
+
+
+class Watchdog:
+    """Aborts `transport` once nothing was heard from its peer for `timeout_ms` (`touch()` on every
+    read): one timer re-armed every `timeout_ms / 2`, instead of a timeout per read (an ack is read
+    per slave write; a timeout context each was the stream's largest cost)."""
+
+    def __init__(self, transport: asyncio.WriteTransport, timeout_ms: int) -> None:
+        self._transport, self._timeout_s = transport, timeout_ms / 1000
+        self._loop = asyncio.get_running_loop()
+        self._heard = self._loop.time()
+        self.expired = False
+        self._timer = self._loop.call_later(self._timeout_s / 2, self._check)
+
+    def touch(self) -> None:
+        self._heard = self._loop.time()
+
+    def _check(self) -> None:
+        if self._loop.time() - self._heard > self._timeout_s:
+            self.expired = True
+            self._transport.abort()
+            return
+        self._timer = self._loop.call_later(self._timeout_s / 2, self._check)
+
+    def cancel(self) -> None:
+        self._timer.cancel()

@@ -142,3 +142,16 @@ async def test_gate_times_out_a_send_the_slaves_never_confirm() -> None:
     assert isinstance(future.error, FlushSlaveTimeout)
     gate.disconnected(7)
     assert gate.in_sync() == []
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"broker_role": "SLAVE"}, "SLAVE needs broker_id >= 1"),
+    ({"broker_role": "SYNC_MASTER", "broker_id": 2}, "needs broker_id 0"),
+    ({"broker_role": "MASTER"}, "ASYNC_MASTER, SYNC_MASTER or SLAVE"),
+    ({"broker_role": "SLAVE", "broker_id": 1, "ha_master_address": "nohost"}, "host:port"),
+    ({"in_sync_replicas_min": 0}, "in_sync_replicas_min"),
+])
+def test_contradicting_roles_do_not_start(overrides: dict[str, object], message: str) -> None:
+    from conf.broker import BrokerConfig
+    with pytest.raises(ValueError, match=message):
+        BrokerConfig(**overrides)  # type: ignore[arg-type]

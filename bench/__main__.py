@@ -21,6 +21,7 @@ from bench import (
     cluster,
     console,
     filtered_pull,
+    ha,
     held,
     latency,
     orderly_consume,
@@ -63,6 +64,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "auth_cost": auth.auth_cost,
     "txn_send": txn_send.txn_send,
     "timer": timer.timer,
+    "ha_produce": ha.ha_produce,
 }
 
 

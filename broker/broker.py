@@ -14,6 +14,7 @@ from broker.auth.wiring import broker_auth
 from broker.filter.filter_manager import FilterManager
 from broker.filter.message_filter import MessageFilter
 from broker.filter.sql92.bounds import Sql92Limits
+from broker.ha.wiring import Replication, start_replication
 from broker.handlers import build_handlers
 from broker.lag_collector import BrokerStateCollector, LagCollector
 from broker.locks.lock_manager import LockManager
@@ -117,6 +118,7 @@ class Broker(Lifecycle):
             write_stall_timeout_ms=config.write_stall_timeout_ms, protected_remark=self.auth.protected_remark),
             self.clock.monotonic_ms)
         self._address: str | None = None
+        self.replication: Replication | None = None
         self.metrics_port: int | None = None
         self.started_at_ms = 0
 
@@ -187,11 +189,15 @@ class Broker(Lifecycle):
                 if notify_hold_run is not None:
                     notify_hold_run(topic, queue_id, queue_offset, units, properties)
             store.set_arrival_listener(on_arrival, on_arrival_run)
-            await schedule.start()
-            await timer.start()
+            delivers = not config.is_slave    # a slave re-puts nothing: its master delivers (as RocketMQ's)
+            if delivers:
+                await schedule.start()
+                await timer.start()
             self.transactions, self.transaction_check = await start_transactions(
                 config, store, self.topics, self.producers, self._address, self.clock.now_ms,
                 self.metrics.on_stored, self.metrics.on_transaction_dropped)
+            if not delivers:
+                await self.transaction_check.stop()
             self.metrics.track_transactions(lambda: self.transactions.table.pending_count if self.transactions else 0)
             await hold.start()
             self.pop_service = build_pop_service(
@@ -199,12 +205,17 @@ class Broker(Lifecycle):
                 config_dir=config.store.path / "config", max_in_flight=config.pop_max_in_flight_per_queue,
                 revive_interval_ms=config.pop_revive_interval_ms, persist_interval_ms=config.persist_interval_ms,
                 store_host=self._address, on_dlq=self.metrics.on_dlq)
-            await self.pop_service.start()
+            if delivers:
+                await self.pop_service.start()
             self._housekeeping = HousekeepingService(
                 self.consumers, self.producers, self.clock, config.channel_expired_timeout_ms,
                 config.housekeeping_interval_ms, on_expired=self._on_channel_expired)
             await self._housekeeping.start()
             await self._persist.start()
+            self.replication = await start_replication(
+                config, store, [self.topics, self.groups, self.offsets, self.delay_offsets],
+                enforcer=lambda: self.auth.enforcer, credentials=self.auth.inner_credentials,
+                server_tls=tls_context, client_tls=broker_client_context(config.tls))
             self.metrics.track(lambda: hold.held_count, lambda: store.reput_lag_bytes)
             self.metrics.track_limits(lambda: store.disk_guard.refusal is None,
                                       lambda reason: self.connection_guard.closed[reason],
@@ -247,6 +258,9 @@ class Broker(Lifecycle):
         if self._dispatcher is not None:
             await self._dispatcher.drain(self.config.graceful_shutdown_timeout_ms)
         await self.filters.close()
+        if self.replication is not None:
+            await self.replication.stop()
+            self.replication = None
         if self._server is not None:
             await self._server.close()
             self._server = None
@@ -308,15 +322,19 @@ class Broker(Lifecycle):
         """Register with the name servers now and every `register_name_server_period_ms`, and again
         at once whenever a topic changes."""
         config, topics = self.config, self.topics
+        replication = self.replication
+        ha_addr = replication.ha_address(self.address) if replication is not None else ""
         header = RegisterBrokerRequestHeader(broker_name=config.broker_name, broker_addr=self.address,
-                                             cluster_name=config.cluster_name, broker_id=0)
+                                             cluster_name=config.cluster_name, broker_id=config.broker_id,
+                                             ha_server_addr=ha_addr)
 
         def topic_configs() -> list[TopicConfigData]:
             return [TopicConfigData(topic=t.topic, read_queue_nums=t.read_queue_nums,
                                     write_queue_nums=t.write_queue_nums, perm=t.perm) for t in topics.topics()]
         registration = NamesrvRegistration(parse_namesrv_addr(namesrv_addr), header, topic_configs,
                                            config.register_name_server_period_ms, self.auth.inner_credentials,
-                                           ssl_context=broker_client_context(config.tls))
+                                           ssl_context=broker_client_context(config.tls),
+                                           on_master=replication.on_master if replication is not None else None)
         self.registration = registration
         topics.on_change = registration.wakeup
         await registration.start()

@@ -18,7 +18,7 @@ from protocol.bodies import RegisterBrokerBody, TopicConfigData, encode_body
 from protocol.codes import RequestCode
 from protocol.command import request
 from protocol.errors import MQError, error_for
-from protocol.headers import RegisterBrokerRequestHeader
+from protocol.headers import RegisterBrokerRequestHeader, RegisterBrokerResponseHeader
 from protocol.remoting_client import RemotingClient
 from protocol.service import Service
 from protocol.signing import Credentials
@@ -34,8 +34,12 @@ class NamesrvRegistration(Service):
 
     def __init__(self, namesrv_addrs: Sequence[str], header: RegisterBrokerRequestHeader,
                  topic_configs: Callable[[], list[TopicConfigData]], period_ms: int,
-                 credentials: Credentials | None = None, *, ssl_context: ssl.SSLContext | None = None) -> None:
+                 credentials: Credentials | None = None, *, ssl_context: ssl.SSLContext | None = None,
+                 on_master: Callable[[str, str], None] | None = None) -> None:
+        """`on_master(master_addr, ha_server_addr)` after each answered registration: what the name
+        server knows of this replica set's master ("" for none), how a slave finds its master."""
         super().__init__()
+        self._on_master = on_master
         self._addrs, self._header, self._topic_configs = list(namesrv_addrs), header, topic_configs
         self._period_ms = period_ms
         self._remoting = RemotingClient(connect_timeout_ms=REQUEST_TIMEOUT_MS, credentials=credentials,
@@ -73,6 +77,9 @@ class NamesrvRegistration(Service):
                                                    REQUEST_TIMEOUT_MS)
             if response.code != 0:
                 raise error_for(response.code, response.remark)
+            if self._on_master is not None:
+                answer = RegisterBrokerResponseHeader.from_fields(response.fields)
+                self._on_master(answer.master_addr, answer.ha_server_addr)
         except MQError as exc:
             if addr not in self._down:
                 log.warning("cannot register with name server %s: %s (retrying every %d ms)", addr, exc,

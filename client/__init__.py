@@ -30,11 +30,13 @@ from client.producer.selector import SelectMessageQueueByHash, SelectMessageQueu
 from client.producer.transaction_producer import TransactionListener, TransactionProducer, TransactionSendResult
 from protocol.errors import (
     ConnectionClosed,
+    FlushSlaveTimeout,
     MQError,
     NoPermission,
     ReceiptHandleExpired,
     RequestTimeout,
     ResponseError,
+    SlaveNotAvailable,
     SubscriptionParseFailed,
     TopicNotExist,
 )
@@ -47,10 +49,11 @@ __all__ = [
     "AllocateMachineRoomNearby", "AllocateMessageQueueAveragely", "AllocateMessageQueueAveragelyByCircle",
     "AllocateMessageQueueByConfig", "AllocateMessageQueueByMachineRoom", "AllocateMessageQueueConsistentHash",
     "ClientStateError", "ConnectionClosed", "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus",
-    "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "Credentials",
+    "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "Credentials", "FlushSlaveTimeout",
     "LocalTransactionState", "MQError", "Message", "MessageExt", "MessageModel", "MessageQueue",
     "MessageSelector", "MessageView", "NoPermission", "Producer", "PullConsumer", "PullResult", "PushConsumer",
     "ReceiptHandleExpired", "RequestTimeout", "ResponseError", "SelectMessageQueueByHash",
-    "SelectMessageQueueByRandom", "SendResult", "SendStatus", "SimpleConsumer", "SubscriptionParseFailed",
+    "SelectMessageQueueByRandom", "SendResult", "SendStatus", "SimpleConsumer", "SlaveNotAvailable",
+    "SubscriptionParseFailed",
     "TopicNotExist", "TransactionListener", "TransactionProducer", "TransactionSendResult",
 ]

@@ -76,6 +76,15 @@ class RouteTable:
     def master_address(self, broker_name: str) -> str | None:
         return self._brokers.get(broker_name, {}).get(MASTER_ID)
 
+    def subscribe_address(self, broker_name: str) -> str | None:
+        """Where to pull a queue of `broker_name` from: its master, else (the master left the routes:
+        it is down) the slave with the lowest broker id, as RocketMQ's `findBrokerAddressInSubscribe`.
+        None when the broker name is unknown."""
+        addrs = self._brokers.get(broker_name)
+        if not addrs:
+            return None
+        return addrs.get(MASTER_ID) or addrs[min(addrs)]
+
     def broker_addresses(self) -> set[str]:
         return {addr for addrs in self._brokers.values() for addr in addrs.values()}
 

@@ -13,6 +13,7 @@ from conf.store import StoreConfig
 from conf.tls import TlsConfig
 
 EventLoop = Literal["auto", "asyncio", "uvloop"]
+BrokerRole = Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,7 +30,11 @@ class BrokerConfig:
         "transaction_check_interval_ms": Range(10, 86_400_000), "transaction_check_max": Range(1, 1_000),
         "timer_max_delay_sec": Range(low=1, high=400 * 86_400),
         "timer_precision_ms": Range(low=1, high=1_000),
-        "pop_max_in_flight_per_queue": Range(low=1), "pop_revive_interval_ms": Range(low=1)})
+        "pop_max_in_flight_per_queue": Range(low=1), "pop_revive_interval_ms": Range(low=1),
+        "broker_id": Range(0, 1_000), "ha_listen_port": Range(-1, 65_535), "in_sync_replicas_min": Range(1, 16),
+        "ha_max_gap_bytes": Range(low=1), "ha_window_bytes": Range(4_096, 256 * 1024 * 1024),
+        "ha_heartbeat_interval_ms": Range(10, 60_000), "ha_housekeeping_timeout_ms": Range(100, 600_000),
+        "ha_slave_sync_interval_ms": Range(10, 600_000)})
 
     listen_host: str = "127.0.0.1"                # address clients connect to; "0.0.0.0" for all interfaces
     listen_port: int = 10911                      # TCP port (RocketMQ's default); 0 picks a free port
@@ -78,6 +83,18 @@ class BrokerConfig:
     timer_max_delay_sec: int = 259_200            # timer messages: latest deliver time ahead (3 days); more: refused
     timer_precision_ms: int = 100                 # timer wheel slot (timerPrecisionMs); changing it needs a new wheel
     protected_mode: bool = True                   # auth off and listening beyond loopback: refuse non-loopback peers
+    # High availability (RocketMQ's HAService, docs/ha.md): brokers with one broker_name form a replica set.
+    broker_id: int = 0                            # brokerId: 0 the master, 1 and up its slaves
+    broker_role: BrokerRole = "ASYNC_MASTER"      # brokerRole; SYNC_MASTER: a send is acked on in_sync_replicas_min
+    ha_listen_port: int = -1                      # haListenPort of a master's log stream; 0: any; -1: listen_port + 1
+    in_sync_replicas_min: int = 2                 # SYNC_MASTER: replicas (the master included) a send must be on
+    ha_max_gap_bytes: int = 256 * 1024 * 1024     # haMaxGapNotInSync: a slave further behind leaves the in-sync set
+    ha_master_address: str = ""                   # SLAVE: the master's "host:ha_port"; "" = ask the name servers
+    ha_window_bytes: int = 4 * 1024 * 1024        # commit-log bytes a master sends a slave ahead of its ack
+    ha_heartbeat_interval_ms: int = 1_000         # idle stream: a master heartbeat and a slave ack this often
+    ha_housekeeping_timeout_ms: int = 20_000      # haHousekeepingInterval: a silent replication connection is closed
+    ha_slave_sync_interval_ms: int = 1_000        # topics, groups, offsets sent to slaves (when changed) this often
+    slave_read_enable: bool = False               # slaveReadEnable: a slave serves pulls while its master is up too
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -85,3 +102,23 @@ class BrokerConfig:
 
     def __post_init__(self) -> None:
         check_ranges(self, self.RANGES)
+        check_ha_roles(self)
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role == "SLAVE"
+
+
+def check_ha_roles(config: BrokerConfig) -> None:
+    """Raise `ValueError` for a role that contradicts its broker_id (RocketMQ's BrokerStartup sets
+    brokerId 0 for a master and refuses a slave with id 0), an unknown role, or an
+    `in_sync_replicas_min` a lone master could never meet with no slave (1 is the master alone)."""
+    if config.broker_role not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+        raise ValueError(f"broker_role must be ASYNC_MASTER, SYNC_MASTER or SLAVE, got {config.broker_role!r}")
+    if config.broker_role == "SLAVE" and config.broker_id == 0:
+        raise ValueError("broker_role SLAVE needs broker_id >= 1 (broker_id 0 is the master of a replica set)")
+    if config.broker_role != "SLAVE" and config.broker_id != 0:
+        raise ValueError(f"broker_role {config.broker_role} needs broker_id 0, got {config.broker_id} "
+                         f"(ids 1 and up are slaves)")
+    if config.ha_master_address and ":" not in config.ha_master_address:
+        raise ValueError(f"ha_master_address must be host:port, got {config.ha_master_address!r}")

@@ -39,7 +39,7 @@ from protocol.clock import Clock, SystemClock
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ConnectionClosed, NoPermission, ResponseError, SystemError_, TopicNotExist
-from protocol.headers import GetRouteInfoRequestHeader, RegisterBrokerRequestHeader
+from protocol.headers import GetRouteInfoRequestHeader, RegisterBrokerRequestHeader, RegisterBrokerResponseHeader
 from protocol.lifecycle import Lifecycle
 from protocol.metrics_http import MetricsEndpoint
 from protocol.service import PeriodicService
@@ -205,10 +205,13 @@ class NameServer(Lifecycle):
                 raise SystemError_(remark)
         if self.routes.register_broker(cluster=header.cluster_name, broker_name=header.broker_name,
                                        broker_addr=header.broker_addr, broker_id=header.broker_id,
-                                       topic_configs=body.topic_configs, now_ms=self.clock.monotonic_ms()):
+                                       topic_configs=body.topic_configs, now_ms=self.clock.monotonic_ms(),
+                                       ha_server_addr=header.ha_server_addr):
             log.info("broker %s (%s, cluster %s) registered with %d topics", header.broker_name,
                      header.broker_addr, header.cluster_name, len(body.topic_configs))
-        return request.response()
+        master_addr, ha_server_addr = self.routes.master_of(header.broker_name)
+        return request.response(header=RegisterBrokerResponseHeader(master_addr=master_addr,
+                                                                    ha_server_addr=ha_server_addr))
 
     def _unregister_broker(self, request: RemotingCommand) -> RemotingCommand:
         header = RegisterBrokerRequestHeader.from_fields(request.fields)

@@ -18,6 +18,7 @@ class BrokerLive:
     broker_name: str
     broker_id: int
     last_update_ms: int
+    ha_server_addr: str = ""
 
 
 class RouteInfoManager:
@@ -28,7 +29,7 @@ class RouteInfoManager:
         self.broker_live_table: dict[str, BrokerLive] = {}
 
     def register_broker(self, *, cluster: str, broker_name: str, broker_addr: str, broker_id: int,
-                        topic_configs: list[TopicConfigData], now_ms: int) -> bool:
+                        topic_configs: list[TopicConfigData], now_ms: int, ha_server_addr: str = "") -> bool:
         """Record a broker's registration; True when the broker address is new. A master's
         (`broker_id` 0) topic list replaces what was known of that broker: a topic it no longer
         lists leaves the broker's routes. Slaves only refresh their liveness and address."""
@@ -51,8 +52,15 @@ class RouteInfoManager:
                     broker_name=broker_name, read_queue_nums=config.read_queue_nums,
                     write_queue_nums=config.write_queue_nums, perm=config.perm)
         new = broker_addr not in self.broker_live_table
-        self.broker_live_table[broker_addr] = BrokerLive(cluster, broker_name, broker_id, now_ms)
+        self.broker_live_table[broker_addr] = BrokerLive(cluster, broker_name, broker_id, now_ms, ha_server_addr)
         return new
+
+    def master_of(self, broker_name: str) -> tuple[str, str]:
+        """(master address, its HA address) of a replica set; ("", "") while it has no live master."""
+        data = self.broker_addr_table.get(broker_name)
+        master = data.broker_addrs.get(0, "") if data is not None else ""
+        live = self.broker_live_table.get(master) if master else None
+        return (master, live.ha_server_addr) if live is not None else ("", "")
 
     def unregister_broker(self, *, cluster: str, broker_name: str, broker_addr: str, broker_id: int) -> None:
         """Forget one broker address; when its broker name has no address left, the broker leaves

@@ -72,6 +72,8 @@ class ResponseCode(IntEnum):
     SYSTEM_BUSY = 2
     REQUEST_CODE_NOT_SUPPORTED = 3
     FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11    # SYNC_MASTER: fewer than in_sync_replicas_min replicas in sync
+    FLUSH_SLAVE_TIMEOUT = 12    # SYNC_MASTER: the slaves did not have the send within the timeout
     MESSAGE_ILLEGAL = 13
     SERVICE_NOT_AVAILABLE = 14
     NO_PERMISSION = 16

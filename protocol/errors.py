@@ -102,6 +102,17 @@ class FlushDiskTimeout(ResponseError, code=ResponseCode.FLUSH_DISK_TIMEOUT):
     """A SYNC_FLUSH write stored but not fsynced within `sync_flush_timeout_ms`; retriable."""
 
 
+class SlaveNotAvailable(ResponseError, code=ResponseCode.SLAVE_NOT_AVAILABLE):
+    """SYNC_MASTER: the message is stored on the master, but fewer than `in_sync_replicas_min`
+    replicas (the master included) were in sync, so it is not acknowledged as replicated (RocketMQ's
+    SendStatus.SLAVE_NOT_AVAILABLE). Not retriable by itself: a resend stores a second copy."""
+
+
+class FlushSlaveTimeout(ResponseError, code=ResponseCode.FLUSH_SLAVE_TIMEOUT):
+    """SYNC_MASTER: the message is stored on the master, but not enough slaves confirmed it within
+    `sync_flush_timeout_ms` (RocketMQ's SendStatus.FLUSH_SLAVE_TIMEOUT); a resend stores a copy."""
+
+
 class MessageIllegal(ResponseError, code=ResponseCode.MESSAGE_ILLEGAL):
     """A message the broker refuses: too large, too many property bytes, a bad DELAY level."""
 
@@ -164,6 +175,7 @@ _BY_CODE: dict[int, type[ResponseError]] = {
         SystemError_, SystemBusy, RequestCodeNotSupported, FlushDiskTimeout, MessageIllegal, ServiceNotAvailable,
         NoPermission, QueryNotFound, SubscriptionParseFailed, SubscriptionNotExist,
         SubscriptionNotLatest, SubscriptionGroupNotExist, ConsumerNotOnline, FlowControl, ReceiptHandleExpired,
+        SlaveNotAvailable, FlushSlaveTimeout,
     )
 }
 

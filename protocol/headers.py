@@ -236,6 +236,17 @@ class RegisterBrokerRequestHeader(Header):
     broker_addr: str
     cluster_name: str
     broker_id: int = 0
+    ha_server_addr: str = ""      # a master's "host:ha_listen_port" its slaves replicate from (haServerAddr)
+
+
+@header
+class RegisterBrokerResponseHeader(Header):
+    """REGISTER_BROKER's answer (RocketMQ `RegisterBrokerResponseHeader`): the replica set's master
+    address and its HA address as last registered ("" while no master is registered), which is how
+    a slave finds its master."""
+
+    master_addr: str = ""
+    ha_server_addr: str = ""
 
 
 @header

@@ -225,6 +225,48 @@ class CommitLog:
         written = self.append_batch(1, lambda _, commit_log_offset: encode(commit_log_offset))
         return None if written is None else (written[0][0], written[1][0])
 
+    def append_replicated(self, commit_log_offset: int, data: bytes | memoryview) -> None:
+        """Write a master's commit-log bytes at the same offset (a slave; RocketMQ
+        `CommitLog#appendData`): `commit_log_offset` is `max_offset`, or the start of a later file
+        when the master rolled past a zero tail. `data` lies in one file and ends on a record
+        boundary. Raises `ValueError` (nothing written) otherwise, `OSError` when a file cannot be
+        created or given its blocks."""
+        segment_bytes = self._segment_bytes
+        relative = commit_log_offset % segment_bytes
+        if commit_log_offset < self.max_offset or (commit_log_offset > self.max_offset and relative):
+            raise ValueError(f"replicated bytes at {commit_log_offset} do not follow the log's end {self.max_offset}")
+        if relative + len(data) > segment_bytes:
+            raise ValueError(f"replicated bytes at {commit_log_offset} ({len(data)} bytes) span two files")
+        segment = self._segments.get_or_create(commit_log_offset - relative)
+        segment.allocate_through(segment_bytes)
+        segment.view[relative:relative + len(data)] = data
+        self.max_offset = commit_log_offset + len(data)
+
+    def replication_chunk(self, from_offset: int, max_bytes: int) -> tuple[int, memoryview] | None:
+        """The bytes a master sends a slave next: (commit_log_offset, view) of whole records from
+        `from_offset` (a record boundary; raised to `min_offset` when retention removed it, moved to
+        the next file from a zero tail), within one file, at most `max_bytes` unless the first
+        record alone is larger. None when there is nothing after `from_offset` yet."""
+        end = self.max_offset
+        position = max(from_offset, self.min_offset)
+        while position < end:
+            segment = self._segments.find(position)
+            if segment is None:
+                return None
+            start = relative = position - segment.start_offset
+            limit = min(segment.size, end - segment.start_offset)
+            unpack = RECORD_HEADER.unpack_from      # the master's own records: sizes only, no CRC here
+            while relative + HEADER_BYTES <= limit:
+                total = unpack(segment.mm, relative)[0]
+                too_much = relative > start and relative + total - start > max_bytes
+                if total == 0 or relative + total > limit or too_much:
+                    break
+                relative += total
+            if relative > start:
+                return position, segment.view[start:relative]
+            position = segment.end_offset          # a zero tail: the master rolled to the next file
+        return None
+
     def _rollback(self, batch_start: int, written_end: int) -> None:
         """Undo a partly written batch: zero [batch_start, written_end) and drop segments after it."""
         holder = self._segments.find(batch_start)

@@ -14,7 +14,7 @@ import os
 import struct
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgpack
 
@@ -51,6 +51,32 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class ReplicaGate(Protocol):
+    """What a SYNC_MASTER's sends wait on besides the local flush (`broker.ha.sync_gate`)."""
+
+    def is_acked(self, end_offset: int) -> bool: ...
+
+    def resolve_when_acked(self, end_offset: int, future: Settable[Any], value: Any) -> None: ...
+
+
+class _ThenReplicated:
+    """The `Settable` a flush resolves to hand its value on to the replica gate."""
+
+    __slots__ = ("_end_offset", "_future", "_gate")
+
+    def __init__(self, gate: ReplicaGate, end_offset: int, future: Settable[Any]) -> None:
+        self._gate, self._end_offset, self._future = gate, end_offset, future
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def set_result(self, value: Any, /) -> None:
+        self._gate.resolve_when_acked(self._end_offset, self._future, value)
+
+    def set_exception(self, exc: BaseException, /) -> None:
+        self._future.set_exception(exc)
+
+
 class MessageStore(StoreWrites, StoreReads):
     """Nothing touches the disk before `start()`; `stop()` leaves a clean store. Names follow the
     glossary: `commit_log_offset` is a byte position in the commit log, `queue_offset` an index in
@@ -84,6 +110,9 @@ class MessageStore(StoreWrites, StoreReads):
         self._reput.key_index = self.key_index
         self._packer = msgpack.Packer(use_bin_type=True)
         self._running = False
+        self.replica_gate: ReplicaGate | None = None       # SYNC_MASTER: sends also wait for slaves
+        self.on_appended: Callable[[], None] | None = None  # a master's replication streams are woken
+        self.read_only: str | None = None                  # SLAVE: why sends are refused
 
     # lifecycle -------------------------------------------------------------------------------
 
@@ -218,7 +247,9 @@ class MessageStore(StoreWrites, StoreReads):
         """True when a put ending at `commit_log_end_offset` needs no wait: ASYNC_FLUSH, or already
         fsynced (`wait_flushed` would return at once)."""
         flush = self._commit_log_flush
-        return not flush.sync_flush or commit_log_end_offset <= flush.flushed_offset
+        gate = self.replica_gate
+        return ((not flush.sync_flush or commit_log_end_offset <= flush.flushed_offset)
+                and (gate is None or gate.is_acked(commit_log_end_offset)))
 
     async def wait_flushed(self, commit_log_end_offset: int) -> None:
         """SYNC_FLUSH: return once fsynced up to `commit_log_end_offset` (a put's `end_offset`),
@@ -229,8 +260,37 @@ class MessageStore(StoreWrites, StoreReads):
     def resolve_when_flushed(self, commit_log_end_offset: int, future: Settable[T], value: T) -> None:
         """SYNC_FLUSH: `future.set_result(value)` once fsynced up to `commit_log_end_offset`, or
         `FlushDiskTimeoutError` after `sync_flush_timeout_ms` (see `wait_flushed`); for a caller
-        that answers from the future's callback instead of awaiting (the send path)."""
-        self._commit_log_flush.resolve_when_flushed(commit_log_end_offset, future, value)
+        that answers from the future's callback instead of awaiting (the send path).
+        With a `replica_gate` (SYNC_MASTER) the value is then handed to the gate, which resolves
+        the future once enough slaves have the bytes too (RocketMQ's GroupTransferService after
+        GroupCommitService), or sets SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT."""
+        gate, flush = self.replica_gate, self._commit_log_flush
+        if gate is None:
+            flush.resolve_when_flushed(commit_log_end_offset, future, value)
+        elif not flush.sync_flush or commit_log_end_offset <= flush.flushed_offset:
+            gate.resolve_when_acked(commit_log_end_offset, future, value)
+        else:
+            flush.resolve_when_flushed(commit_log_end_offset, _ThenReplicated(gate, commit_log_end_offset, future),
+                                       value)
+
+    def append_replicated(self, commit_log_offset: int, data: bytes | memoryview) -> int:
+        """A slave: write a master's commit-log bytes at the same offset (see
+        `CommitLog.append_replicated`, which raises `ValueError` / `OSError`), then have reput
+        dispatch them from disk into this store's own consume queues and index. Returns the new
+        commit-log end (what the slave acknowledges once it is flushed)."""
+        commit_log = self._commit_log
+        commit_log.append_replicated(commit_log_offset, data)
+        reput = self._reput
+        if reput.reput_from_offset < commit_log.min_offset:    # a new slave starting at the master's first file
+            reput.begin(commit_log.min_offset, commit_log.min_offset)
+        reput.extend_from_disk(commit_log.max_offset)
+        self._commit_log_flush.appended(commit_log.max_offset)
+        return commit_log.max_offset
+
+    def replication_chunk(self, from_offset: int, max_bytes: int) -> tuple[int, memoryview] | None:
+        """A master: the next whole records to send a slave from `from_offset` (see
+        `CommitLog.replication_chunk`)."""
+        return self._commit_log.replication_chunk(from_offset, max_bytes)
 
     def set_arrival_listener(self, listener: ArrivalListener | None, run_listener: RunListener | None = None) -> None:
         """`listener(topic, queue_id, max_offset, tags_code, properties)`, called by reput after each

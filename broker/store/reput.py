@@ -74,6 +74,12 @@ class ReputService(Service):
         self.reput_from_offset, self._handoff_from = reput_from_offset, handoff_from
         self._pending = []
 
+    def extend_from_disk(self, end_offset: int) -> None:
+        """Records up to `end_offset` were written by something other than the put path (a slave's
+        replicated bytes): dispatch them from disk on the service's next pass."""
+        self._handoff_from = max(self._handoff_from, end_offset)
+        self.wakeup()
+
     def abandon(self) -> None:
         """Forget what was handed over but not dispatched (a crash-style stop: recovery re-reads it
         from the commit log)."""
@@ -204,32 +210,78 @@ class ReputService(Service):
         return done
 
     def _dispatch_from_disk(self, to_offset: int, listener: ArrivalListener | None) -> int:
+        """Decode and dispatch the records in [reput_from_offset, to_offset). Consecutive records of
+        one queue with one store time (a batch, as a slave copies it from its master) go into the
+        consume queue, the key index and the listener as one run, as `hand_off_run` does."""
         count = 0
+        run: list[tuple[int, int, int, dict[str, str]]] = []     # (commit_log_offset, size, tags_code, properties)
+        head: tuple[str, int, int, int] = ("", -1, -1, -1)      # the run's topic, queue_id, first queue offset, time
         for commit_log_offset, size, payload in self._commit_log.records(self.reput_from_offset, to_offset):
             try:
                 fields = decode_stored_fields(payload)
                 topic, queue_id, queue_offset = fields[F_TOPIC], fields[F_QUEUE_ID], fields[F_QUEUE_OFFSET]
                 properties: dict[str, str] = fields[F_PROPERTIES]
+                stored_at = fields[F_STORE_TIMESTAMP]
                 if topic == SCHEDULE_TOPIC:     # the unit holds the due time (REFERENCE.md §10)
-                    tags_code = deliver_at_ms(fields[F_STORE_TIMESTAMP], queue_id + 1, self._delay_levels)
+                    tags_code = deliver_at_ms(stored_at, queue_id + 1, self._delay_levels)
                 elif topic == TIMER_TOPIC:      # and the timer message's (TIMER_OUT_MS)
                     tags_code = timer_due_of(properties)
                 else:
                     tags_code = self._tags_code(properties.get(PROPERTY_TAGS))
-                queue = self._consume_queues.get_or_create(topic, queue_id)
             except (RecordError, ValueError, TypeError, AttributeError) as exc:
+                self._dispatch_run(head, run, listener)
+                run = []
                 log.error("reput: skipping undecodable record at %d: %s", commit_log_offset, exc)
-            else:       # an OSError of the append (a full disk) leaves this record for the next call
-                appended = queue.append(commit_log_offset, size, tags_code, queue_offset)
-                if self.key_index is not None:
-                    self.key_index.add(topic, properties, commit_log_offset, fields[F_STORE_TIMESTAMP])
-                if appended and listener is not None:
-                    _notify(listener, topic, queue_id, queue_offset + 1, tags_code, properties)
-            self.reput_from_offset = commit_log_offset + size
+                self.reput_from_offset = commit_log_offset + size
+                count += 1
+                continue
+            if run and (topic, queue_id, head[2] + len(run), stored_at) != (head[0], head[1], queue_offset, head[3]):
+                self._dispatch_run(head, run, listener)
+                run = []
+            if not run:
+                head = (topic, queue_id, queue_offset, stored_at)
+            run.append((commit_log_offset, size, tags_code, properties))
             count += 1
+        self._dispatch_run(head, run, listener)
         # past a zero tail at the end (or a damaged record, logged by `records`)
         self.reput_from_offset = max(self.reput_from_offset, to_offset)
         return count
+
+    def _dispatch_run(self, head: tuple[str, int, int, int], run: list[tuple[int, int, int, dict[str, str]]],
+                      listener: ArrivalListener | None) -> None:
+        """One queue's consecutive records read back from disk: into the consume queue in one write
+        when they follow its end in one file, else one by one; then the key index and the
+        listener. An `OSError` (a full disk) propagates with `reput_from_offset` at the run's start
+        (or at the record that failed), so the next call goes on from there."""
+        if not run:
+            return
+        topic, queue_id, first_queue_offset, stored_at = head
+        queue = self._consume_queues.get_or_create(topic, queue_id)
+        units = [(offset, size, code) for offset, size, code, _ in run]
+        properties = [props for _, _, _, props in run]
+        if len(run) > 1 and queue.append_run(first_queue_offset, units):
+            last_offset, last_size, _ = units[-1]
+            self.reput_from_offset = last_offset + last_size
+            if self.key_index is not None:
+                self.key_index.add_run(topic, properties, units, stored_at)
+            if listener is None:
+                return
+            if self.run_listener is not None and listener is self.listener:
+                try:
+                    self.run_listener(topic, queue_id, first_queue_offset, units, properties)
+                except Exception:
+                    log.exception("reput: arrival listener failed for %s:%d", topic, queue_id)
+                return
+            for index, (_, _, code) in enumerate(units):
+                _notify(listener, topic, queue_id, first_queue_offset + index + 1, code, properties[index])
+            return
+        for index, (commit_log_offset, size, code, props) in enumerate(run):
+            appended = queue.append(commit_log_offset, size, code, first_queue_offset + index)
+            if self.key_index is not None:
+                self.key_index.add(topic, props, commit_log_offset, stored_at)
+            if appended and listener is not None:
+                _notify(listener, topic, queue_id, first_queue_offset + index + 1, code, props)
+            self.reput_from_offset = commit_log_offset + size
 
 
 def _notify(listener: ArrivalListener, topic: str, queue_id: int, max_offset: int, tags_code: int,

@@ -66,6 +66,8 @@ class StoreWrites:
     _packer: msgpack.Packer
     _running: bool
     _rebuilding: str | None
+    on_appended: Callable[[], None] | None
+    read_only: str | None
     delay_levels: tuple[int, ...]
     disk_guard: DiskGuard
 
@@ -221,7 +223,7 @@ class StoreWrites:
         them: callers check it before creating anything for a put (an auto-created topic)."""
         if not self._running:
             return "the store is not running (starting or stopping)"
-        return self._rebuilding or self.disk_guard.refusal
+        return self.read_only or self._rebuilding or self.disk_guard.refusal
 
     def _not_writable(self) -> PutMessageResult | None:
         """SERVICE_NOT_AVAILABLE (nothing written) while the store is not running or the disk guard
@@ -248,6 +250,8 @@ class StoreWrites:
         if written is None:
             return self._refused(PutMessageStatus.MESSAGE_ILLEGAL)
         self._commit_log_flush.appended(self._commit_log.max_offset)
+        if self.on_appended is not None:
+            self.on_appended()
         return written
 
     def _reserve_unit(self, topic: str, queue_id: int, queue_offset: int, count: int) -> PutMessageResult | None:

@@ -171,8 +171,8 @@ class PullConsumer(GroupMember, Lifecycle):
             store = LocalFileOffsetStore(self.offset_store_dir or DEFAULT_OFFSET_DIR, client_id, self.consumer_group)
         await store.load()
 
-        def address_of(mq: MessageQueue) -> str:
-            return instance.routes.master_address(mq.broker_name) or instance.endpoints[0]
+        def address_of(mq: MessageQueue) -> str:     # the master, a slave while it is down
+            return instance.routes.subscribe_address(mq.broker_name) or instance.endpoints[0]
 
         run: _Running
 

@@ -190,8 +190,8 @@ class PushConsumer(GroupMember, Lifecycle):
         await self._offsets.load()
         offsets = self._offsets
 
-        def address_of(mq: MessageQueue) -> str:
-            return instance.routes.master_address(mq.broker_name) or instance.endpoints[0]
+        def address_of(mq: MessageQueue) -> str:     # the master, a slave while it is down
+            return instance.routes.subscribe_address(mq.broker_name) or instance.endpoints[0]
 
         self._send_back = SendBack(instance.api, address_of, self.consumer_group, self.options.max_reconsume_times,
                                    timeout_ms=5_000)

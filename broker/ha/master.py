@@ -1,0 +1,244 @@
+"""`HAServer`: a master's side of replication (RocketMQ `DefaultHAService` + `HAConnection`).
+
+Listens on `ha_listen_port` (TLS with `[tls]`). Per slave connection: read its hello (a signed
+frame when auth is on), check it (same broker_name, an offset the master has), then two loops:
+- the writer sends whole records from the slave's offset, never more than `window_bytes` past what
+  the slave acknowledged (memory on both sides stays bounded, and a slave that stops reading only
+  stops the writer: `drain` waits), a heartbeat when idle and the metadata snapshot periodically;
+- the reader takes the slave's acks (`>Q`), hands them to the `SyncGate` and opens the window.
+A connection silent for `housekeeping_timeout_ms`, an ack past what was sent, or anything else off
+protocol closes it; the slave reconnects and resumes from its own end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from auth.enforcer import Enforcer, Peer
+from broker.ha.streams import Watchdog, read_first_frame
+from broker.ha.sync_gate import SyncGate
+from broker.ha.wire import (
+    ACK,
+    KIND_DATA,
+    KIND_HEARTBEAT,
+    KIND_METADATA,
+    HAProtocolError,
+    hello_answer,
+    hello_refusal,
+    parse_hello,
+    transfer_header,
+)
+from broker.store.message_store import MessageStore
+from protocol.codes import ResponseCode
+from protocol.errors import FrameError, NoPermission
+from protocol.frame import encode_frame
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class HAServerConfig:
+    broker_name: str
+    window_bytes: int
+    heartbeat_interval_ms: int
+    housekeeping_timeout_ms: int
+    metadata_interval_ms: int
+
+
+class HAServer:
+    """`port` once started. `metadata()` returns the snapshot slaves copy (msgpack bytes)."""
+
+    def __init__(self, host: str, port: int, store: MessageStore, gate: SyncGate, config: HAServerConfig, *,
+                 enforcer: Callable[[], Enforcer | None], metadata: Callable[[], bytes],
+                 tls: ssl.SSLContext | None = None) -> None:
+        self._host, self._requested_port, self._store, self.gate, self._config = host, port, store, gate, config
+        self._enforcer, self._metadata, self._tls = enforcer, metadata, tls
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ids = itertools.count(1)
+        self._arrived: set[asyncio.Event] = set()
+        self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._streams: dict[int, _Stream] = {}
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, self._host, self._requested_port, ssl=self._tls)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._store.on_appended = self.wake
+
+    def wake(self) -> None:
+        """New commit-log bytes: wake every connection's writer (the store calls this per append)."""
+        for event in self._arrived:
+            event.set()
+
+    @property
+    def connections(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def unsent_bytes(self) -> int:
+        """Bytes queued in this server's sockets, unsent (bounded by the window per slave, plus a
+        heartbeat and a metadata snapshot)."""
+        return sum(writer.transport.get_write_buffer_size() for writer in self._writers.values())
+
+    @property
+    def unacked_bytes(self) -> int:
+        """Commit-log bytes sent to slaves and not acknowledged yet (at most `window_bytes` each,
+        or one record when a single record is larger)."""
+        return sum(stream.sent - stream.acked for stream in self._streams.values())
+
+    def close_connections(self) -> None:
+        """Cut every slave's connection now (tests, and an operator's "resync"): slaves reconnect
+        and resume from their own end."""
+        for writer in self._writers.values():
+            writer.transport.abort()
+
+    async def stop(self) -> None:
+        self._store.on_appended = None
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.gate.close()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        peer = writer.get_extra_info("peername")
+        address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        connection_id = next(self._ids)
+        self._writers[connection_id] = writer
+        try:
+            await self._serve(connection_id, address, reader, writer)
+        except (HAProtocolError, FrameError) as exc:
+            log.warning("replication connection from %s closed: %s", address, exc)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            log.info("replication connection from %s ended: %s", address, exc or type(exc).__name__)
+        finally:
+            self.gate.disconnected(connection_id)
+            self._tasks.discard(task)
+            self._writers.pop(connection_id, None)
+            self._streams.pop(connection_id, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
+
+
+    async def _serve(self, connection_id: int, address: str, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
+        request = await read_first_frame(reader, self._config.housekeeping_timeout_ms)
+        hello = parse_hello(request)
+        store = self._store
+        refusal = None
+        enforcer = self._enforcer()
+        try:
+            if enforcer is not None:
+                enforcer.check(request, Peer(address))
+        except NoPermission as exc:
+            refusal = (ResponseCode.NO_PERMISSION, str(exc.remark if hasattr(exc, "remark") else exc))
+        end = store.commit_log_max_offset()
+        if refusal is None and hello.broker_name != self._config.broker_name:
+            refusal = (ResponseCode.NO_PERMISSION, f"this master replicates {self._config.broker_name!r}, "
+                                                   f"not {hello.broker_name!r}")
+        if refusal is None and hello.max_offset > end:
+            refusal = (ResponseCode.SYSTEM_ERROR, f"slave is ahead of the master ({hello.max_offset} > {end}): "
+                                                  f"its log diverged; it must be truncated before it can follow")
+        if refusal is not None:
+            writer.writelines(encode_frame(hello_refusal(request, refusal[0], refusal[1])))
+            await writer.drain()
+            raise HAProtocolError(f"refused slave {hello.broker_name}/{hello.broker_id}: {refusal[1]}")
+        start = max(hello.max_offset, store.commit_log_min_offset())
+        writer.writelines(encode_frame(hello_answer(request, master_max_offset=end, start_offset=start)))
+        await writer.drain()
+        log.info("slave %s/%d connected from %s; streaming from commit-log offset %d (master at %d)",
+                 hello.broker_name, hello.broker_id, address, start, end)
+        stream = self._streams[connection_id] = _Stream(start)
+        self.gate.acknowledged(connection_id, hello.max_offset)
+        arrived = asyncio.Event()
+        self._arrived.add(arrived)
+        sender = asyncio.create_task(self._send(stream, writer, arrived), name=f"ha-send-{connection_id}")
+        watchdog = Watchdog(writer.transport, self._config.housekeeping_timeout_ms)
+        acks = asyncio.create_task(self._read_acks(connection_id, stream, reader, arrived, watchdog),
+                                   name=f"ha-acks-{connection_id}")
+        try:
+            done, _ = await asyncio.wait((sender, acks), return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()           # raises what ended the connection
+        finally:
+            watchdog.cancel()
+            self._arrived.discard(arrived)
+            for task in (sender, acks):
+                task.cancel()
+            await asyncio.gather(sender, acks, return_exceptions=True)
+
+    async def _read_acks(self, connection_id: int, stream: _Stream, reader: asyncio.StreamReader,
+                         arrived: asyncio.Event, watchdog: Watchdog) -> None:
+        """Acks as they come, several per read when the slave got ahead: the last one counts."""
+        pending = b""
+        while True:
+            data = await reader.read(64 * ACK.size)
+            if not data:
+                raise asyncio.IncompleteReadError(pending, None)
+            watchdog.touch()
+            pending += data
+            whole = len(pending) - len(pending) % ACK.size
+            if not whole:
+                continue
+            (acked,) = ACK.unpack_from(pending, whole - ACK.size)
+            pending = pending[whole:]
+            if acked > stream.sent:
+                raise HAProtocolError(f"ack {acked} is past what was sent ({stream.sent})")
+            stream.acked = max(stream.acked, acked)
+            self.gate.acknowledged(connection_id, stream.acked)
+            arrived.set()              # the window may have opened
+
+    async def _send(self, stream: _Stream, writer: asyncio.StreamWriter, arrived: asyncio.Event) -> None:
+        config, store = self._config, self._store
+        loop = asyncio.get_running_loop()
+        next_metadata, last_snapshot, last_heartbeat = 0.0, b"", loop.time()
+        while True:
+            if loop.time() >= next_metadata:      # the tables, when they changed since last sent
+                snapshot = self._metadata()
+                if snapshot != last_snapshot:
+                    writer.write(transfer_header(KIND_METADATA, stream.sent, len(snapshot)) + snapshot)
+                    last_snapshot = snapshot
+                next_metadata = loop.time() + config.metadata_interval_ms / 1000
+            arrived.clear()                       # before looking: an append or ack after this wakes the wait
+            room = config.window_bytes - (stream.sent - stream.acked)
+            chunk = store.replication_chunk(stream.sent, room) if room > 0 else None
+            # a record larger than the room left waits for the acks (alone, it may exceed the window)
+            if chunk is not None and (len(chunk[1]) <= room or stream.sent == stream.acked):
+                offset, data = chunk
+                writer.write(transfer_header(KIND_DATA, offset, len(data)))
+                writer.write(data)
+                stream.sent = offset + len(data)
+                del data, chunk
+                await writer.drain()
+                continue
+            try:
+                async with asyncio.timeout(min(config.heartbeat_interval_ms, config.metadata_interval_ms) / 1000):
+                    await arrived.wait()
+            except TimeoutError:
+                if loop.time() >= last_heartbeat + config.heartbeat_interval_ms / 1000:
+                    writer.write(transfer_header(KIND_HEARTBEAT, store.commit_log_max_offset(), 0))
+                    last_heartbeat = loop.time()
+                    await writer.drain()
+
+
+class _Stream:
+    """What one connection sent and what its slave acknowledged (commit-log offsets)."""
+
+    __slots__ = ("acked", "sent")
+
+    def __init__(self, start: int) -> None:
+        self.sent = self.acked = start

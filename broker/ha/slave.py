@@ -1,0 +1,165 @@
+"""`HAClient`: a slave's side of replication (RocketMQ `HAClient`).
+
+Connects to the master's HA address (`ha_master_address`, else what the name servers answered the
+slave's registration with), says hello with its commit-log end (signed with
+`auth.inner_credentials` when set; TLS with `[tls]`), then appends what the master streams at the
+same offsets (the store's reput dispatches this broker's own consume queues from disk), fsyncs it
+under SYNC_FLUSH, and acknowledges its end after every write and every heartbeat. A cut or refused
+connection, a silent master (`housekeeping_timeout_ms`) or a protocol error: reconnect after a
+capped exponential backoff (100 ms doubling to 5 s), resuming from the slave's own end."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.ha.streams import Watchdog, read_first_frame
+from broker.ha.wire import (
+    ACK,
+    KIND_DATA,
+    KIND_HEARTBEAT,
+    TRANSFER_HEADER,
+    HAProtocolError,
+    Hello,
+    hello_command,
+    parse_transfer_header,
+)
+from broker.store.message_store import MessageStore
+from broker.store.results import FlushDiskTimeoutError
+from protocol.command import RemotingCommand
+from protocol.errors import FrameError
+from protocol.frame import encode_frame
+from protocol.service import Service
+
+log = logging.getLogger(__name__)
+BACKOFF_BASE_MS, BACKOFF_CAP_MS = 100, 5_000
+MAX_METADATA_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HAClientConfig:
+    broker_name: str
+    broker_id: int
+    window_bytes: int
+    housekeeping_timeout_ms: int
+    connect_timeout_ms: int = 3_000
+
+
+class HAClient(Service):
+    """`master_address()`: the master's "host:ha_port" now (None: not known yet). `connected` while
+    a stream is up; `master_offset` the master's end as last heard; `sessions` streams opened."""
+
+    name = "ha-client"
+
+    def __init__(self, store: MessageStore, config: HAClientConfig, master_address: Callable[[], str | None], *,
+                 sync_flush: bool, apply_metadata: Callable[[bytes], None],
+                 sign: Callable[[RemotingCommand], None] | None = None, tls: ssl.SSLContext | None = None) -> None:
+        super().__init__()
+        self._store, self._config, self._master_address = store, config, master_address
+        self._sync_flush, self._apply_metadata, self._sign, self._tls = sync_flush, apply_metadata, sign, tls
+        self._writer: asyncio.StreamWriter | None = None
+        self.connected = False
+        self.master_offset = -1
+        self.sessions = 0
+
+    async def run(self) -> None:
+        failures = 0
+        while not self.stopping:
+            address = self._master_address()
+            if address is not None:
+                streamed = self.sessions
+                try:
+                    await self._replicate(address)
+                except (HAProtocolError, FrameError, ValueError, FlushDiskTimeoutError) as exc:
+                    log.warning("replication from %s stopped: %s", address, exc)
+                except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+                    if not self.stopping:
+                        log.info("replication from %s cut: %s", address, exc or type(exc).__name__)
+                finally:
+                    self.connected = False
+                    self._close()
+                failures = 1 if self.sessions > streamed else failures + 1
+            else:
+                failures += 1
+            delay = min(BACKOFF_BASE_MS << min(failures - 1, 16), BACKOFF_CAP_MS) if failures else 0
+            if not await self.wait(delay):
+                return
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._close()
+        await super().stop()
+
+    def _close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+
+    async def _replicate(self, address: str) -> None:
+        config, store = self._config, self._store
+        host, _, port = address.rpartition(":")
+        async with asyncio.timeout(config.connect_timeout_ms / 1000):
+            reader, writer = await asyncio.open_connection(host, int(port), ssl=self._tls,
+                                                           server_hostname=host if self._tls else None)
+        self._writer = writer
+        hello = hello_command(Hello(config.broker_name, config.broker_id, store.commit_log_max_offset()))
+        if self._sign is not None:
+            self._sign(hello)
+        writer.writelines(encode_frame(hello))
+        await writer.drain()
+        answer = await read_first_frame(reader, self._config.housekeeping_timeout_ms)
+        if answer.code != 0:
+            raise HAProtocolError(f"master refused: {answer.remark or answer.code}")
+        self.sessions += 1
+        self.connected = True
+        log.info("replicating from master %s from commit-log offset %d (master at %s)", address,
+                 store.commit_log_max_offset(), answer.fields.get("master_max_offset"))
+        watchdog = Watchdog(writer.transport, config.housekeeping_timeout_ms)
+        wanted = asyncio.Event()
+        acker = asyncio.create_task(self._acknowledge(writer, wanted), name="ha-ack")
+        try:
+            await self._receive(reader, watchdog, wanted, acker)
+        finally:
+            watchdog.cancel()
+            acker.cancel()
+            await asyncio.gather(acker, return_exceptions=True)
+
+    async def _receive(self, reader: asyncio.StreamReader, watchdog: Watchdog, wanted: asyncio.Event,
+                       acker: asyncio.Task[None]) -> None:
+        """Append every transfer as it comes (the acker fsyncs and acknowledges behind, so one fsync
+        covers every transfer that arrived meanwhile: the slave's group commit)."""
+        store, max_length = self._store, max(self._config.window_bytes, MAX_METADATA_BYTES)
+        while True:
+            kind, offset, length = parse_transfer_header(await reader.readexactly(TRANSFER_HEADER.size),
+                                                         max_length)
+            data = await reader.readexactly(length) if length else b""
+            watchdog.touch()
+            if acker.done():
+                acker.result()          # raises what stopped it
+            if kind == KIND_DATA:
+                end = store.append_replicated(offset, data)
+                del data
+                self.master_offset = max(self.master_offset, end)
+                wanted.set()
+            elif kind == KIND_HEARTBEAT:
+                self.master_offset = offset
+                wanted.set()
+            else:
+                self._apply_metadata(data)
+
+    async def _acknowledge(self, writer: asyncio.StreamWriter, wanted: asyncio.Event) -> None:
+        """Acknowledge the commit-log end once it is written (and fsynced under SYNC_FLUSH)."""
+        store = self._store
+        while True:
+            await wanted.wait()
+            wanted.clear()
+            end = store.commit_log_max_offset()
+            if self._sync_flush:
+                await store.wait_flushed(end)
+            writer.write(ACK.pack(end))
+
+
+

@@ -42,6 +42,7 @@ PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # timer message: deliver at this
 PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"      # timer message: deliver this many ms after the send
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"    # timer message: deliver this many seconds after the send
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"          # the broker's: the due time of a message in the timer topic
+PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"  # the broker's: times a timer message was rolled (put back)
 TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC)
 KEY_SEPARATOR = " "
 

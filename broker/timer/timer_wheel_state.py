@@ -101,7 +101,7 @@ class TimerState:
             self.log.append(bytes(records))
             for slot, value in heads.items():
                 self.wheel.put(slot, value)
-            self._mark(roll_at)
+            self._mark(max(roll_at, max(heads) * precision))    # (a dequeue ahead of the clock)
         self.enqueue_queue_offset += len(units)
         self.enqueued += len(units)
         return due_now, current in heads and self.dequeue.opened

@@ -126,11 +126,12 @@ class TransactionBridge:
     def prepare(self, *, topic: str, queue_id: int, body: bytes, properties: dict[str, str], flag: int,
                 born_timestamp: int, born_host: str, reconsume_times: int) -> PutMessageResult:
         """Store a half message (RocketMQ `parseHalfMessageInner`): in the half topic, queue 0,
-        with REAL_TOPIC / REAL_QID; pending in the table from now on."""
+        with REAL_TOPIC / REAL_QID; pending in the table from now on. The send processor has
+        checked it (`put_checked_message`'s terms: body within `max_message_bytes`, no DELAY)."""
         half_properties = {**properties, PROPERTY_REAL_TOPIC: topic, PROPERTY_REAL_QUEUE_ID: str(queue_id)}
-        result = self._store.put_message(topic=TRANS_HALF_TOPIC, queue_id=0, body=body, properties=half_properties,
-                                         flag=flag, born_timestamp=born_timestamp, born_host=born_host,
-                                         reconsume_times=reconsume_times)
+        result = self._store.put_checked_message(topic=TRANS_HALF_TOPIC, queue_id=0, body=body,
+                                                 properties=half_properties, flag=flag, born_timestamp=born_timestamp,
+                                                 born_host=born_host, reconsume_times=reconsume_times)
         if result.ok:
             commit_log_offset = result.commit_log_offsets[0]
             self.table.add_half(result.queue_offset, commit_log_offset, self._now_ms())

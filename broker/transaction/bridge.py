@@ -174,10 +174,14 @@ class TransactionBridge:
         offset pair that does not match, and for any other `commit_or_rollback`; nothing changes
         then. The table forgets the half before this returns, so a second END_TRANSACTION for it,
         even one read in the same loop step, is refused."""
-        action = header.commit_or_rollback
+        return self.resolve(header.producer_group, header.topic, header.tran_state_table_offset,
+                            header.commit_log_offset, header.commit_or_rollback)
+
+    def resolve(self, producer_group: str, topic: str, half_offset: int, commit_log_offset: int, action: int) -> int:
+        """`end` with the header's fields (`producer_group`, `topic`, `tran_state_table_offset`,
+        `commit_log_offset`, `commit_or_rollback`) as they are."""
         if action not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_NOT_TYPE):
             raise SystemError_(f"commit_or_rollback must be 8 (commit), 12 (rollback) or 0 (unknown), got {action}")
-        half_offset = header.tran_state_table_offset
         state = self.table.state(half_offset)
         if state is HalfState.RESOLVED:
             raise SystemError_(f"the half message at transaction offset {half_offset} was already committed, "
@@ -185,19 +189,19 @@ class TransactionBridge:
         half = self.table.pending.get(half_offset)
         if half is None:
             raise SystemError_(f"no half message at transaction offset {half_offset}: nothing changed")
-        if half.commit_log_offset != header.commit_log_offset:
+        if half.commit_log_offset != commit_log_offset:
             raise SystemError_(f"the half message at transaction offset {half_offset} is at commit log offset "
-                               f"{half.commit_log_offset}, not {header.commit_log_offset}: nothing changed")
+                               f"{half.commit_log_offset}, not {commit_log_offset}: nothing changed")
         cached = self._cache.get(half_offset)
         if cached is None or cached[0] != half.commit_log_offset:
             cached = self._read_back(half.commit_log_offset)
         _, properties, flag, body, origin = cached
-        if properties.get(PROPERTY_PRODUCER_GROUP) != header.producer_group:
+        if properties.get(PROPERTY_PRODUCER_GROUP) != producer_group:
             raise SystemError_(f"the half message at transaction offset {half_offset} belongs to producer group "
-                               f"{properties.get(PROPERTY_PRODUCER_GROUP)!r}, not {header.producer_group!r}")
-        if properties.get(PROPERTY_REAL_TOPIC) != header.topic:
+                               f"{properties.get(PROPERTY_PRODUCER_GROUP)!r}, not {producer_group!r}")
+        if properties.get(PROPERTY_REAL_TOPIC) != topic:
             raise SystemError_(f"the half message at transaction offset {half_offset} is for topic "
-                               f"{properties.get(PROPERTY_REAL_TOPIC)!r}, not {header.topic!r}")
+                               f"{properties.get(PROPERTY_REAL_TOPIC)!r}, not {topic!r}")
         if action == TRANSACTION_NOT_TYPE:
             return 0
         end_offset = self._commit(properties, flag, body, origin) if action == TRANSACTION_COMMIT_TYPE else 0
@@ -220,10 +224,10 @@ class TransactionBridge:
         properties.pop(PROPERTY_TRANSACTION_CHECK_TIMES, None)
         self._topics.for_send(topic, queue_id)          # raises when the topic is gone or read-only
         born_timestamp, born_host, reconsume_times = origin
-        # a half message has no DELAY (refused at its send), so this is the plain one-message put
-        result = self._store.put_message(topic=topic, queue_id=queue_id, body=body, properties=properties,
-                                         flag=flag, born_timestamp=born_timestamp, born_host=born_host,
-                                         reconsume_times=reconsume_times, sys_flag=TRANSACTION_COMMIT_TYPE)
+        # checked at its send (topic name, size, no DELAY) and its queue just now: the checked one-message put
+        result = self._store.put_checked_message(topic=topic, queue_id=queue_id, body=body, properties=properties,
+                                                 flag=flag, born_timestamp=born_timestamp, born_host=born_host,
+                                                 reconsume_times=reconsume_times, sys_flag=TRANSACTION_COMMIT_TYPE)
         _check(result, "the committed message")
         self._on_stored(topic, 1, len(body))
         return result.end_offset

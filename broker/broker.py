@@ -165,7 +165,11 @@ class Broker(Lifecycle):
             self.schedule = schedule
             timer = self.timer = TimerMessageStore(store, config.store.path / "timer", now_ms=self.clock.now_ms,
                                                    precision_ms=config.timer_precision_ms,
-                                                   max_delay_ms=config.timer_max_delay_sec * 1000)
+                                                   max_delay_ms=config.timer_max_delay_sec * 1000,
+                                                   roll_window_ms=config.timer_roll_window_slots
+                                                   * config.timer_precision_ms,
+                                                   on_lateness=self.metrics.observe_timer_lateness)
+            self.metrics.track_timer(timer)
             notify_hold = hold.notify_message_arriving if config.long_polling.enable else None
             index_arrival = self.filters.index.on_arrival      # SQL92 matches of registered subscriptions
 

@@ -34,6 +34,7 @@ from broker.metric_tables import (
     SnapshotCollector,
 )
 from broker.remoting.guard import CLOSE_REASONS
+from broker.timer.timer_metrics import TimerCollector, TimerCounts
 from protocol.codes import RequestCode, ResponseCode
 from protocol.metrics_http import MetricsEndpoint
 from protocol.tls_accept import TlsAcceptor
@@ -100,6 +101,10 @@ class BrokerMetrics(MetricsEndpoint):
         self.transactions_pending = self._register(Gauge(
             "rocketq_transaction_pending_messages", "Half messages neither committed nor rolled back yet.",
             common, registry=None))
+        self.timer_lateness = self._register(Histogram(
+            "rocketq_timer_delivery_lateness_seconds", "How long after its due time a timer message was delivered.",
+            common, registry=None, buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 60)))
+        self._lateness_child = self.timer_lateness.labels(**self._labels)
         self.store_writable = self._register(Gauge(
             "rocketq_store_writable", "1 while the store takes sends; 0 when refused (disk full or a write error).",
             common, registry=None))
@@ -211,6 +216,15 @@ class BrokerMetrics(MetricsEndpoint):
 
     def track_transactions(self, pending: Callable[[], int]) -> None:
         self.transactions_pending.labels(**self._labels).set_function(pending)
+
+    def observe_timer_lateness(self, seconds: float) -> None:
+        self._lateness_child.observe(max(0.0, seconds))
+
+    def track_timer(self, timer: TimerCounts) -> None:
+        """Scrape-time timer figures: rocketq_timer_scheduled_messages (gauge) and the counters
+        rocketq_timer_enqueued_total, rocketq_timer_delivered_total, rocketq_timer_rolled_total
+        (this run's; RocketMQ's timer metrics `timer_enqueue_total`... per broker)."""
+        self.add_collector(TimerCollector(timer, self._labels))
 
     def track_schedule(self, levels: int, backlog: Callable[[int], int]) -> None:
         """`backlog(level)` for levels 1..`levels`, read at scrape time."""

@@ -29,7 +29,7 @@ class BrokerConfig:
         "max_requests_per_step": Range(low=0), "transaction_timeout_ms": Range(0, 86_400_000),
         "transaction_check_interval_ms": Range(10, 86_400_000), "transaction_check_max": Range(1, 1_000),
         "timer_max_delay_sec": Range(low=1, high=400 * 86_400),
-        "timer_precision_ms": Range(low=1, high=1_000),
+        "timer_precision_ms": Range(low=1, high=1_000), "timer_roll_window_slots": Range(low=1),
         "pop_max_in_flight_per_queue": Range(low=1), "pop_revive_interval_ms": Range(low=1),
         "broker_id": Range(0, 1_000), "ha_listen_port": Range(-1, 65_535), "in_sync_replicas_min": Range(1, 16),
         "ha_max_gap_bytes": Range(low=1), "ha_window_bytes": Range(4_096, 256 * 1024 * 1024),
@@ -82,6 +82,7 @@ class BrokerConfig:
     transaction_check_max: int = 15               # check-backs before a half message is dropped (and counted)
     timer_max_delay_sec: int = 259_200            # timer messages: latest deliver time ahead (3 days); more: refused
     timer_precision_ms: int = 100                 # timer wheel slot (timerPrecisionMs); changing it needs a new wheel
+    timer_roll_window_slots: int = 1_728_000      # timerRollWindowSlots: due later than this many slots ahead: rolled
     protected_mode: bool = True                   # auth off and listening beyond loopback: refuse non-loopback peers
     # High availability (RocketMQ's HAService, docs/ha.md): brokers with one broker_name form a replica set.
     broker_id: int = 0                            # brokerId: 0 the master, 1 and up its slaves

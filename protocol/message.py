@@ -42,6 +42,7 @@ PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # timer message: deliver at this
 PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"      # timer message: deliver this many ms after the send
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"    # timer message: deliver this many seconds after the send
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"          # the broker's: the due time of a message in the timer topic
+PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"  # the broker's: times a timer message was rolled (put back)
 TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC)
 KEY_SEPARATOR = " "
 
@@ -288,6 +289,14 @@ def offset_msg_ids(prefix: str, commit_log_offsets: list[int]) -> list[str]:
         if ids is not None:
             return ids
     return offset_msg_ids_py(prefix, commit_log_offsets)
+
+
+def msg_id_commit_log_offset(msg_id: str) -> int:
+    """The commit_log_offset of an offset message id (`parse_msg_id`'s second half, without
+    formatting the address); `ValueError` if malformed."""
+    if len(msg_id) != 32 or not all(c in _HEX_DIGITS for c in msg_id):
+        raise ValueError(f"message id {msg_id!r} is not 32 hex digits")
+    return int(msg_id[16:], 16)
 
 
 def parse_msg_id(msg_id: str) -> tuple[str, int]:

@@ -179,7 +179,6 @@ class SendMessageProcessor:
                 # the int32 / int64 ranges of the header (literals: this runs for every send)
                 or not -0x80000000 <= flag <= 0x7FFFFFFF or not 0 <= born_timestamp <= 0x7FFFFFFFFFFFFFFF
                 or not 0 <= reconsume_times <= 0x7FFFFFFF or PROPERTY_DELAY_TIME_LEVEL in properties
-                or PROPERTY_TRANSACTION_PREPARED in properties
                 or PROPERTY_TIMER_DELIVER_MS in properties or PROPERTY_TIMER_DELAY_MS in properties
                 or PROPERTY_TIMER_DELAY_SEC in properties
                 or (topic, queue_id, group) not in self._checked_sends()):
@@ -198,6 +197,13 @@ class SendMessageProcessor:
         size = 4 * characters + 2 * len(properties)
         if size > self._max_properties_bytes or len(body) + size > self._max_message_bytes:
             return self._process_typed(ctx, request)
+        if PROPERTY_TRANSACTION_PREPARED in properties:     # a half message: the same checks passed
+            if properties[PROPERTY_TRANSACTION_PREPARED] != "true" or self._transactions is None:
+                return self._process_typed(ctx, request)
+            response, end_offset = self._put_half(request, self._transactions, topic, queue_id, body,
+                                                  {**properties, PROPERTY_PRODUCER_GROUP: group}, flag,
+                                                  born_timestamp, ctx.client_addr, reconsume_times)
+            return answer_when_durable(self._store, end_offset, response)
         result = self._store.put_checked_message(
             topic=topic, queue_id=queue_id, body=body, properties=properties, flag=flag,
             born_timestamp=born_timestamp, born_host=ctx.client_addr, reconsume_times=reconsume_times)
@@ -274,19 +280,27 @@ class SendMessageProcessor:
             raise MessageIllegal("a transactional message cannot go to a retry topic or have a DELAY level")
         topics = self._topics
         topics.for_send(topic, queue_id)
+        if topics.is_durable(topic) and len(self._checked_sends()) < _MAX_CHECKED_SENDS:
+            self._checked.add((topic, queue_id, header.producer_group))     # the next ones take `process`'s path
         # checked back on the group that sent it, whatever PGROUP the client wrote
         properties = {**properties, PROPERTY_PRODUCER_GROUP: header.producer_group}
 
         def put() -> tuple[RemotingCommand, int]:
-            result = transactions.prepare(topic=topic, queue_id=queue_id, body=body, properties=properties,
-                                          flag=header.flag, born_timestamp=header.born_timestamp,
-                                          born_host=ctx.client_addr, reconsume_times=header.reconsume_times)
-            check_put(result)
-            response = request.response(header=SendMessageResponseHeader(
-                msg_id=make_msg_id(self._store_host, result.commit_log_offsets[0]), queue_id=queue_id,
-                queue_offset=result.queue_offset))
-            return response, result.end_offset
+            return self._put_half(request, transactions, topic, queue_id, body, properties, header.flag,
+                                  header.born_timestamp, ctx.client_addr, header.reconsume_times)
         return answer_put(self._store, topics, topic, put, lambda: topics.for_send(topic, queue_id))
+
+    def _put_half(self, request: RemotingCommand, transactions: TransactionBridge, topic: str, queue_id: int,
+                  body: bytes, properties: dict[str, str], flag: int, born_timestamp: int, born_host: str,
+                  reconsume_times: int) -> tuple[RemotingCommand, int]:
+        """Store a checked half message; its SEND_OK response and commit-log end."""
+        result = transactions.prepare(topic=topic, queue_id=queue_id, body=body, properties=properties, flag=flag,
+                                      born_timestamp=born_timestamp, born_host=born_host,
+                                      reconsume_times=reconsume_times)
+        check_put(result)
+        return RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
+            "msg_id": self._msg_id_prefix + f"{result.commit_log_offsets[0]:016X}",
+            "queue_id": queue_id, "queue_offset": result.queue_offset}), result.end_offset
 
     def _stored(self, topic: str, count: int, size_bytes: int, dlq_group: str | None) -> None:
         self._on_stored(topic, count, size_bytes)

@@ -97,7 +97,8 @@ class StoreWrites:
                          reconsume_times, sys_flag)
 
     def put_checked_message(self, *, topic: str, queue_id: int, body: bytes, properties: dict[str, str], flag: int,
-                            born_timestamp: int, born_host: str, reconsume_times: int) -> PutMessageResult:
+                            born_timestamp: int, born_host: str, reconsume_times: int,
+                            sys_flag: int = 0) -> PutMessageResult:
         """`put_message` for a caller that has already checked the message as `_put` would: a topic
         name matching `^[%|a-zA-Z0-9_-]+$`, `0 <= queue_id`, `len(body) <= max_message_bytes` and no
         `DELAY` property (the broker's usual one-at-a-time send, whose topic, queue and group passed
@@ -106,7 +107,8 @@ class StoreWrites:
         refused = self._not_writable()
         if refused is not None:
             return refused
-        return self._put_one(topic, queue_id, (properties, flag, body), born_timestamp, born_host, reconsume_times, 0)
+        return self._put_one(topic, queue_id, (properties, flag, body), born_timestamp, born_host, reconsume_times,
+                             sys_flag)
 
     def put_messages(self, *, topic: str, queue_id: int,
                      messages: Sequence[tuple[dict[str, str], int, bytes]], born_timestamp: int,

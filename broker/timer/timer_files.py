@@ -9,6 +9,10 @@ power loss too (`TimerCheckpointService` calls it before each checkpoint)."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
+import logging
 import mmap
 import os
 from collections.abc import Iterable
@@ -26,8 +30,14 @@ from broker.timer.layout import (
     slot_index,
 )
 
+log = logging.getLogger(__name__)
 PAGE_BYTES = mmap.PAGESIZE
 READ_BLOCK_BYTES = 64 * 1024     # records are read a block at a time: chains mostly run backwards
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_fallocate = getattr(_libc, "fallocate", None)
+if _fallocate is not None:
+    _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
 
 class TimerLog:
@@ -42,6 +52,30 @@ class TimerLog:
         if self.size != size:
             os.ftruncate(self._fd, self.size)
         self._block_start, self._block = 0, b""
+        self.dropped_to = 0             # the prefix given back to the file system (this run)
+
+    def drop_before(self, pos: int) -> int:
+        """Give the disk blocks of the whole pages below `pos` back to the file system (a hole
+        punched with `fallocate(PUNCH_HOLE | KEEP_SIZE)`: positions do not move, the records there
+        read as invalid). For a prefix no chain reaches any more (`TimerState.truncate`). Returns
+        the bytes newly dropped; 0 where the file system cannot punch holes (logged once). Raises
+        nothing: a failed punch only keeps the space."""
+        end = min(pos, self.size) // PAGE_BYTES * PAGE_BYTES
+        if end <= self.dropped_to or _fallocate is None:
+            return 0
+        start = self.dropped_to
+        if _fallocate(self._fd, FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE, start, end - start) != 0:
+            err = ctypes.get_errno()
+            if err in (errno.EOPNOTSUPP, errno.ENOSYS):
+                log.warning("timer: this file system cannot punch holes; the timer log keeps its delivered prefix")
+                self.dropped_to = 1 << 62       # never again this run
+            else:
+                log.warning("timer: dropping the timer log below %d failed: %s", end, os.strerror(err))
+            return 0
+        self.dropped_to = end
+        if self._block_start < end:
+            self.forget_reads()
+        return end - start
 
     def append(self, records: bytes) -> int:
         """Append whole records (a multiple of 32 bytes); returns the position of the first.

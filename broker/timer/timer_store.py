@@ -7,9 +7,13 @@ dequeue and flush threads, as three `Service`s over one `TimerState`).
   due (not a poll: a timer to that instant, or a wake-up when the open slot gets a record) and
   delivers what is due.
 - `TimerCheckpointService` every `CHECKPOINT_INTERVAL_MS`: takes both marks, fsyncs the commit log
-  (the deliveries before the marks), the timer log and the wheel, then writes the marks. After a
-  crash both resume from the last marks: what was enqueued or delivered since is done again, so a
-  message may be delivered twice, but none is lost, skipped or delivered before its time.
+  (the deliveries before the marks), the timer log and the wheel, then writes the marks and drops
+  the timer log's prefix no slot from the saved dequeue mark on reaches (`TimerState.truncate`).
+  After a crash both resume from the last marks: what was enqueued or delivered since is done
+  again, so a message may be delivered twice, but none is lost, skipped or delivered before its time.
+
+A record whose message is not due yet when it comes (a roll record, see `timer_wheel_state`) puts
+the message back into the timer topic with TIMER_ROLL_TIMES + 1 instead of delivering it.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from pathlib import Path
 
 from broker.store.message_store import MessageStore
 from broker.store.put_due import put_due
-from broker.timer.deliver_time import without_timer_properties
+from broker.timer.deliver_time import timer_due_of, without_timer_properties
 from broker.timer.timer_wheel_state import TimerState
+from protocol.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_ROLL_TIMES
 from protocol.service import Service
 from protocol.topics import TIMER_TOPIC
 
@@ -37,6 +42,14 @@ DISK_RETRY_MS = 1_000           # the timer files could not be written (a full d
 CHECKPOINT_INTERVAL_MS = 200
 DRAIN_GRACE_MS = 2_000         # a stop waits this long (beyond the slot) for the open slot to finish
 IDLE_WAIT_MS = 60_000           # the enqueue sleeps until an arrival; this is a safety net only
+Lateness = Callable[[float], None]      # told each delivery's lateness, in seconds
+
+
+def _roll_times(properties: dict[str, str]) -> int:
+    try:
+        return int(properties.get(PROPERTY_TIMER_ROLL_TIMES, "0"))
+    except ValueError:
+        return 0
 
 
 class TimerEnqueueService(Service):
@@ -76,6 +89,7 @@ class TimerEnqueueService(Service):
             state.enqueue_queue_offset = offset     # the wheel's records stay: a retry may add twins
             return RETRY_AFTER_FAILURE_MS
         self.delivered_at_once += len(due_now)
+        state.delivered_total += len(due_now)
         if wake:
             self._wake_dequeue()
         return 0
@@ -84,11 +98,27 @@ class TimerEnqueueService(Service):
 class TimerDequeueService(Service):
     name = "timer-dequeue"
 
-    def __init__(self, state: TimerState, store: MessageStore, now_ms: Callable[[], int]) -> None:
+    def __init__(self, state: TimerState, store: MessageStore, now_ms: Callable[[], int],
+                 on_lateness: Lateness | None = None) -> None:
         super().__init__()
-        self._state, self._store, self._now_ms = state, store, now_ms
+        self._state, self._store, self._now_ms, self._on_lateness = state, store, now_ms, on_lateness
         self.delivered = 0
+        self.rolled = 0
         self.drained = asyncio.Event()      # set once a draining cursor has closed its slot
+        self._step_now_ms = 0
+        self._step_rolled = 0
+
+    def _route(self, properties: dict[str, str]) -> tuple[str, int, dict[str, str]]:
+        """Where a due record's message goes: its real queue, or back into the timer topic (a
+        roll) while its TIMER_OUT_MS is still ahead. Raises KeyError / ValueError (skipped)."""
+        due_ms, now_ms = timer_due_of(properties), self._step_now_ms
+        if due_ms > now_ms:
+            self._step_rolled += 1
+            return TIMER_TOPIC, 0, {**properties, PROPERTY_TIMER_ROLL_TIMES: str(_roll_times(properties) + 1)}
+        topic, queue_id = properties[PROPERTY_REAL_TOPIC], int(properties[PROPERTY_REAL_QUEUE_ID])
+        if self._on_lateness is not None:
+            self._on_lateness((now_ms - due_ms) / 1000)
+        return topic, queue_id, without_timer_properties(properties)
 
     async def run(self) -> None:
         while True:
@@ -106,12 +136,16 @@ class TimerDequeueService(Service):
                 if cursor.draining and not cursor.opened:
                     self.drained.set()
                 return wait_ms
+            self._step_now_ms, self._step_rolled = self._now_ms(), 0
             if put_due(self._store, [(r.commit_log_offset, r.size) for r in records], without_timer_properties,
-                       "timer") is None:
+                       "timer", route=self._route) is None:
                 return RETRY_AFTER_FAILURE_MS
             cursor.delivered(len(records))
             delivered += len(records)
-            self.delivered += len(records)
+            self.delivered += len(records) - self._step_rolled
+            self.rolled += self._step_rolled
+            self._state.delivered_total += len(records) - self._step_rolled
+            self._state.rolled_total += self._step_rolled
         return 0
 
 
@@ -150,12 +184,14 @@ class TimerMessageStore:
     `TimerState` raises on start."""
 
     def __init__(self, store: MessageStore, directory: Path, *, precision_ms: int, max_delay_ms: int,
-                 now_ms: Callable[[], int]) -> None:
-        self.state = TimerState(directory, precision_ms, max_delay_ms, now_ms())
+                 now_ms: Callable[[], int], roll_window_ms: int | None = None,
+                 on_lateness: Lateness | None = None) -> None:
+        self.state = TimerState(directory, precision_ms, max_delay_ms, now_ms(), roll_window_ms)
         self.max_delay_ms = max_delay_ms
-        self.dequeue = TimerDequeueService(self.state, store, now_ms)
+        self._store = store
+        self.dequeue = TimerDequeueService(self.state, store, now_ms, on_lateness)
         self.enqueue = TimerEnqueueService(self.state, store, now_ms, self.dequeue.wakeup)
-        self.checkpointer = TimerCheckpointService(self.state, store, lambda: self.delivered)
+        self.checkpointer = TimerCheckpointService(self.state, store, lambda: self.delivered + self.dequeue.rolled)
 
     async def start(self) -> None:
         await self.enqueue.start()
@@ -187,4 +223,24 @@ class TimerMessageStore:
 
     @property
     def delivered(self) -> int:
+        """Messages delivered to their real queue by this run (rolls not counted)."""
         return self.dequeue.delivered + self.enqueue.delivered_at_once
+
+    @property
+    def enqueued(self) -> int:
+        """Timer-topic units the enqueue took in (this run)."""
+        return self.state.enqueued
+
+    @property
+    def rolled(self) -> int:
+        """Messages rolled: put back into the timer topic, not yet due (this run)."""
+        return self.dequeue.rolled
+
+    @property
+    def scheduled(self) -> int:
+        """Timer messages stored and not yet delivered (RocketMQ's timer backlog): the timer
+        topic's units less those delivered or rolled (a rolled message counts once, as its new
+        unit); counts kept across restarts by the checkpoint, so after a crash it may be low by
+        the deliveries repeated."""
+        units = self._store.get_max_offset(TIMER_TOPIC, 0)
+        return max(0, units - self.state.delivered_total - self.state.rolled_total)

@@ -11,7 +11,14 @@ at `n * precision_ms`; its chain is read newest to oldest `CHUNK` records at a t
 sorted by due time and delivered record by record as each comes due (never before); records
 appended to the open slot meanwhile are read after (their positions are above the head the walk
 began from); the slot closes once read, delivered and its time is over. Memory: a chunk of
-records, whatever the number scheduled."""
+records, whatever the number scheduled.
+
+Roll (RocketMQ 5's `timerRollWindowSlots`): a unit due more than `roll_window_ms` after the
+enqueue's `now_ms` gets a record due at `now_ms + roll_window_ms` instead; when that comes, the
+dequeue finds the message not yet due and puts it into the timer topic again (TIMER_ROLL_TIMES + 1),
+so its body lives in a newer commit-log file than retention deletes. Every record is thus due at
+most `roll_window_ms` after it was appended, which bounds the log's live part: `truncate` drops the
+prefix appended before a mark whose bound the checkpointed dequeue slot has passed."""
 
 from __future__ import annotations
 
@@ -27,17 +34,21 @@ log = logging.getLogger(__name__)
 
 CHUNK = 4_096                 # records of a chain read at a time (and the most held in memory)
 CHECKPOINT_FILE = "timercheck.json"
+MARKS_MAX = 256               # truncation marks kept; past it every other one goes (later, coarser drops)
 
 
 class TimerState:
     """Files under `directory`: `timerlog`, `timerwheel`, `timercheck.json` (the last checkpoint:
-    `{"enqueue_queue_offset": n, "dequeue_slot": n}`, written atomically). A fresh store starts
-    dequeuing at the slot of `now_ms`. Raises `ValueError` for a wheel of another size or a
+    `{"enqueue_queue_offset": n, "dequeue_slot": n, "delivered": n, "rolled": n}`, written
+    atomically). A fresh store starts dequeuing at the slot of `now_ms`. `roll_window_ms`: see the
+    module doc (None: `max_delay_ms`, no roll). Raises `ValueError` for a wheel of another size or a
     checkpoint that is not two non-negative integers, `OSError` from the file system."""
 
-    def __init__(self, directory: Path, precision_ms: int, max_delay_ms: int, now_ms: int) -> None:
+    def __init__(self, directory: Path, precision_ms: int, max_delay_ms: int, now_ms: int,
+                 roll_window_ms: int | None = None) -> None:
         self.precision_ms = precision_ms
         self.directory = directory
+        self.roll_window_ms = max_delay_ms if roll_window_ms is None else max(precision_ms, roll_window_ms)
         self.log = TimerLog(directory / "timerlog")
         self.wheel = TimerWheel(directory / "timerwheel", slots_total(max_delay_ms, precision_ms))
         saved: Any = read_json(directory / CHECKPOINT_FILE) or {}
@@ -48,6 +59,14 @@ class TimerState:
                              f"got {saved!r}")
         self.enqueue_queue_offset = enqueue
         self.dequeue = DequeueCursor(self, dequeue)
+        self.delivered_total = int(saved.get("delivered", 0) or 0)     # as of the checkpoint, then counted on
+        self.rolled_total = int(saved.get("rolled", 0) or 0)
+        self.enqueued = 0             # units enqueued by this run
+        # (log position, due bound): every record below the position is due by the bound (epoch ms);
+        # what was appended before this start may be due as late as `max_delay_ms` from now (an
+        # earlier run's roll window is not known), so a restart drops nothing for that long
+        start_bound = now_ms + max(max_delay_ms, self.roll_window_ms) if self.log.size else now_ms
+        self._marks: list[tuple[int, int]] = [(self.log.size, start_bound)]
 
     # -- enqueue --------------------------------------------------------------------------------
 
@@ -58,7 +77,7 @@ class TimerState:
         it). The log is written before the wheel: a crash in between leaves records no slot
         reaches, and the units are enqueued again from the last checkpoint. Raises `OSError` (a
         full disk) with nothing written and `enqueue_queue_offset` unchanged."""
-        precision, current = self.precision_ms, self.dequeue.slot
+        precision, current, roll_at = self.precision_ms, self.dequeue.slot, now_ms + self.roll_window_ms
         due_now: list[tuple[int, int]] = []
         heads: dict[int, Slot] = {}
         records = bytearray()
@@ -68,6 +87,8 @@ class TimerState:
             if due_ms <= now_ms:
                 due_now.append((commit_log_offset, size))
                 continue
+            if due_ms > roll_at:
+                due_ms = roll_at        # then rolled by the dequeue (the message keeps its TIMER_OUT_MS)
             slot = max(slot_of(due_ms, precision), current)
             head = heads.get(slot)
             if head is None:
@@ -80,22 +101,51 @@ class TimerState:
             self.log.append(bytes(records))
             for slot, value in heads.items():
                 self.wheel.put(slot, value)
+            self._mark(max(roll_at, max(heads) * precision))    # (a dequeue ahead of the clock)
         self.enqueue_queue_offset += len(units)
+        self.enqueued += len(units)
         return due_now, current in heads and self.dequeue.opened
 
     # -- checkpoint -------------------------------------------------------------------------------
+
+    def _mark(self, bound_ms: int) -> None:
+        """Every record appended so far is due by `bound_ms` (or by an earlier mark's bound)."""
+        marks = self._marks
+        last_bound = marks[-1][1]
+        bound_ms = max(bound_ms, last_bound)
+        if bound_ms - last_bound < self.roll_window_ms // 64 and len(marks) > 1:
+            marks[-1] = (self.log.size, bound_ms)
+            return
+        marks.append((self.log.size, bound_ms))
+        if len(marks) > MARKS_MAX:
+            del marks[1:-1:2]
 
     def progress(self) -> tuple[int, int]:
         """(enqueue_queue_offset, dequeue_slot) as a checkpoint would save them now."""
         return self.enqueue_queue_offset, self.dequeue.slot
 
-    def save(self, progress: tuple[int, int]) -> None:
+    def save(self, progress: tuple[int, int]) -> int:
         """fsync the log, msync the wheel, then write `progress` atomically (the caller made sure
-        the deliveries it covers are durable in the commit log)."""
+        the deliveries it covers are durable in the commit log), then `truncate` to it. Returns
+        the timer-log bytes dropped."""
         self.log.flush()
         self.wheel.flush()
         write_json_atomic(self.directory / CHECKPOINT_FILE,
-                          {"enqueue_queue_offset": progress[0], "dequeue_slot": progress[1]})
+                          {"enqueue_queue_offset": progress[0], "dequeue_slot": progress[1],
+                           "delivered": self.delivered_total, "rolled": self.rolled_total})
+        return self.truncate(progress[1])
+
+    def truncate(self, saved_dequeue_slot: int) -> int:
+        """Drop the timer log's prefix that no slot from `saved_dequeue_slot` on can reach (the
+        records of a mark whose bound lies in an earlier slot: delivered, or rolled into newer
+        records), so a restart from that checkpoint never reads it. Returns the bytes dropped."""
+        marks, precision = self._marks, self.precision_ms
+        drop_to = 0
+        while len(marks) > 1 and slot_of(marks[0][1], precision) < saved_dequeue_slot:
+            drop_to = marks.pop(0)[0]
+        if slot_of(marks[0][1], precision) < saved_dequeue_slot:
+            drop_to = marks[0][0]
+        return self.log.drop_before(drop_to) if drop_to else 0
 
     def scheduled(self, deliver_ms: int) -> Slot:
         """The wheel's slot holding `deliver_ms` (for tests and the admin view)."""

@@ -12,10 +12,20 @@ Where we differ from RocketMQ, and why:
   commit (a duplicate, a late answer to an earlier check) is refused and delivers nothing.
 - END_TRANSACTION for an unknown or already resolved half is an error (SYSTEM_ERROR naming which),
   where RocketMQ would write the real message again.
-- The timeout counts from the half's store time (the broker's clock), not the producer's born time."""
+- The timeout counts from the half's store time (the broker's clock), not the producer's born time.
+
+Speed (issue #38): a commit does not read its half back from the commit log while the half is in
+a bounded cache (`HALF_CACHE_LIMIT` entries, oldest evicted first: a half evicted, or pending
+across a restart, is read back as before); and the "d" op records of the resolutions made in one
+event-loop step are written as one op record naming them all (RocketMQ 5's
+`TransactionalOpBatchService` batches them the same way, over `transactionOpBatchInterval`), after
+that step's committed messages, so an op record is never in the log before the real message it
+resolves. A kill -9 between the two leaves the half pending after the restart: its check-back
+decides it again (at least once, as a power loss before the fsync already could)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -53,7 +63,10 @@ from protocol.transaction import (
 
 log = logging.getLogger(__name__)
 _UNITS_PER_READ = 4096
+HALF_CACHE_LIMIT = 16_384       # pending halves kept in memory for their commit (~ 200 B + body each)
 MessagesIn = Callable[[str, int, int], None]
+# a cached half: (commit_log_offset, properties, flag, body, (born_timestamp, born_host, reconsume_times))
+CachedHalf = tuple[int, dict[str, str], int, bytes, tuple[int, str, int]]
 
 
 class TransactionBridge:
@@ -61,6 +74,8 @@ class TransactionBridge:
                  now_ms: Callable[[], int], on_stored: MessagesIn) -> None:
         self._store, self._topics, self.table = store, topics, table
         self._store_host, self._now_ms, self._on_stored = store_host, now_ms, on_stored
+        self._cache: dict[int, CachedHalf] = {}
+        self._removed: list[int] = []       # resolved halves whose "d" op record is still to write
 
     # -- start-up --------------------------------------------------------------------------------
 
@@ -111,13 +126,20 @@ class TransactionBridge:
     def prepare(self, *, topic: str, queue_id: int, body: bytes, properties: dict[str, str], flag: int,
                 born_timestamp: int, born_host: str, reconsume_times: int) -> PutMessageResult:
         """Store a half message (RocketMQ `parseHalfMessageInner`): in the half topic, queue 0,
-        with REAL_TOPIC / REAL_QID; pending in the table from now on."""
+        with REAL_TOPIC / REAL_QID; pending in the table from now on. The send processor has
+        checked it (`put_checked_message`'s terms: body within `max_message_bytes`, no DELAY)."""
         half_properties = {**properties, PROPERTY_REAL_TOPIC: topic, PROPERTY_REAL_QUEUE_ID: str(queue_id)}
-        result = self._store.put_message(topic=TRANS_HALF_TOPIC, queue_id=0, body=body, properties=half_properties,
-                                         flag=flag, born_timestamp=born_timestamp, born_host=born_host,
-                                         reconsume_times=reconsume_times)
+        result = self._store.put_checked_message(topic=TRANS_HALF_TOPIC, queue_id=0, body=body,
+                                                 properties=half_properties, flag=flag, born_timestamp=born_timestamp,
+                                                 born_host=born_host, reconsume_times=reconsume_times)
         if result.ok:
-            self.table.add_half(result.queue_offset, result.commit_log_offsets[0], self._now_ms())
+            commit_log_offset = result.commit_log_offsets[0]
+            self.table.add_half(result.queue_offset, commit_log_offset, self._now_ms())
+            cache = self._cache
+            if len(cache) >= HALF_CACHE_LIMIT:
+                del cache[next(iter(cache))]
+            cache[result.queue_offset] = (commit_log_offset, half_properties, flag, body,
+                                          (born_timestamp, born_host, reconsume_times))
         return result
 
     def half_message(self, commit_log_offset: int) -> list[Any] | None:
@@ -145,16 +167,21 @@ class TransactionBridge:
 
     def end(self, header: EndTransactionRequestHeader) -> int:
         """END_TRANSACTION: commit (the real message written to its topic and queue, sys_flag
-        COMMIT, then the op record) or roll back (the op record only); unknown (0): nothing.
-        Returns the commit-log end of what was written (0: nothing). Raises `SystemError_` naming
+        COMMIT; its "d" op record follows at the end of this loop step, see `flush_ops`) or roll
+        back (the op record only); unknown (0): nothing. Returns the commit-log end of the
+        committed message (0: none written). Raises `SystemError_` naming
         why for a half that is unknown, already resolved, of another group or another topic, or an
         offset pair that does not match, and for any other `commit_or_rollback`; nothing changes
         then. The table forgets the half before this returns, so a second END_TRANSACTION for it,
         even one read in the same loop step, is refused."""
-        action = header.commit_or_rollback
+        return self.resolve(header.producer_group, header.topic, header.tran_state_table_offset,
+                            header.commit_log_offset, header.commit_or_rollback)
+
+    def resolve(self, producer_group: str, topic: str, half_offset: int, commit_log_offset: int, action: int) -> int:
+        """`end` with the header's fields (`producer_group`, `topic`, `tran_state_table_offset`,
+        `commit_log_offset`, `commit_or_rollback`) as they are."""
         if action not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_NOT_TYPE):
             raise SystemError_(f"commit_or_rollback must be 8 (commit), 12 (rollback) or 0 (unknown), got {action}")
-        half_offset = header.tran_state_table_offset
         state = self.table.state(half_offset)
         if state is HalfState.RESOLVED:
             raise SystemError_(f"the half message at transaction offset {half_offset} was already committed, "
@@ -162,50 +189,87 @@ class TransactionBridge:
         half = self.table.pending.get(half_offset)
         if half is None:
             raise SystemError_(f"no half message at transaction offset {half_offset}: nothing changed")
-        if half.commit_log_offset != header.commit_log_offset:
+        if half.commit_log_offset != commit_log_offset:
             raise SystemError_(f"the half message at transaction offset {half_offset} is at commit log offset "
-                               f"{half.commit_log_offset}, not {header.commit_log_offset}: nothing changed")
-        fields = self.half_message(half.commit_log_offset)
-        if fields is None:
-            raise SystemError_(f"the half message at commit log offset {half.commit_log_offset} is no longer "
-                               f"stored: nothing changed")
-        properties: dict[str, str] = fields[F_PROPERTIES]
-        if properties.get(PROPERTY_PRODUCER_GROUP) != header.producer_group:
+                               f"{half.commit_log_offset}, not {commit_log_offset}: nothing changed")
+        cached = self._cache.get(half_offset)
+        if cached is None or cached[0] != half.commit_log_offset:
+            cached = self._read_back(half.commit_log_offset)
+        _, properties, flag, body, origin = cached
+        if properties.get(PROPERTY_PRODUCER_GROUP) != producer_group:
             raise SystemError_(f"the half message at transaction offset {half_offset} belongs to producer group "
-                               f"{properties.get(PROPERTY_PRODUCER_GROUP)!r}, not {header.producer_group!r}")
-        if properties.get(PROPERTY_REAL_TOPIC) != header.topic:
+                               f"{properties.get(PROPERTY_PRODUCER_GROUP)!r}, not {producer_group!r}")
+        if properties.get(PROPERTY_REAL_TOPIC) != topic:
             raise SystemError_(f"the half message at transaction offset {half_offset} is for topic "
-                               f"{properties.get(PROPERTY_REAL_TOPIC)!r}, not {header.topic!r}")
+                               f"{properties.get(PROPERTY_REAL_TOPIC)!r}, not {topic!r}")
         if action == TRANSACTION_NOT_TYPE:
             return 0
-        if action == TRANSACTION_COMMIT_TYPE:
-            self._commit(fields)
-        return self.remove(half_offset)
+        end_offset = self._commit(properties, flag, body, origin) if action == TRANSACTION_COMMIT_TYPE else 0
+        self._resolve_later(half_offset)
+        return end_offset
 
-    def _commit(self, fields: list[Any]) -> None:
-        properties = dict(fields[F_PROPERTIES])
+    def _read_back(self, commit_log_offset: int) -> CachedHalf:
+        fields = self.half_message(commit_log_offset)
+        if fields is None:
+            raise SystemError_(f"the half message at commit log offset {commit_log_offset} is no longer "
+                               f"stored: nothing changed")
+        born_timestamp, born_host, reconsume_times, _ = stored_origin(fields)
+        return commit_log_offset, fields[F_PROPERTIES], fields[F_FLAG], fields[F_BODY], (born_timestamp, born_host,
+                                                                                         reconsume_times)
+
+    def _commit(self, half_properties: dict[str, str], flag: int, body: bytes, origin: tuple[int, str, int]) -> int:
+        properties = dict(half_properties)
         topic = properties.pop(PROPERTY_REAL_TOPIC)
         queue_id = int(properties.pop(PROPERTY_REAL_QUEUE_ID))
         properties.pop(PROPERTY_TRANSACTION_CHECK_TIMES, None)
         self._topics.for_send(topic, queue_id)          # raises when the topic is gone or read-only
-        born_timestamp, born_host, reconsume_times, _ = stored_origin(fields)
-        # a half message has no DELAY (refused at its send), so this is the plain one-message put
-        result = self._store.put_message(topic=topic, queue_id=queue_id, body=fields[F_BODY], properties=properties,
-                                         flag=fields[F_FLAG], born_timestamp=born_timestamp, born_host=born_host,
-                                         reconsume_times=reconsume_times, sys_flag=TRANSACTION_COMMIT_TYPE)
+        born_timestamp, born_host, reconsume_times = origin
+        # checked at its send (topic name, size, no DELAY) and its queue just now: the checked one-message put
+        result = self._store.put_checked_message(topic=topic, queue_id=queue_id, body=body, properties=properties,
+                                                 flag=flag, born_timestamp=born_timestamp, born_host=born_host,
+                                                 reconsume_times=reconsume_times, sys_flag=TRANSACTION_COMMIT_TYPE)
         _check(result, "the committed message")
-        self._on_stored(topic, 1, len(fields[F_BODY]))
+        self._on_stored(topic, 1, len(body))
+        return result.end_offset
+
+    def _resolve_later(self, half_offset: int) -> None:
+        """Resolve `half_offset` in the table now and write its "d" op record with the others of
+        this loop step (`flush_ops`), or at once when no event loop runs."""
+        self.table.remove(half_offset)
+        self._cache.pop(half_offset, None)
+        removed = self._removed
+        removed.append(half_offset)
+        if len(removed) > 1:
+            return
+        try:
+            asyncio.get_running_loop().call_soon(self.flush_ops)
+        except RuntimeError:
+            self.flush_ops()
+
+    def flush_ops(self) -> None:
+        """Write the one "d" op record of the halves resolved since the last call (nothing when
+        none). A refused write is logged: those halves are pending again after a restart, and
+        their check-backs decide them again."""
+        removed, self._removed = self._removed, []
+        if not removed:
+            return
+        result = self._put_op(removed, OP_TAG_REMOVED)
+        if not result.ok:
+            log.warning("the op record of %d resolved half messages could not be stored: %s %s; they are "
+                        "checked back after a restart", len(removed), result.status.name, result.remark)
 
     def remove(self, half_offset: int) -> int:
         """Resolve `half_offset`: the op record "d" written and the table told; returns its end."""
-        result = self._put_op(half_offset, OP_TAG_REMOVED)
+        self.flush_ops()
+        result = self._put_op([half_offset], OP_TAG_REMOVED)
         self.table.remove(half_offset)
+        self._cache.pop(half_offset, None)
         _check(result, "the op record")
         return result.end_offset
 
     def record_check(self, half_offset: int) -> int:
         """One check-back of `half_offset`: the op record "c" written and the table told."""
-        result = self._put_op(half_offset, OP_TAG_CHECKED)
+        result = self._put_op([half_offset], OP_TAG_CHECKED)
         if result.ok:
             self.table.checked(half_offset)
         return result.end_offset
@@ -219,8 +283,8 @@ class TransactionBridge:
                                   origins=[origin])
         self.remove(half_offset)
 
-    def _put_op(self, half_offset: int, tag: str) -> PutMessageResult:
-        return self._store.put_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=encode_op_body([half_offset]),
+    def _put_op(self, half_offsets: list[int], tag: str) -> PutMessageResult:
+        return self._store.put_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, body=encode_op_body(half_offsets),
                                        properties={PROPERTY_TAGS: tag}, flag=0, born_timestamp=self._now_ms(),
                                        born_host=self._store_host)
 

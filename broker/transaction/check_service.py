@@ -51,6 +51,7 @@ class TransactionCheckService(Service):
                 log.warning("transaction check pass stopped: %s", exc)
             except Exception:                # anything else: logged, and the service lives on
                 log.exception("transaction check pass failed; trying again next interval")
+        self._bridge.flush_ops()            # the op records of the last resolutions, before the store stops
 
     def check_once(self) -> int:
         """One pass; returns the check-backs sent to a producer."""

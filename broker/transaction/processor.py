@@ -12,6 +12,7 @@ from broker.remoting.context import RequestContext
 from broker.transaction.bridge import TransactionBridge
 from protocol.command import RemotingCommand
 from protocol.errors import MessageIllegal
+from protocol.headers import INT32_MAX, INT32_MIN, INT64_MAX
 from protocol.headers_v5 import EndTransactionRequestHeader
 
 
@@ -25,6 +26,25 @@ class EndTransactionProcessor:
         self._bridge = bridge
 
     def process(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        """The usual request (no body, every field of its exact type and in range) is read from
+        the `ext` map directly, as the usual send is; anything else takes the typed header, whose
+        errors the protocol names."""
+        fields = request.fields
+        group, topic, action = fields.get("producer_group"), fields.get("topic"), fields.get("commit_or_rollback")
+        half_offset, commit_log_offset = fields.get("tran_state_table_offset"), fields.get("commit_log_offset")
+        msg_id, transaction_id = fields.get("msg_id"), fields.get("transaction_id")
+        if (request.body or type(group) is not str or type(topic) is not str or type(action) is not int
+                or type(half_offset) is not int or type(commit_log_offset) is not int
+                or not 0 <= half_offset <= INT64_MAX or not 0 <= commit_log_offset <= INT64_MAX
+                or not INT32_MIN <= action <= INT32_MAX
+                or type(fields.get("from_transaction_check", False)) is not bool
+                or (msg_id is not None and type(msg_id) is not str)
+                or (transaction_id is not None and type(transaction_id) is not str)):
+            return self._process_typed(request)
+        self._bridge.resolve(group, topic, half_offset, commit_log_offset, action)
+        return request.response()
+
+    def _process_typed(self, request: RemotingCommand) -> RemotingCommand:
         body = request.body_bytes()
         if body:
             raise MessageIllegal(f"END_TRANSACTION takes no body, got {len(body)} bytes")

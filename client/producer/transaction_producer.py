@@ -38,7 +38,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
 from protocol.errors import MQError
 from protocol.headers_v5 import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
-from protocol.message import PROPERTY_UNIQ_KEY, Message, MessageExt, decode_message_batch, parse_msg_id
+from protocol.message import PROPERTY_UNIQ_KEY, Message, MessageExt, decode_message_batch, msg_id_commit_log_offset
 from protocol.model import MessageQueue
 from protocol.transaction import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED, LocalTransactionState
 
@@ -170,7 +170,7 @@ class TransactionProducer(Producer):
                    state: LocalTransactionState) -> None:
         header = EndTransactionRequestHeader(
             producer_group=self.producer_group, topic=queue.topic, tran_state_table_offset=half_offset,
-            commit_log_offset=parse_msg_id(offset_msg_id)[1], commit_or_rollback=state.commit_or_rollback,
+            commit_log_offset=msg_id_commit_log_offset(offset_msg_id), commit_or_rollback=state.commit_or_rollback,
             from_transaction_check=False, msg_id=transaction_id, transaction_id=transaction_id)
         try:
             await self._require_instance().api.end_transaction(self._address_of(queue), header,

@@ -20,6 +20,7 @@ from protocol.message import (
     encode_stored_message,
     make_msg_id,
     message_from_fields,
+    msg_id_commit_log_offset,
     parse_msg_id,
 )
 from tests.protocol.strategies import chunk
@@ -137,6 +138,7 @@ def test_msg_id_round_trips(ip: ipaddress.IPv4Address, port: int, offset: int) -
     assert int(msg_id, 16) == (int(ip) << 96) | (port << 64) | offset
     assert parse_msg_id(msg_id) == (f"{ip}:{port}", offset)
     assert parse_msg_id(msg_id.lower()) == (f"{ip}:{port}", offset)
+    assert msg_id_commit_log_offset(msg_id) == msg_id_commit_log_offset(msg_id.lower()) == offset
 
 
 def test_msg_id_of_a_host_that_is_not_ipv4_uses_zero_address() -> None:
@@ -153,6 +155,8 @@ def test_msg_id_of_a_host_that_is_not_ipv4_uses_zero_address() -> None:
 def test_malformed_msg_ids_raise_value_error(msg_id: str) -> None:
     with pytest.raises(ValueError):
         parse_msg_id(msg_id)
+    with pytest.raises(ValueError):
+        msg_id_commit_log_offset(msg_id)
 
 
 @settings(max_examples=200, deadline=None)
@@ -161,5 +165,8 @@ def test_random_text_msg_id_parses_or_raises_value_error(msg_id: str) -> None:
     try:
         host, offset = parse_msg_id(msg_id)
     except ValueError:
+        with pytest.raises(ValueError):
+            msg_id_commit_log_offset(msg_id)
         return
     assert make_msg_id(host, offset) == msg_id.upper()
+    assert msg_id_commit_log_offset(msg_id) == offset

@@ -314,15 +314,13 @@ def encode_batch_ack(acks: list[tuple[int, str, int]]) -> bytes:
 def decode_batch_ack(raw: bytes) -> list[tuple[int, str, int]]:
     """The acks of a `BatchAckBody`; raises `MissingHeaderField` (SYSTEM_ERROR) on a bad shape."""
     try:
-        value = msgpack.unpackb(raw, raw=False, strict_map_key=False)
-        acks = value["acks"]
-        out = [(int(q), e, int(o)) for q, e, o in acks]
+        acks = msgpack.unpackb(raw, raw=False, strict_map_key=False, use_list=False)["acks"]
         if not all(type(q) is int and type(e) is str and type(o) is int and 0 <= o < 1 << 63
-                   for q, e, o in acks):
+                   for q, e, o in acks):      # (one pass: the arrays come as the tuples returned)
             raise TypeError("an ack is not [queue_id: int, extra_info: str, offset: int ≥ 0]")
     except Exception as exc:
         raise MissingHeaderField("body", "msgpack BatchAckBody", exc) from None
-    return out
+    return list(acks)
 
 
 def encode_batch_ack_result(codes: list[int], remarks: list[str]) -> bytes:

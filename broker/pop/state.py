@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class InFlight:
     """A handed-out offset: the checkpoint that handed it out, its invisible deadline (epoch ms) and
-    how many times it was delivered before this delivery (`reconsume_times`; attempt = that + 1)."""
+    how many times it was delivered before this delivery (`reconsume_times`; attempt = that + 1).
+    Frozen: the offsets of one pop with the same `reconsume_times` share one (a pop of 32 new
+    messages makes one, not 32); a change of invisible time replaces its offset's entry."""
 
     ck_id: int
     deadline_ms: int
@@ -82,9 +84,15 @@ class QueuePopState:
         the pop offset moves up to `next_offset` (never down)."""
         if offsets:
             self.earliest_ms = min(self.earliest_ms, deadline_ms) if self.in_flight else deadline_ms
+        revived, in_flight = self.revived, self.in_flight
+        shared: dict[int, InFlight] = {}        # reconsume_times -> the entry its offsets share
         for offset, reconsume_times in offsets:
-            self.revived.pop(offset, None)
-            self.in_flight[offset] = InFlight(ck_id, deadline_ms, reconsume_times)
+            if revived:
+                revived.pop(offset, None)
+            entry = shared.get(reconsume_times)
+            if entry is None:
+                entry = shared[reconsume_times] = InFlight(ck_id, deadline_ms, reconsume_times)
+            in_flight[offset] = entry
         if next_offset > self.next_offset:
             self.next_offset = next_offset
 
@@ -106,7 +114,7 @@ class QueuePopState:
         entry = self.current(offset, ck_id)
         if entry is None:
             return False
-        entry.ck_id, entry.deadline_ms = new_ck_id, deadline_ms
+        self.in_flight[offset] = InFlight(new_ck_id, deadline_ms, entry.reconsume_times)
         self.earliest_ms = min(self.earliest_ms, deadline_ms)
         return True
 

@@ -280,8 +280,7 @@ class PopMessageProcessor:
             raise SystemError_(f"{len(acks)} acks in one BATCH_ACK_MESSAGE: at most {MAX_BATCH_ACKS}")
         codes = [int(ResponseCode.SUCCESS)] * len(acks)
         remarks = [""] * len(acks)
-        parsed: list[tuple[int, int, int]] = []
-        where: list[int] = []
+        parsed: list[tuple[int, int, int]] = []       # one per ack; ck_id -1 for a malformed handle
         prefixes: dict[str, tuple[int, int]] = {}     # the handles of one pop of one queue share a prefix
         for index, (queue_id, extra_info, offset) in enumerate(acks):
             prefix, _, tail = extra_info.rpartition(" ")   # the usual, well-formed handle: parsed once per pop
@@ -290,19 +289,19 @@ class PopMessageProcessor:
                 known = prefixes[prefix] = _prefix_ids(prefix)
             if known[1] == queue_id >= 0 and tail == str(offset):
                 parsed.append((queue_id, known[0], offset))
-                where.append(index)
                 continue
             try:
-                handle = self._handle(extra_info, queue_id, offset)
+                parsed.append((queue_id, self._handle(extra_info, queue_id, offset).ck_id, offset))
             except SystemError_ as exc:
                 codes[index], remarks[index] = int(ResponseCode.SYSTEM_ERROR), exc.remark
-                continue
-            parsed.append((queue_id, handle.ck_id, offset))
-            where.append(index)
-        for index, ok in zip(where, self._pop.ack_batch(header.consumer_group, header.topic, parsed), strict=True):
-            if not ok:
-                codes[index] = int(ResponseCode.NO_MESSAGE)
-                remarks[index] = _expired_remark(header.consumer_group, header.topic, acks[index][0], acks[index][2])
+                parsed.append((queue_id, -1, offset))         # matches no entry: changes nothing
+        current = self._pop.ack_batch(header.consumer_group, header.topic, parsed)
+        if False in current:
+            for index, ok in enumerate(current):
+                if not ok and codes[index] == ResponseCode.SUCCESS:
+                    codes[index] = int(ResponseCode.NO_MESSAGE)
+                    remarks[index] = _expired_remark(header.consumer_group, header.topic, acks[index][0],
+                                                     acks[index][2])
         return request.response(body=encode_batch_ack_result(codes, remarks))
 
     def change_invisible_time(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:

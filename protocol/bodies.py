@@ -315,9 +315,15 @@ def decode_batch_ack(raw: bytes) -> list[tuple[int, str, int]]:
     """The acks of a `BatchAckBody`; raises `MissingHeaderField` (SYSTEM_ERROR) on a bad shape."""
     try:
         acks = msgpack.unpackb(raw, raw=False, strict_map_key=False, use_list=False)["acks"]
-        if not all(type(q) is int and type(e) is str and type(o) is int and 0 <= o < 1 << 63
-                   for q, e, o in acks):      # (one pass: the arrays come as the tuples returned)
-            raise TypeError("an ack is not [queue_id: int, extra_info: str, offset: int ≥ 0]")
+        if type(acks) is not tuple:
+            raise TypeError("acks is not an array")
+        if acks:    # checked column by column with C loops (a generator per ack cost more than the ack)
+            if set(map(type, acks)) != {tuple} or set(map(len, acks)) != {3}:
+                raise TypeError("an ack is not a 3-array")
+            queue_ids, extra_infos, offsets = zip(*acks, strict=True)
+            if (set(map(type, queue_ids)) != {int} or set(map(type, extra_infos)) != {str}
+                    or set(map(type, offsets)) != {int} or min(offsets) < 0 or max(offsets) >= 1 << 63):
+                raise TypeError("an ack is not [queue_id: int, extra_info: str, offset: int ≥ 0]")
     except Exception as exc:
         raise MissingHeaderField("body", "msgpack BatchAckBody", exc) from None
     return list(acks)

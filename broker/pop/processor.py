@@ -220,7 +220,7 @@ class PopMessageProcessor:
                 handles += [prefix + str(o) for o, _ in offsets]
                 times += [str(r) for _, r in offsets]
             else:
-                handles += [prefix + str(o) for o in new_offsets]
+                handles += map(prefix.__add__, map(str, new_offsets))      # (C loops)
                 times += ["0"] * len(new_offsets)
         return (pop_at_ms, handles, times, out) if out else None
 

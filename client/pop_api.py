@@ -69,6 +69,8 @@ class PopAPI:
         codes, remarks = decode_batch_ack_result(response.body_bytes())
         if len(codes) != len(acks) or len(remarks) != len(acks):
             raise ProtocolError(f"BATCH_ACK_MESSAGE answered {len(codes)} codes for {len(acks)} acks")
+        if not any(codes):          # all SUCCESS (0), the usual answer
+            return [None] * len(codes)
         return [None if code == ResponseCode.SUCCESS else error_for(code, remark)
                 for code, remark in zip(codes, remarks, strict=True)]
 

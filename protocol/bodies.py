@@ -339,7 +339,7 @@ def decode_batch_ack_result(raw: bytes) -> tuple[list[int], list[str]]:
     try:
         value = msgpack.unpackb(raw, raw=False, strict_map_key=False)
         codes, remarks = list(value["codes"]), list(value["remarks"])
-        if not all(type(c) is int for c in codes) or not all(type(r) is str for r in remarks):
+        if not set(map(type, codes)) <= {int} or not set(map(type, remarks)) <= {str}:     # (C loops)
             raise TypeError("codes are ints, remarks strings")
     except Exception as exc:
         raise MissingHeaderField("body", "msgpack BatchAckResultBody", exc) from None

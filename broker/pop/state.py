@@ -23,6 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from operator import itemgetter
+
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,16 @@ class QueuePopState:
         if offsets:
             self.earliest_ms = min(self.earliest_ms, deadline_ms) if self.in_flight else deadline_ms
         revived, in_flight = self.revived, self.in_flight
+        times = set(map(_SECOND, offsets))
+        if not revived and len(times) == 1:     # (the usual pop: new offsets only) one entry for all, C loops
+            in_flight.update(dict.fromkeys(map(_FIRST, offsets), InFlight(ck_id, deadline_ms, times.pop())))
+        elif offsets:
+            self._hand_out_each(offsets, ck_id, deadline_ms)
+        if next_offset > self.next_offset:
+            self.next_offset = next_offset
+
+    def _hand_out_each(self, offsets: list[tuple[int, int]], ck_id: int, deadline_ms: int) -> None:
+        revived, in_flight = self.revived, self.in_flight
         shared: dict[int, InFlight] = {}        # reconsume_times -> the entry its offsets share
         for offset, reconsume_times in offsets:
             if revived:
@@ -93,8 +106,6 @@ class QueuePopState:
             if entry is None:
                 entry = shared[reconsume_times] = InFlight(ck_id, deadline_ms, reconsume_times)
             in_flight[offset] = entry
-        if next_offset > self.next_offset:
-            self.next_offset = next_offset
 
     def current(self, offset: int, ck_id: int) -> InFlight | None:
         """The entry a receipt handle (`ck_id`, `offset`) names, if it is still the current one."""

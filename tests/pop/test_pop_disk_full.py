@@ -18,6 +18,7 @@ from broker.broker import Broker
 from client import MessageView, SimpleConsumer
 from client.api import ClientAPI
 from conf.broker import BrokerConfig
+from protocol.errors import ServiceNotAvailable
 from tests.broker.test_disk_full import DISK_BYTES, SEGMENT_BYTES, fill, small_disk
 from tests.conftest import broker_config
 from tests.helpers import send, wait_until
@@ -89,3 +90,32 @@ async def test_revive_goes_on_after_snapshots_fail_on_a_full_disk(tmp_path: Path
                 assert [(m.body, m.delivery_attempt) for m in fresh] == [(b"m2", 1)]
                 await consumer.ack(fresh[0])
                 assert await consumer.receive(32, invisible_duration_s=1) == []
+
+
+async def test_a_batch_ack_refused_by_a_full_disk_changes_nothing(tmp_path: Path, client_api: ClientAPI) -> None:
+    """Past the disk's warning level the journal refuses the batch ack's record: every ack of it
+    fails with SERVICE_NOT_AVAILABLE and all stay in flight (the batch is applied only once
+    journaled); once space returns the same handles ack."""
+    with small_disk(tmp_path / "disk", DISK_BYTES) as disk:
+        config = disk_config(tmp_path, disk)
+        config = dataclasses.replace(config, store=dataclasses.replace(config.store, disk_space_warning_level_ratio=90))
+        async with Broker(config) as broker:
+            store, pop = broker.store, broker.pop_service
+            assert store is not None and pop is not None
+            await client_api.create_topic(broker.address, TOPIC, 1)
+            for body in (b"a", b"b", b"c"):
+                await send(client_api, broker.address, TOPIC, body)
+            async with SimpleConsumer("cg", broker.address, subscriptions={TOPIC: "*"},
+                                      await_duration_s=0.5) as consumer:
+                popped = await consumer.receive(3, invisible_duration_s=30)
+                assert [m.body for m in popped] == [b"a", b"b", b"c"]
+                filler = fill(disk, leave_free_bytes=DISK_BYTES // 20)       # 95 % used
+                await wait_until(lambda: store.disk_guard.refusal is not None, what="sends refused")
+                refused = await asyncio.gather(*(consumer.ack(m) for m in popped), return_exceptions=True)
+                assert all(isinstance(error, ServiceNotAvailable) for error in refused), refused
+                assert sorted(pop.queues[("cg", TOPIC, 0)].in_flight) == [0, 1, 2]
+                filler.unlink()
+                await wait_until(lambda: store.disk_guard.refusal is None, what="sends resumed")
+                await asyncio.gather(*(consumer.ack(m) for m in popped))
+                assert pop.queues[("cg", TOPIC, 0)].in_flight == {}
+                assert await consumer.receive(32, invisible_duration_s=30) == []

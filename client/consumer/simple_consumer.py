@@ -206,20 +206,16 @@ class SimpleConsumer(Lifecycle):
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         pending = self._pending_acks.get(key)
-        if pending is None:
+        if pending is None:         # the task's first step, next loop step, takes all acks of this one
             pending = self._pending_acks[key] = []
-            loop.call_soon(self._flush_acks, key)
+            task = loop.create_task(self._send_acks(key))
+            self._ack_tasks.add(task)
+            task.add_done_callback(self._ack_tasks.discard)
         pending.append((message, done))
         return done
 
-    def _flush_acks(self, key: tuple[str, str]) -> None:
-        items = self._pending_acks.pop(key, [])
-        if items:
-            task = asyncio.get_running_loop().create_task(self._send_acks(key, items))
-            self._ack_tasks.add(task)
-            task.add_done_callback(self._ack_tasks.discard)
-
-    async def _send_acks(self, key: tuple[str, str], items: list[tuple[MessageView, asyncio.Future[None]]]) -> None:
+    async def _send_acks(self, key: tuple[str, str]) -> None:
+        items = self._pending_acks.pop(key)
         address, topic = key
         timeout_ms = self.client_config.request_timeout_ms
         try:

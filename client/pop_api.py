@@ -31,9 +31,16 @@ class PopAPI:
     async def pop_message(self, address: str, header: v5.PopMessageRequestHeader,
                           timeout_ms: int) -> list[PoppedMessage]:
         """[] when nothing became visible within `header.poll_time` (PULL_NOT_FOUND)."""
+        messages, handles = await self.pop(address, header, timeout_ms)
+        return [PoppedMessage(m, h) for m, h in zip(messages, handles, strict=True)]
+
+    async def pop(self, address: str, header: v5.PopMessageRequestHeader,
+                  timeout_ms: int) -> tuple[list[MessageExt], list[str]]:
+        """`pop_message` as (messages, receipt handles), side by side: no object per message
+        beyond its `MessageExt` (the consumer wraps each once, in its own view)."""
         response = await self.remoting.invoke(address, request(RequestCode.POP_MESSAGE, header), timeout_ms)
         if response.code == ResponseCode.PULL_NOT_FOUND:
-            return []
+            return [], []
         if response.code != ResponseCode.SUCCESS:
             raise error_for(response.code, response.remark)
         messages = decode_message_batch(response.body_bytes()) if response.body else []
@@ -43,7 +50,7 @@ class PopAPI:
             raise ProtocolError(f"POP response has {len(messages)} messages but {len(handles)} receipt handles")
         for message, reconsume_times in zip(messages, times, strict=True):
             message.reconsume_times = int(reconsume_times)
-        return [PoppedMessage(m, h) for m, h in zip(messages, handles, strict=True)]
+        return messages, handles
 
     async def ack_message(self, address: str, header: v5.AckMessageRequestHeader, timeout_ms: int) -> None:
         response = await self.remoting.invoke(address, request(RequestCode.ACK_MESSAGE, header), timeout_ms)
@@ -62,6 +69,8 @@ class PopAPI:
         codes, remarks = decode_batch_ack_result(response.body_bytes())
         if len(codes) != len(acks) or len(remarks) != len(acks):
             raise ProtocolError(f"BATCH_ACK_MESSAGE answered {len(codes)} codes for {len(acks)} acks")
+        if not any(codes):          # all SUCCESS (0), the usual answer
+            return [None] * len(codes)
         return [None if code == ResponseCode.SUCCESS else error_for(code, remark)
                 for code, remark in zip(codes, remarks, strict=True)]
 

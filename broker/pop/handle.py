@@ -26,8 +26,8 @@ class ReceiptHandle(NamedTuple):
     queue_offset: int
 
     def encode(self) -> str:
-        return (f"{self.ck_id} {self.pop_at_ms} {self.invisible_ms} 0 0 {self.broker_name} "
-                f"{self.queue_id} {self.queue_offset}")
+        return handle_prefix(self.ck_id, self.pop_at_ms, self.invisible_ms, self.broker_name,
+                             self.queue_id) + str(self.queue_offset)
 
     @classmethod
     def parse(cls, text: str) -> ReceiptHandle:
@@ -44,3 +44,10 @@ class ReceiptHandle(NamedTuple):
         if min(ck_id, pop_at_ms, invisible_ms, queue_id, queue_offset) < 0:
             raise SystemError_(f"malformed receipt handle {text[:200]!r}: negative number")
         return cls(ck_id, pop_at_ms, invisible_ms, parts[5], queue_id, queue_offset)
+
+
+def handle_prefix(ck_id: int, pop_at_ms: int, invisible_ms: int, broker_name: str, queue_id: int) -> str:
+    """Everything of a handle but its queue offset (ending with a space): the handles of one pop of
+    one queue share it, so a pop encodes it once and appends each offset (`prefix + str(offset)`
+    is `ReceiptHandle(...).encode()`; the per-message f-string was a tenth of a pop's CPU)."""
+    return f"{ck_id} {pop_at_ms} {invisible_ms} 0 0 {broker_name} {queue_id} "

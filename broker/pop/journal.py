@@ -45,12 +45,14 @@ class PopJournal:
     def __init__(self, store: MessageStore, topic: str, snapshot_path: Path, store_host: str) -> None:
         self._store, self.topic, self._snapshot_path = store, topic, snapshot_path
         self._store_host = store_host
+        self._pack = msgpack.Packer().pack      # (`packb` makes a Packer per call)
 
     def append(self, record: list[Any]) -> None:
         """Store one record; raises the put's error (SERVICE_NOT_AVAILABLE when the disk is full...),
         in which case the caller changes nothing."""
-        result = self._store.put_message(topic=self.topic, queue_id=0, body=msgpack.packb(record), properties={},
-                                         flag=0, born_timestamp=0, born_host=self._store_host)
+        result = self._store.put_checked_message(     # (a system topic's queue 0, no DELAY, a small body)
+            topic=self.topic, queue_id=0, body=self._pack(record), properties={}, flag=0, born_timestamp=0,
+            born_host=self._store_host, reconsume_times=0)
         check_put(result)
 
     @property

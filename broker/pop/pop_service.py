@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 
 from broker.pop.journal import PopJournal, revive_topic
-from broker.pop.state import QueuePopState, ReviveDecision, revive_decision
+from broker.pop.state import InFlight, QueuePopState, ReviveDecision, revive_decision
 from broker.processors.send_message import check_put
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageStatus
@@ -43,6 +43,7 @@ from protocol.service import Service
 log = logging.getLogger(__name__)
 
 QueueKey = tuple[str, str, int]         # (group, topic, queue_id)
+_NONE_IN_FLIGHT: dict[int, InFlight] = {}   # (read only) the in-flight entries of a queue with no state
 DlqCounter = Callable[[str], None]
 
 
@@ -132,8 +133,7 @@ class PopService(Service):
         state = self.queues[(group, topic, queue_id)]
         ck_id = self.next_ck_id
         if offsets or next_offset > state.next_offset:
-            self._journal.append(["ck", group, topic, queue_id, ck_id, deadline_ms, next_offset,
-                                  [list(o) for o in offsets]])
+            self._journal.append(["ck", group, topic, queue_id, ck_id, deadline_ms, next_offset, offsets])
             self.next_ck_id += 1
         state.hand_out(offsets, ck_id, deadline_ms, next_offset)
         return ck_id
@@ -149,26 +149,35 @@ class PopService(Service):
 
     def ack_batch(self, group: str, topic: str, acks: list[tuple[int, int, int]]) -> list[bool]:
         """Acknowledge several (queue_id, ck_id, queue_offset) of one (group, topic) with one
-        journal record; per ack, whether its handle was current (a stale one changes nothing)."""
+        journal record; per ack, whether its handle was current (a stale one changes nothing; the
+        same handle twice: the second is stale). The entries are taken out as they are checked and
+        put back if the journal refuses the record (nothing awaits in between: no one sees them
+        gone), so a refused batch changes nothing, as a journal-first change."""
         current: list[bool] = []
         valid: list[tuple[int, int, int]] = []
-        queues, last_queue_id, in_flight = self.queues, -1, None
-        taken: set[tuple[int, int]] = set()
+        taken: list[tuple[dict[int, InFlight], int, InFlight]] = []
+        queues, last_queue_id, in_flight = self.queues, -1, _NONE_IN_FLIGHT
         for ack in acks:
             queue_id, ck_id, queue_offset = ack
             if queue_id != last_queue_id:
                 state = queues.get((group, topic, queue_id))
-                last_queue_id, in_flight = queue_id, state.in_flight if state is not None else None
-            entry = in_flight.get(queue_offset) if in_flight is not None else None
-            ok = entry is not None and entry.ck_id == ck_id and (queue_id, queue_offset) not in taken
-            current.append(ok)          # the same handle twice: the second is stale
-            if ok:
+                last_queue_id, in_flight = queue_id, state.in_flight if state is not None else _NONE_IN_FLIGHT
+            entry = in_flight.pop(queue_offset, None)
+            if entry is not None and entry.ck_id == ck_id:
+                current.append(True)
                 valid.append(ack)
-                taken.add((queue_id, queue_offset))
+                taken.append((in_flight, queue_offset, entry))
+                continue
+            if entry is not None:
+                in_flight[queue_offset] = entry
+            current.append(False)
         if valid:
-            self._journal.append(["acks", group, topic, -1, valid])
-            for queue_id, ck_id, queue_offset in valid:
-                queues[(group, topic, queue_id)].ack(queue_offset, ck_id)
+            try:
+                self._journal.append(["acks", group, topic, -1, valid])
+            except BaseException:
+                for in_flight, queue_offset, entry in taken:
+                    in_flight[queue_offset] = entry
+                raise
             self.notify(group, topic)
         return current
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import msgpack
@@ -32,7 +32,7 @@ import msgpack
 from broker.filter.filter_manager import build_tag_filter
 from broker.filter.message_filter import MessageFilter
 from broker.longpoll.hold_service import HeldPull, HoldService
-from broker.pop.handle import ReceiptHandle
+from broker.pop.handle import ReceiptHandle, handle_prefix
 from broker.pop.pop_service import PopService
 from broker.processors.validate import require_group_name, require_topic_name
 from broker.remoting.context import RequestContext
@@ -60,6 +60,7 @@ MAX_INVISIBLE_TIME_MS = 12 * 3600_000   # RocketMQ 5 proxy's bound on an invisib
 MAX_POLL_TIME_MS = 120_000
 MAX_BATCH_ACKS = 1_024
 _FOUND = GetMessageStatus.FOUND
+_Found = tuple[int, list[str], list[str], list[bytes | memoryview]] | None    # what `_pop_once` hands out
 _SKIP_TO_NEXT = (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.OFFSET_TOO_SMALL,
                  GetMessageStatus.OFFSET_FOUND_NULL, GetMessageStatus.MESSAGE_WAS_REMOVING,
                  GetMessageStatus.OFFSET_OVERFLOW_BADLY)
@@ -80,6 +81,16 @@ class _Wake:
     def answer(self, pulls: list[HeldPull], woken: bool) -> None:
         if not self.future.done():
             self.future.set_result(None)
+
+
+def _prefix_ids(prefix: str) -> tuple[int, int]:
+    """(ck_id, queue_id) of a well-formed `handle_prefix`; (-1, -1) for anything else (then the
+    handle goes through `ReceiptHandle.parse`, which says what is wrong with it)."""
+    parts = prefix.split(" ")
+    if (len(parts) == 7 and parts[5] and parts[0].isascii() and parts[0].isdigit() and parts[6].isascii()
+            and parts[6].isdigit()):
+        return int(parts[0]), int(parts[6])
+    return -1, -1
 
 
 def _require_range(name: str, value: int, low: int, high: int) -> None:
@@ -119,8 +130,8 @@ class PopMessageProcessor:
                         fifo: bool, message_filter: MessageFilter | None) -> RemotingCommand:
         group, topic = header.consumer_group, header.topic
         deadline = time.monotonic() + header.poll_time / 1000
-        found: list[tuple[int, str, int, bytes | memoryview]] = []
-        while not found:
+        found: _Found = None
+        while found is None:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if remaining_ms <= 0 or not await self._hold_until_change(group, topic, queues, message_filter,
                                                                       remaining_ms):
@@ -129,16 +140,14 @@ class PopMessageProcessor:
         return self._pop_response(request, header, found)
 
     @staticmethod
-    def _pop_response(request: RemotingCommand, header: PopMessageRequestHeader,
-                      found: list[tuple[int, str, int, bytes | memoryview]]) -> RemotingCommand:
-        if not found:
+    def _pop_response(request: RemotingCommand, header: PopMessageRequestHeader, found: _Found) -> RemotingCommand:
+        if found is None:
             return request.response(code=ResponseCode.PULL_NOT_FOUND, remark="no message visible")
-        pop_at_ms = found[0][0]
+        pop_at_ms, handles, reconsume_times, payloads = found
         fields: dict[str, Any] = {
             "pop_time": pop_at_ms, "invisible_time": header.invisible_time, "revive_qid": 0,
-            "extra_infos": "\n".join(handle for _, handle, _, _ in found),
-            "reconsume_times": ",".join(str(r) for _, _, r, _ in found)}
-        return request.response(header=fields, body=[p for _, _, _, p in found])
+            "extra_infos": "\n".join(handles), "reconsume_times": ",".join(reconsume_times)}
+        return request.response(header=fields, body=payloads)
 
     def _queues_and_order(self, group: str, topic: str, queue_id: int, order: bool) -> tuple[list[int], bool]:
         group_config = self._groups.find_or_create(group)
@@ -162,12 +171,15 @@ class PopMessageProcessor:
         return build_tag_filter(exp)
 
     def _pop_once(self, header: PopMessageRequestHeader, queues: list[int], fifo: bool,
-                  message_filter: MessageFilter | None) -> list[tuple[int, str, int, bytes | memoryview]]:
-        """(pop_at_ms, receipt handle, reconsume_times, stored payload) per message handed out."""
+                  message_filter: MessageFilter | None) -> _Found:
+        """None when nothing was handed out, else (pop_at_ms, receipt handles, reconsume times as
+        decimal strings, stored payloads), one of each per message in order."""
         group, topic, store, pop = header.consumer_group, header.topic, self._store, self._pop
         pop_at_ms = pop.now_ms()
         deadline_ms = pop_at_ms + header.invisible_time
-        out: list[tuple[int, str, int, bytes | memoryview]] = []
+        handles: list[str] = []
+        times: list[str] = []
+        out: list[bytes | memoryview] = []
         for queue_id in queues:
             want = header.max_msg_nums - len(out)
             if want <= 0:
@@ -178,34 +190,39 @@ class PopMessageProcessor:
                 state = pop.state(group, topic, queue_id, init(topic, queue_id))
             again, new_room = state.plan(want, fifo, pop.max_in_flight)
             offsets: list[tuple[int, int]] = []
-            payloads: list[bytes | memoryview] = []
             for queue_offset, reconsume_times in again:
                 result = store.get_message(topic, queue_id, queue_offset, 1, None)
                 if result.status is _FOUND and result.messages:
                     offsets.append((queue_offset, reconsume_times))
-                    payloads.append(result.messages[0])
+                    out.append(result.messages[0])
                 else:       # gone (retention): nothing to deliver again
                     state.revived.pop(queue_offset, None)
             next_offset = state.next_offset
+            new_offsets: Sequence[int] = ()
             if new_room > 0:
                 result = store.get_message(topic, queue_id, next_offset, new_room, message_filter)
                 if result.status is _FOUND:
                     if result.message_count == result.next_begin_offset - next_offset:   # no gap: consecutive
-                        offsets += [(o, 0) for o in range(next_offset, result.next_begin_offset)]
+                        new_offsets = range(next_offset, result.next_begin_offset)
                     else:
-                        offsets += [(msgpack.unpackb(p, raw=False)[F_QUEUE_OFFSET], 0) for p in result.messages]
-                    payloads += result.messages
+                        new_offsets = [msgpack.unpackb(p, raw=False)[F_QUEUE_OFFSET] for p in result.messages]
+                    out += result.messages
                     next_offset = result.next_begin_offset
                 elif result.status in _SKIP_TO_NEXT:
                     next_offset = result.next_begin_offset
-            if not offsets and next_offset == state.next_offset:
+            if not offsets and not new_offsets and next_offset == state.next_offset:
                 continue
+            if new_offsets:
+                offsets += [(o, 0) for o in new_offsets]
             ck_id = pop.hand_out(group, topic, queue_id, offsets, deadline_ms, next_offset)
-            for (queue_offset, reconsume_times), popped in zip(offsets, payloads, strict=True):
-                handle = ReceiptHandle(ck_id, pop_at_ms, header.invisible_time, self._broker_name, queue_id,
-                                       queue_offset).encode()
-                out.append((pop_at_ms, handle, reconsume_times, popped))
-        return out
+            prefix = handle_prefix(ck_id, pop_at_ms, header.invisible_time, self._broker_name, queue_id)
+            if again:
+                handles += [prefix + str(o) for o, _ in offsets]
+                times += [str(r) for _, r in offsets]
+            else:
+                handles += map(prefix.__add__, map(str, new_offsets))      # (C loops)
+                times += ["0"] * len(new_offsets)
+        return (pop_at_ms, handles, times, out) if out else None
 
     async def _hold_until_change(self, group: str, topic: str, queues: list[int],
                                  message_filter: MessageFilter | None, timeout_ms: int) -> bool:
@@ -263,26 +280,28 @@ class PopMessageProcessor:
             raise SystemError_(f"{len(acks)} acks in one BATCH_ACK_MESSAGE: at most {MAX_BATCH_ACKS}")
         codes = [int(ResponseCode.SUCCESS)] * len(acks)
         remarks = [""] * len(acks)
-        parsed: list[tuple[int, int, int]] = []
-        where: list[int] = []
+        parsed: list[tuple[int, int, int]] = []       # one per ack; ck_id -1 for a malformed handle
+        prefixes: dict[str, tuple[int, int]] = {}     # the handles of one pop of one queue share a prefix
         for index, (queue_id, extra_info, offset) in enumerate(acks):
-            parts = extra_info.split(" ")      # the usual, well-formed handle: no NamedTuple, 3 ints
-            if (len(parts) == 8 and parts[0].isascii() and parts[0].isdigit() and parts[6] == str(queue_id)
-                    and parts[7] == str(offset)):
-                parsed.append((queue_id, int(parts[0]), offset))
-                where.append(index)
+            prefix, _, tail = extra_info.rpartition(" ")   # the usual, well-formed handle: parsed once per pop
+            known = prefixes.get(prefix)
+            if known is None:
+                known = prefixes[prefix] = _prefix_ids(prefix)
+            if known[1] == queue_id >= 0 and tail == str(offset):
+                parsed.append((queue_id, known[0], offset))
                 continue
             try:
-                handle = self._handle(extra_info, queue_id, offset)
+                parsed.append((queue_id, self._handle(extra_info, queue_id, offset).ck_id, offset))
             except SystemError_ as exc:
                 codes[index], remarks[index] = int(ResponseCode.SYSTEM_ERROR), exc.remark
-                continue
-            parsed.append((queue_id, handle.ck_id, offset))
-            where.append(index)
-        for index, ok in zip(where, self._pop.ack_batch(header.consumer_group, header.topic, parsed), strict=True):
-            if not ok:
-                codes[index] = int(ResponseCode.NO_MESSAGE)
-                remarks[index] = _expired_remark(header.consumer_group, header.topic, acks[index][0], acks[index][2])
+                parsed.append((queue_id, -1, offset))         # matches no entry: changes nothing
+        current = self._pop.ack_batch(header.consumer_group, header.topic, parsed)
+        if False in current:
+            for index, ok in enumerate(current):
+                if not ok and codes[index] == ResponseCode.SUCCESS:
+                    codes[index] = int(ResponseCode.NO_MESSAGE)
+                    remarks[index] = _expired_remark(header.consumer_group, header.topic, acks[index][0],
+                                                     acks[index][2])
         return request.response(body=encode_batch_ack_result(codes, remarks))
 
     def change_invisible_time(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:

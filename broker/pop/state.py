@@ -23,12 +23,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from operator import itemgetter
+
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class InFlight:
     """A handed-out offset: the checkpoint that handed it out, its invisible deadline (epoch ms) and
-    how many times it was delivered before this delivery (`reconsume_times`; attempt = that + 1)."""
+    how many times it was delivered before this delivery (`reconsume_times`; attempt = that + 1).
+    Frozen: the offsets of one pop with the same `reconsume_times` share one (a pop of 32 new
+    messages makes one, not 32); a change of invisible time replaces its offset's entry."""
 
     ck_id: int
     deadline_ms: int
@@ -82,11 +87,25 @@ class QueuePopState:
         the pop offset moves up to `next_offset` (never down)."""
         if offsets:
             self.earliest_ms = min(self.earliest_ms, deadline_ms) if self.in_flight else deadline_ms
-        for offset, reconsume_times in offsets:
-            self.revived.pop(offset, None)
-            self.in_flight[offset] = InFlight(ck_id, deadline_ms, reconsume_times)
+        revived, in_flight = self.revived, self.in_flight
+        times = set(map(_SECOND, offsets))
+        if not revived and len(times) == 1:     # (the usual pop: new offsets only) one entry for all, C loops
+            in_flight.update(dict.fromkeys(map(_FIRST, offsets), InFlight(ck_id, deadline_ms, times.pop())))
+        elif offsets:
+            self._hand_out_each(offsets, ck_id, deadline_ms)
         if next_offset > self.next_offset:
             self.next_offset = next_offset
+
+    def _hand_out_each(self, offsets: list[tuple[int, int]], ck_id: int, deadline_ms: int) -> None:
+        revived, in_flight = self.revived, self.in_flight
+        shared: dict[int, InFlight] = {}        # reconsume_times -> the entry its offsets share
+        for offset, reconsume_times in offsets:
+            if revived:
+                revived.pop(offset, None)
+            entry = shared.get(reconsume_times)
+            if entry is None:
+                entry = shared[reconsume_times] = InFlight(ck_id, deadline_ms, reconsume_times)
+            in_flight[offset] = entry
 
     def current(self, offset: int, ck_id: int) -> InFlight | None:
         """The entry a receipt handle (`ck_id`, `offset`) names, if it is still the current one."""
@@ -106,7 +125,7 @@ class QueuePopState:
         entry = self.current(offset, ck_id)
         if entry is None:
             return False
-        entry.ck_id, entry.deadline_ms = new_ck_id, deadline_ms
+        self.in_flight[offset] = InFlight(new_ck_id, deadline_ms, entry.reconsume_times)
         self.earliest_ms = min(self.earliest_ms, deadline_ms)
         return True
 

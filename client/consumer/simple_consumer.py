@@ -169,12 +169,13 @@ class SimpleConsumer(Lifecycle):
             invisible_time=invisible_ms, poll_time=poll_ms, born_time=0, init_mode=0,
             exp_type=subscription.expression_type, exp=subscription.expression)
         try:
-            popped = await pop.pop_message(address, header, poll_ms + self.client_config.request_timeout_ms)
+            messages, handles = await pop.pop(address, header, poll_ms + self.client_config.request_timeout_ms)
         except ConnectionClosed:
             if self._shut_down:         # shutdown() during a held receive: it ends empty
                 return []
             raise
-        return [MessageView(p.message, p.receipt_handle, broker_name, address, invisible_ms) for p in popped]
+        return [MessageView(m, h, broker_name, address, invisible_ms)
+                for m, h in zip(messages, handles, strict=True)]
 
     async def _targets(self, instance: ClientInstance) -> list[tuple[str, str, str]]:
         """(topic, broker name, address) for each subscribed topic and each broker serving it."""
@@ -199,25 +200,22 @@ class SimpleConsumer(Lifecycle):
         (`asyncio.gather(*(consumer.ack(m) for m in batch))`) to one broker and topic go in one
         BATCH_ACK_MESSAGE; a lone ack is an ACK_MESSAGE. A future rather than a coroutine: a gather
         of futures makes no task per ack. Raises `ClientStateError` at once when not started."""
-        self._require()
+        if self._instance is None:
+            self._require()             # raises
         key = (message.broker_address, message.topic)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         pending = self._pending_acks.get(key)
-        if pending is None:
+        if pending is None:         # the task's first step, next loop step, takes all acks of this one
             pending = self._pending_acks[key] = []
-            loop.call_soon(self._flush_acks, key)
+            task = loop.create_task(self._send_acks(key))
+            self._ack_tasks.add(task)
+            task.add_done_callback(self._ack_tasks.discard)
         pending.append((message, done))
         return done
 
-    def _flush_acks(self, key: tuple[str, str]) -> None:
-        items = self._pending_acks.pop(key, [])
-        if items:
-            task = asyncio.get_running_loop().create_task(self._send_acks(key, items))
-            self._ack_tasks.add(task)
-            task.add_done_callback(self._ack_tasks.discard)
-
-    async def _send_acks(self, key: tuple[str, str], items: list[tuple[MessageView, asyncio.Future[None]]]) -> None:
+    async def _send_acks(self, key: tuple[str, str]) -> None:
+        items = self._pending_acks.pop(key)
         address, topic = key
         timeout_ms = self.client_config.request_timeout_ms
         try:

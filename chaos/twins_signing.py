@@ -1,16 +1,20 @@
 """The request-signature checks of `chaos.twins`: `canonical_bytes`, `sign_fields` and
-`signature_matches` (`protocol._speedups`) against their twins in `protocol.signing`, on random
+`signature_matches` and `check_signed` (`protocol._speedups`) against their twins in
+`protocol.signing` and `auth.authenticate`, on random
 ext maps (the values `chaos.twins` draws: every msgpack type, deep maps, odd text), bodies
 (bytes, bytearrays, memoryviews, lists and tuples of them, and other values), keys of every length
 and claimed signatures right, flipped, cut, and of other types."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import random
 from typing import Any
 
+from auth.authenticate import AuthenticationFailed, Authenticator
+from auth.model import User
 from protocol.command import RemotingCommand
 from protocol.signing import SCHEME, SIGNATURE, Credentials, canonical_bytes_py, sign_py, verify_py
 
@@ -93,4 +97,33 @@ def check_signature_matches(rng: random.Random, speedups: Any, value: Any, text:
     if c == ("ok", None):
         return False
     same("signature_matches", (cmd.fields, code, request_body, key), _outcome(verify_py, cmd, key), c)
+    return True
+
+
+_USERS: dict[str, Any] = {}
+
+
+def check_check_signed(rng: random.Random, speedups: Any, value: Any, text: Any, same: Any, body: Any) -> bool:
+    if not _USERS:
+        _USERS["user"] = User(username="user", signing_key=b"k" * 32)
+    fields, code, request_body = _fields(rng, value, text), rng.choice([10, 11, 320]), body(rng)
+    cmd = RemotingCommand(code=code, fields=fields, body=request_body)
+    with contextlib.suppress(Exception):       # (fields the twin cannot sign: left unsigned)
+        sign_py(cmd, _credentials(b"k" * 32), rng.randrange(1 << 45), rng.randbytes(rng.choice([2, 16])).hex())
+    for _ in range(rng.randint(0, 2)):
+        name = rng.choice(["auth_access_key", "auth_timestamp_ms", "auth_nonce", SIGNATURE])
+        if rng.random() < 0.3:
+            cmd.fields.pop(name, None)
+        else:
+            cmd.fields[name] = rng.choice([value(rng), "user", "other", None])
+    c = _outcome(speedups.check_signed, code, cmd.fields, request_body, _USERS.get)
+    if c == ("ok", None):
+        return False
+
+    def twin() -> Any:
+        try:
+            return Authenticator(_USERS.get).signer_py(cmd)
+        except AuthenticationFailed as failed:
+            return failed.reason
+    same("check_signed", (cmd.fields, code, request_body), _outcome(twin), c)
     return True

@@ -54,7 +54,14 @@
  *     False / None for what canonical_bytes does not take, a body other than a buffer or a list or
  *     tuple of buffers, or a key other than bytes: the twin then does it. SHA-256 is libcrypto's
  *     (found with dlopen at configure_signing(scheme, access_key, timestamp, nonce, signature),
- *     which returns False when there is none: then only the twins run). */
+ *     which returns False when there is none: then only the twins run).
+ *
+ * check_signed(code, fields, body, users) -> user | str | None
+ *     The first steps of auth/authenticate.py Authenticator.authenticate (its twin,
+ *     `authenticate_py`): the auth fields read and their types checked, the user found with
+ *     `users(access_key)`, its `signing_key` checked against the signature as signature_matches
+ *     does. The user, or the reason it fails ("no credentials", "malformed", "unknown user", "bad
+ *     signature"); None where signature_matches would hand it to the twin. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1079,9 +1086,9 @@ canonical_str(growbuf *buf, PyObject *text)
     return 0;
 }
 
-/* A dict with its str keys sorted by code point (as Python sorts str), without `skip` (NULL: none). */
+/* canonical_map for a dict of more than CANONICAL_SMALL_MAP items: its keys listed and sorted by Python. */
 static int
-canonical_map(growbuf *buf, PyObject *map, PyObject *skip, int depth)
+canonical_large_map(growbuf *buf, PyObject *map, PyObject *skip, int depth)
 {
     PyObject *keys = PyDict_Keys(map);
     if (keys == NULL)
@@ -1125,6 +1132,73 @@ canonical_map(growbuf *buf, PyObject *map, PyObject *skip, int depth)
 done:
     Py_DECREF(keys);
     return result;
+}
+
+#define CANONICAL_SMALL_MAP 32
+
+typedef struct {
+    const char *utf8;
+    Py_ssize_t length;
+    PyObject *value;
+} map_item;
+
+/* -1, 0 or 1 as a's UTF-8 bytes sort before, as or after b's (UTF-8's byte order is code point order). */
+static int
+compare_utf8(const char *a, Py_ssize_t a_length, const char *b, Py_ssize_t b_length)
+{
+    int order = memcmp(a, b, (size_t)(a_length < b_length ? a_length : b_length));
+    return order != 0 ? order : (a_length > b_length) - (a_length < b_length);
+}
+
+/* A dict with its str keys sorted by code point (as Python sorts str), without `skip` (NULL: none).
+ * Up to CANONICAL_SMALL_MAP items (every request's ext) sorted here by insertion, on their UTF-8
+ * bytes; no Python code runs meanwhile, so the borrowed keys and values stay. */
+static int
+canonical_map(growbuf *buf, PyObject *map, PyObject *skip, int depth)
+{
+    if (PyDict_GET_SIZE(map) > CANONICAL_SMALL_MAP)
+        return canonical_large_map(buf, map, skip, depth);
+    const char *skip_utf8 = NULL;
+    Py_ssize_t skip_length = 0;
+    if (skip != NULL && (skip_utf8 = PyUnicode_AsUTF8AndSize(skip, &skip_length)) == NULL)
+        return -1;
+    map_item items[CANONICAL_SMALL_MAP];
+    Py_ssize_t position = 0, kept = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(map, &position, &key, &value)) {
+        if (!PyUnicode_CheckExact(key))
+            return 1;
+        Py_ssize_t length;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(key, &length);
+        if (utf8 == NULL) {          /* lone surrogates: msgpack's own error, from the twin */
+            PyErr_Clear();
+            return 1;
+        }
+        if (skip_utf8 != NULL && length == skip_length && memcmp(utf8, skip_utf8, (size_t)length) == 0)
+            continue;
+        if (kept == CANONICAL_SMALL_MAP)     /* (cannot happen: the size was checked) */
+            return 1;
+        Py_ssize_t at = kept++;
+        while (at > 0 && compare_utf8(items[at - 1].utf8, items[at - 1].length, utf8, length) > 0) {
+            items[at] = items[at - 1];
+            at--;
+        }
+        items[at] = (map_item){utf8, length, value};
+    }
+    if (grow(buf, 5) < 0)
+        return -1;
+    buf->length = put_map_header(buf->data + buf->length, kept) - buf->data;
+    for (Py_ssize_t i = 0; i < kept; i++) {
+        if (grow(buf, items[i].length + 5) < 0)
+            return -1;
+        unsigned char *out = put_str_header(buf->data + buf->length, items[i].length);
+        memcpy(out, items[i].utf8, (size_t)items[i].length);
+        buf->length = (out - buf->data) + items[i].length;
+        int written = canonical_value(buf, items[i].value, depth + 1);
+        if (written != 0)
+            return written;
+    }
+    return 0;
 }
 
 static int
@@ -1390,6 +1464,34 @@ sign_fields(PyObject *module, PyObject *args)
     Py_RETURN_TRUE;
 }
 
+/* Does fields' auth_signature sign (code, fields, body) under `key`? 1 yes, 0 no (also: missing, not
+ * 64 ASCII characters), 2 (the twin decides: a str subclass, or what signature_hex hands over) or
+ * -1 (an error set). */
+static int
+claimed_matches(PyObject *code, PyObject *fields, PyObject *body, PyObject *key)
+{
+    PyObject *claimed = PyDict_GetItemWithError(fields, sig_signature);
+    if (claimed == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyUnicode_CheckExact(claimed))
+        return PyUnicode_Check(claimed) ? 2 : 0;
+    if (PyUnicode_GET_LENGTH(claimed) != 64 || !PyUnicode_IS_ASCII(claimed))
+        return 0;
+    Py_INCREF(claimed);
+    char hex[64];
+    int written = signature_hex(code, fields, body, key, hex);
+    int matched = written < 0 ? -1 : 2;
+    if (written == 0) {
+        const unsigned char *given = PyUnicode_1BYTE_DATA(claimed);
+        unsigned char difference = 0;
+        for (int i = 0; i < 64; i++)         /* constant time, as hmac.compare_digest */
+            difference |= (unsigned char)((unsigned char)hex[i] ^ given[i]);
+        matched = difference == 0;
+    }
+    Py_DECREF(claimed);
+    return matched;
+}
+
 static PyObject *
 signature_matches(PyObject *module, PyObject *args)
 {
@@ -1398,31 +1500,63 @@ signature_matches(PyObject *module, PyObject *args)
         return NULL;
     if (sig_scheme == NULL || sha256_final == NULL || !PyDict_CheckExact(fields))
         Py_RETURN_NONE;
-    PyObject *claimed = PyDict_GetItemWithError(fields, sig_signature);
-    if (claimed == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        Py_RETURN_FALSE;
-    }
-    if (!PyUnicode_CheckExact(claimed))         /* (a str subclass: the twin compares it) */
-        return PyUnicode_Check(claimed) ? Py_NewRef(Py_None) : Py_NewRef(Py_False);
-    if (PyUnicode_GET_LENGTH(claimed) != 64 || !PyUnicode_IS_ASCII(claimed))
-        Py_RETURN_FALSE;
-    Py_INCREF(claimed);
-    char hex[64];
-    int written = signature_hex(code, fields, body, key, hex);
-    if (written != 0) {
-        Py_DECREF(claimed);
-        if (written < 0)
-            return NULL;
+    int matched = claimed_matches(code, fields, body, key);
+    if (matched < 0)
+        return NULL;
+    if (matched == 2)
         Py_RETURN_NONE;
+    return PyBool_FromLong(matched);
+}
+
+/* Reasons check_signed gives (auth/authenticate.py AuthenticationFailed.reason). */
+static PyObject *
+reason(const char *text)
+{
+    return PyUnicode_FromString(text);
+}
+
+static PyObject *
+check_signed(PyObject *module, PyObject *args)
+{
+    PyObject *code, *fields, *body, *users;
+    if (!PyArg_ParseTuple(args, "OOOO:check_signed", &code, &fields, &body, &users))
+        return NULL;
+    if (sig_scheme == NULL || sha256_final == NULL || !PyDict_CheckExact(fields))
+        Py_RETURN_NONE;
+    PyObject *username = PyDict_GetItemWithError(fields, sig_access_key), *timestamp, *nonce;
+    if (username == NULL || username == Py_None)
+        return PyErr_Occurred() ? NULL : reason("no credentials");
+    if ((timestamp = PyDict_GetItemWithError(fields, sig_timestamp)) == NULL && PyErr_Occurred())
+        return NULL;
+    if ((nonce = PyDict_GetItemWithError(fields, sig_nonce)) == NULL && PyErr_Occurred())
+        return NULL;
+    if (!PyUnicode_Check(username) || timestamp == NULL || !PyLong_CheckExact(timestamp) || nonce == NULL
+            || !PyUnicode_Check(nonce) || PyUnicode_GET_LENGTH(nonce) < 8 || PyUnicode_GET_LENGTH(nonce) > 64)
+        return reason("malformed");
+    Py_INCREF(username);
+    PyObject *user = PyObject_CallOneArg(users, username);
+    Py_DECREF(username);
+    if (user == NULL)
+        return NULL;
+    if (user == Py_None) {
+        Py_DECREF(user);
+        return reason("unknown user");
     }
-    const unsigned char *given = PyUnicode_1BYTE_DATA(claimed);
-    unsigned char difference = 0;
-    for (int i = 0; i < 64; i++)         /* constant time, as hmac.compare_digest */
-        difference |= (unsigned char)((unsigned char)hex[i] ^ given[i]);
-    Py_DECREF(claimed);
-    return PyBool_FromLong(difference == 0);
+    PyObject *key = PyObject_GetAttrString(user, "signing_key");
+    if (key == NULL) {
+        Py_DECREF(user);
+        return NULL;
+    }
+    int matched = claimed_matches(code, fields, body, key);
+    Py_DECREF(key);
+    if (matched == 1)
+        return user;
+    Py_DECREF(user);
+    if (matched < 0)
+        return NULL;
+    if (matched == 2)
+        Py_RETURN_NONE;
+    return reason("bad signature");
 }
 
 static PyMethodDef methods[] = {
@@ -1449,6 +1583,8 @@ static PyMethodDef methods[] = {
      "in place (False: the twin must sign)."},
     {"signature_matches", signature_matches, METH_VARARGS,
      "signature_matches(code, fields, body, key) -> bool | None: None when the twin must check."},
+    {"check_signed", check_signed, METH_VARARGS,
+     "check_signed(code, fields, body, users) -> user | str | None: the signer, why not, or None (the twin decides)."},
     {"decode_message_batch", decode_message_batch, METH_O,
      "decode_message_batch(body) -> list[MessageExt]; raises ProtocolError on bad bytes."},
     {NULL, NULL, 0, NULL},

@@ -86,9 +86,13 @@ _c_canonical_bytes = getattr(_SPEEDUPS, "canonical_bytes", None)
 # not built, or no libcrypto found: the twins `sign_py` and `verify_py` run).
 _c_sign_fields: Callable[..., bool] | None = None
 _c_signature_matches: Callable[..., bool | None] | None = None
+# `protocol._speedups.check_signed(code, fields, body, users)`, the start of a server's check in C
+# (auth/authenticate.py uses it), or None.
+c_check_signed: Callable[..., Any] | None = None
 if _SPEEDUPS is not None and hasattr(_SPEEDUPS, "configure_signing") and _SPEEDUPS.configure_signing(
         SCHEME, ACCESS_KEY, TIMESTAMP, NONCE, SIGNATURE):
     _c_sign_fields, _c_signature_matches = _SPEEDUPS.sign_fields, _SPEEDUPS.signature_matches
+    c_check_signed = _SPEEDUPS.check_signed
 _SCALARS = frozenset({str, int, bool, float, bytes, type(None)})    # packed as they are, nothing to sort
 
 

@@ -27,7 +27,8 @@ scalars = st.one_of(st.integers(-(2**63), 2**64 - 1), st.text(max_size=40), st.b
 values = st.recursive(scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=10), st.dictionaries(st.text(max_size=8), inner, max_size=10)), max_leaves=30)
 bodies = st.one_of(st.binary(max_size=3000), st.binary(max_size=300).map(bytearray),
-                   st.binary(max_size=300).map(lambda raw: memoryview(raw)), st.lists(st.binary(max_size=200), max_size=5),
+                   st.binary(max_size=300).map(lambda raw: memoryview(raw)),
+                   st.lists(st.binary(max_size=200), max_size=5),
                    st.lists(st.binary(max_size=50), max_size=3).map(tuple))
 keys = st.one_of(st.just(CREDENTIALS.key), st.binary(min_size=0, max_size=130))
 

@@ -1,6 +1,7 @@
 """What every admin command shares: the `--endpoints` (`-n`, $ROCKETQ_ENDPOINTS) / `--json` options,
 how it connects (`--access-key`, $ROCKETQ_ACCESS_KEY; `--secret-key`, $ROCKETQ_SECRET_KEY; `--tls`,
-$ROCKETQ_TLS; `--ca-file`, $ROCKETQ_CA_FILE: `connection_options`, which `endpoints_option` adds, so
+$ROCKETQ_TLS; `--ca-file`, $ROCKETQ_CA_FILE; `--cert-file`, $ROCKETQ_CERT_FILE and `--key-file`,
+$ROCKETQ_KEY_FILE, the client certificate of mutual TLS: `connection_options`, which `endpoints_option` adds, so
 every command and `rocketq top` has them), one client API per command run, clear one-line errors
 (exit code 2 when no broker can be reached or the endpoints are malformed, 1 when a broker refuses
 the request), and table or JSON output.
@@ -40,6 +41,7 @@ DEFAULT_ENDPOINTS = "127.0.0.1:10911"
 ENDPOINTS_ENV, ACCESS_KEY_ENV, SECRET_KEY_ENV = (CLIENT_ENV["endpoints"], CLIENT_ENV["access_key"],
                                                   CLIENT_ENV["secret_key"])
 TLS_ENV, CA_FILE_ENV = CLIENT_ENV["tls"], CLIENT_ENV["ca_file"]
+CERT_FILE_ENV, KEY_FILE_ENV = CLIENT_ENV["cert_file"], CLIENT_ENV["key_file"]
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 2
 EXIT_REFUSED = 1
@@ -67,6 +69,8 @@ class Connection:
     secret_key: str = field(default="", repr=False)
     tls: bool = False
     ca_file: str = ""       # implies tls
+    cert_file: str = ""     # the client certificate (mutual TLS; implies tls)
+    key_file: str = ""      # its private key ("": in cert_file)
 
     @property
     def credentials(self) -> Credentials | None:
@@ -76,10 +80,13 @@ class Connection:
 
     def remoting_client(self, *, connect_timeout_ms: int = 3_000) -> RemotingClient:
         """Connections as these settings say: every request signed with `credentials`, over TLS
-        when `tls` or `ca_file`; raises `TlsError` (an `OSError`) for an unreadable CA file."""
-        tls = self.tls or bool(self.ca_file)
+        when `tls`, `ca_file` or `cert_file`, presenting `cert_file` / `key_file` when a server asks
+        for a client certificate; raises `TlsError` (an `OSError`) for an unreadable CA file,
+        certificate or key."""
+        tls = self.tls or bool(self.ca_file) or bool(self.cert_file)
+        context = client_context(self.ca_file, self.cert_file, self.key_file) if tls else None
         return RemotingClient(connect_timeout_ms=connect_timeout_ms, credentials=self.credentials,
-                              ssl_context=client_context(self.ca_file) if tls else None)
+                              ssl_context=context)
 
 
 _CONNECTION_META = "rocketq.connection"    # click's ctx.meta is shared by a command and its groups
@@ -87,7 +94,8 @@ _CONNECTION_META = "rocketq.connection"    # click's ctx.meta is shared by a com
 
 def connection_options(command: F) -> F:
     """`--access-key USER` ($ROCKETQ_ACCESS_KEY), `--secret-key PASSWORD` ($ROCKETQ_SECRET_KEY),
-    `--tls` ($ROCKETQ_TLS=1) and `--ca-file PATH` ($ROCKETQ_CA_FILE), recorded for
+    `--tls` ($ROCKETQ_TLS=1), `--ca-file PATH` ($ROCKETQ_CA_FILE), `--cert-file PATH`
+    ($ROCKETQ_CERT_FILE) and `--key-file PATH` ($ROCKETQ_KEY_FILE), recorded for
     `current_connection()` instead of passed to the command."""
     options = [
         click.option("--access-key", metavar="USER", default=None, envvar=ACCESS_KEY_ENV, show_envvar=True,
@@ -105,6 +113,14 @@ def connection_options(command: F) -> F:
                      type=click.Path(exists=True, dir_okay=False), expose_value=False,
                      callback=_remember_connection,
                      help="PEM CA certificates the servers' certificates must chain to; implies --tls."),
+        click.option("--cert-file", "cert_file", metavar="PATH", default=None, envvar=CERT_FILE_ENV,
+                     show_envvar=True, type=click.Path(exists=True, dir_okay=False), expose_value=False,
+                     callback=_remember_connection,
+                     help="PEM client certificate (and its key, unless --key-file) presented to servers that "
+                          "require one (tls.require_client_cert); implies --tls."),
+        click.option("--key-file", "key_file", metavar="PATH", default=None, envvar=KEY_FILE_ENV, show_envvar=True,
+                     type=click.Path(exists=True, dir_okay=False), expose_value=False,
+                     callback=_remember_connection, help="PEM private key of --cert-file."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -129,8 +145,11 @@ def current_connection() -> Connection:
     if bool(access_key) != bool(secret_key):
         fail(f"give --access-key and --secret-key together (or ${ACCESS_KEY_ENV} and ${SECRET_KEY_ENV})",
              EXIT_USAGE)
+    cert_file, key_file = str(settings.get("cert_file") or ""), str(settings.get("key_file") or "")
+    if key_file and not cert_file:
+        fail(f"--key-file needs --cert-file (or ${CERT_FILE_ENV})", EXIT_USAGE)
     return Connection(access_key=access_key, secret_key=secret_key, tls=bool(settings.get("tls", False)),
-                      ca_file=str(settings.get("ca_file") or ""))
+                      ca_file=str(settings.get("ca_file") or ""), cert_file=cert_file, key_file=key_file)
 
 
 def resolve_endpoints(ctx: click.Context, param: click.Parameter, value: str) -> str:

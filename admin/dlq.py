@@ -24,7 +24,7 @@ import click
 
 from admin.base import admin_group, example_epilog
 from admin.cluster import BrokerAnswers, on_each_broker
-from admin.common import CommandError, command_options, emit, run_admin
+from admin.common import EXIT_REFUSED, CommandError, command_options, emit, fail, run_admin
 from client.admin_api import AdminAPI
 from protocol.codes import PullSysFlag
 from protocol.errors import QueryNotFound, TopicNotExist
@@ -179,25 +179,41 @@ async def _listed(api: AdminAPI, address: str, group: str, limit: int) -> tuple[
     return letters, rows
 
 
+async def _resend_on_broker(api: AdminAPI, address: str, group: str, msg_id: str | None, *,
+                            force: bool) -> list[dict[str, Any]]:
+    """The rows `resend` gives for one broker's DLQ (`msg_id`'s copies, or all past the resend mark,
+    which then moves to the DLQ's end); an unknown `msg_id` gives no rows."""
+    resend_all = msg_id is None
+    letters = await read_dead_letters(api, address, group, None if resend_all else 0, 1_000_000)
+    chosen = letters.messages if resend_all else [
+        m for m in letters.messages if msg_id in (m.msg_id, m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID))]
+    rows = [await resend(api, address, m, i, force=force) for i, m in enumerate(chosen)]
+    if resend_all and letters.max_offset > letters.resend_mark:
+        await api.update_consumer_offset(address, group, dlq_topic(group), 0, letters.max_offset)
+    return rows
+
+
+def _refusal(group: str, msg_id: str | None, rows: list[dict[str, Any]]) -> str | None:
+    """Why a resend of `msg_id` that gave `rows` is refused (unknown, or every copy resent before)."""
+    if msg_id and not rows:
+        return f"no message {msg_id!r} in {dlq_topic(group)}"
+    if msg_id and all(row["queue_id"] == "" and row["resent_before_as"] for row in rows):
+        copies = ", ".join(row["resent_before_as"] for row in rows)
+        return (f"message {msg_id} of {dlq_topic(group)} was already resent (as {copies}); "
+                "give --force to resend it again")
+    return None
+
+
 async def resend_dead_letters(api: AdminAPI, address: str, group: str, msg_id: str | None, *,
                               force: bool = False) -> list[dict[str, Any]]:
     """`dlq resend` on the broker at `address`: `msg_id` (a DLQ msg id or an ORIGIN_MESSAGE_ID) or,
     when None, every message after the resend mark, then the mark moves to the DLQ's end. Returns
     a row per message (`resend`); raises `CommandError` for an unknown `msg_id` or, unless
     `force`, one resent before (the console's resend buttons call this too)."""
-    resend_all = msg_id is None
-    letters = await read_dead_letters(api, address, group, None if resend_all else 0, 1_000_000)
-    chosen = letters.messages if resend_all else [
-        m for m in letters.messages if msg_id in (m.msg_id, m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID))]
-    if msg_id and not chosen:
-        raise CommandError(f"no message {msg_id!r} in {dlq_topic(group)}")
-    rows = [await resend(api, address, m, i, force=force) for i, m in enumerate(chosen)]
-    if msg_id and all(row["queue_id"] == "" and row["resent_before_as"] for row in rows):
-        copies = ", ".join(row["resent_before_as"] for row in rows)
-        raise CommandError(f"message {msg_id} of {dlq_topic(group)} was already resent (as {copies}); "
-                           "give --force to resend it again")
-    if resend_all and letters.max_offset > letters.resend_mark:
-        await api.update_consumer_offset(address, group, dlq_topic(group), 0, letters.max_offset)
+    rows = await _resend_on_broker(api, address, group, msg_id, force=force)
+    refusal = _refusal(group, msg_id, rows)
+    if refusal:
+        raise CommandError(refusal)
     return rows
 
 
@@ -255,10 +271,25 @@ def resend_command(group: str, msg_id: str | None, resend_all: bool, force: bool
                    as_json: bool) -> None:
     """Send dead letters back to their original topics with reconsume_times reset to 0. A message
     resent before (its copy carries DLQ_RESENT_FROM) is skipped unless --force; --msg-id of such
-    a message is refused (exit 1)."""
+    a message is refused (exit 1). Through a name server, the DLQ of every broker that the DLQ
+    topic's route names is resent from (each copy sent by the broker that held the dead letter)."""
     if bool(msg_id) == resend_all:
         raise click.UsageError("give exactly one of --msg-id ID or --all")
-    rows = run_admin(endpoints, lambda api, address: resend_dead_letters(api, address, group, msg_id, force=force))
+
+    async def on_each(api: AdminAPI, endpoint: str) -> BrokerAnswers[list[dict[str, Any]]]:
+        try:
+            return await on_each_broker(api, endpoint, lambda address: _resend_on_broker(
+                api, address, group, msg_id or None, force=force), topic=dlq_topic(group))
+        except TopicNotExist:                 # the name server routes no DLQ topic of the group
+            return BrokerAnswers(True, [])
+
+    done = run_admin(endpoints, on_each)
+    rows = [{"broker": answer.broker_name, **row} if done.via_name_server else row
+            for answer in done.answers for row in answer.value]
+    refusal = _refusal(group, msg_id, rows)
+    if refusal:
+        fail(refusal, EXIT_REFUSED)
     emit(rows, as_json, title=f"resent from {dlq_topic(group)}",
-         columns=["dlq_offset", "dlq_msg_id", "origin_msg_id", "topic", "queue_id", "new_msg_id"],
+         columns=[*(["broker"] if done.via_name_server else []), "dlq_offset", "dlq_msg_id", "origin_msg_id", "topic",
+                  "queue_id", "new_msg_id"],
          empty="nothing to resend", footer=f"{sum(1 for r in rows if r['queue_id'] != '')} message(s) resent")

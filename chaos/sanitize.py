@@ -45,7 +45,10 @@ TESTS = ("tests/protocol", "tests/broker/store", "tests/broker/test_batch_decode
          # a broker and clients over TCP: frames decoded and encoded in C on both sides, bad input
          "tests/broker/test_bad_input.py", "tests/broker/test_send_pull.py", "tests/broker/test_pipelining.py",
          "tests/broker/test_connection_protocol.py", "tests/broker/test_long_polling.py",
-         "tests/client/test_producer.py", "tests/chaos/test_fuzz_frames.py")
+         "tests/client/test_producer.py", "tests/chaos/test_fuzz_frames.py",
+         # request signatures: canonical bytes, signing and the broker's check (with libcrypto's SHA-256)
+         "tests/auth/test_canonical_speedups.py", "tests/auth/test_signing_speedups.py",
+         "tests/auth/test_check_signed.py", "tests/broker/auth")
 # ThreadSanitizer: the tests that start, feed and stop `_fsync.FsyncWorker`s (about 15 s)
 TSAN_TESTS = ("tests/broker/store", "tests/broker/test_disk_full.py", "tests/broker/test_send_pull.py",
               "tests/broker/test_pipelining.py")

@@ -10,7 +10,8 @@ Run inside `python -m chaos.sanitize` (`make sanitize`), the same inputs go thro
 built with AddressSanitizer and UBSan.
 
 Functions: `decode_frames`, `frame_bytes`, `decode_message_batch`, `read_batch_body` (through
-`decode_batch`), `offset_msg_ids` (`protocol._speedups`); `encode_run`, `write_units`,
+`decode_batch`), `offset_msg_ids`, and `canonical_bytes`, `sign_fields`, `signature_matches`,
+`check_signed` (`chaos.twins_signing`) (`protocol._speedups`); `encode_run`, `write_units`,
 `index_keys` (`broker.store._records`). Exits 1 on a difference, or when the process's RSS
 grew more than `--max-rss-growth-mb` after the first tenth of the run (a reference leaked on some
 path; not checked under a sanitizer, whose allocator keeps freed memory), 2 when the C modules
@@ -37,6 +38,7 @@ from broker.store.consume_queue import write_units_py
 from broker.store.key_index import index_keys_py
 from broker.store.record import encode_run_py
 from chaos.fuzz import mutated_frame, random_frame
+from chaos.twins_signing import check_canonical_bytes, check_check_signed, check_sign_fields, check_signature_matches
 from protocol import frame, native
 from protocol.command import RemotingCommand
 from protocol.errors import MessageIllegal
@@ -312,6 +314,11 @@ CHECKS: dict[str, tuple[str, Callable[[random.Random, Any], bool]]] = {
     "decode_message_batch": ("protocol._speedups", check_decode_message_batch),
     "read_batch_body": ("protocol._speedups", check_read_batch_body),
     "offset_msg_ids": ("protocol._speedups", check_offset_msg_ids),
+    "canonical_bytes": ("protocol._speedups", lambda rng, c: check_canonical_bytes(rng, c, _value, _text, _same)),
+    "sign_fields": ("protocol._speedups", lambda rng, c: check_sign_fields(rng, c, _value, _text, _same, _body)),
+    "signature_matches": ("protocol._speedups",
+                          lambda rng, c: check_signature_matches(rng, c, _value, _text, _same, _body)),
+    "check_signed": ("protocol._speedups", lambda rng, c: check_check_signed(rng, c, _value, _text, _same, _body)),
     "encode_run": ("broker.store._records", check_encode_run),
     "write_units": ("broker.store._records", check_write_units),
     "index_keys": ("broker.store._records", check_index_keys),

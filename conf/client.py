@@ -49,7 +49,8 @@ class ClientConfig:
 # Broker and name-server configuration loading skips them: they share the ROCKETQ_ prefix.
 CLIENT_ENV: Mapping[str, str] = MappingProxyType({
     "endpoints": "ROCKETQ_ENDPOINTS", "access_key": "ROCKETQ_ACCESS_KEY", "secret_key": "ROCKETQ_SECRET_KEY",
-    "tls": "ROCKETQ_TLS", "ca_file": "ROCKETQ_CA_FILE"})
+    "tls": "ROCKETQ_TLS", "ca_file": "ROCKETQ_CA_FILE", "cert_file": "ROCKETQ_CERT_FILE",
+    "key_file": "ROCKETQ_KEY_FILE"})
 
 
 def with_tls(config: ClientConfig | None, tls: bool, ssl_context: ssl.SSLContext | None) -> ClientConfig:

@@ -44,11 +44,29 @@
  *     array [scheme, code, ext, digest] with `fields` minus `skip_key` as `ext`, the keys of every
  *     map sorted, packed as msgpack's Packer(use_bin_type=True) packs them. None for anything
  *     but str keys and plain values (str, int, bool, None, float, bytes, dict, list, tuple) up to
- *     32 levels deep: the twin then packs it (and raises what it raises). */
+ *     32 levels deep: the twin then packs it (and raises what it raises).
+ *
+ * sign_fields(fields, code, body, access_key, timestamp_ms, nonce, key) -> bool
+ * signature_matches(code, fields, body, key) -> bool | None
+ *     A request's signature in one call (protocol/signing.py sign_py and verify_py): the body's
+ *     SHA-256, the canonical bytes and HMAC-SHA256 under `key` (the pads' states cached for the
+ *     last key), the four auth fields set / the claimed signature compared in constant time.
+ *     False / None for what canonical_bytes does not take, a body other than a buffer or a list or
+ *     tuple of buffers, or a key other than bytes: the twin then does it. SHA-256 is libcrypto's
+ *     (found with dlopen at configure_signing(scheme, access_key, timestamp, nonce, signature),
+ *     which returns False when there is none: then only the twins run).
+ *
+ * check_signed(code, fields, body, users) -> user | str | None
+ *     The first steps of auth/authenticate.py Authenticator.authenticate (its twin,
+ *     `authenticate_py`): the auth fields read and their types checked, the user found with
+ *     `users(access_key)`, its `signing_key` checked against the signature as signature_matches
+ *     does. The user, or the reason it fails ("no credentials", "malformed", "unknown user", "bad
+ *     signature"); None where signature_matches would hand it to the twin. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <dlfcn.h>
 #include "_msgpack.h"
 #include <stdint.h>
 #include <stdio.h>
@@ -1068,9 +1086,9 @@ canonical_str(growbuf *buf, PyObject *text)
     return 0;
 }
 
-/* A dict with its str keys sorted by code point (as Python sorts str), without `skip` (NULL: none). */
+/* canonical_map for a dict of more than CANONICAL_SMALL_MAP items: its keys listed and sorted by Python. */
 static int
-canonical_map(growbuf *buf, PyObject *map, PyObject *skip, int depth)
+canonical_large_map(growbuf *buf, PyObject *map, PyObject *skip, int depth)
 {
     PyObject *keys = PyDict_Keys(map);
     if (keys == NULL)
@@ -1114,6 +1132,73 @@ canonical_map(growbuf *buf, PyObject *map, PyObject *skip, int depth)
 done:
     Py_DECREF(keys);
     return result;
+}
+
+#define CANONICAL_SMALL_MAP 32
+
+typedef struct {
+    const char *utf8;
+    Py_ssize_t length;
+    PyObject *value;
+} map_item;
+
+/* -1, 0 or 1 as a's UTF-8 bytes sort before, as or after b's (UTF-8's byte order is code point order). */
+static int
+compare_utf8(const char *a, Py_ssize_t a_length, const char *b, Py_ssize_t b_length)
+{
+    int order = memcmp(a, b, (size_t)(a_length < b_length ? a_length : b_length));
+    return order != 0 ? order : (a_length > b_length) - (a_length < b_length);
+}
+
+/* A dict with its str keys sorted by code point (as Python sorts str), without `skip` (NULL: none).
+ * Up to CANONICAL_SMALL_MAP items (every request's ext) sorted here by insertion, on their UTF-8
+ * bytes; no Python code runs meanwhile, so the borrowed keys and values stay. */
+static int
+canonical_map(growbuf *buf, PyObject *map, PyObject *skip, int depth)
+{
+    if (PyDict_GET_SIZE(map) > CANONICAL_SMALL_MAP)
+        return canonical_large_map(buf, map, skip, depth);
+    const char *skip_utf8 = NULL;
+    Py_ssize_t skip_length = 0;
+    if (skip != NULL && (skip_utf8 = PyUnicode_AsUTF8AndSize(skip, &skip_length)) == NULL)
+        return -1;
+    map_item items[CANONICAL_SMALL_MAP];
+    Py_ssize_t position = 0, kept = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(map, &position, &key, &value)) {
+        if (!PyUnicode_CheckExact(key))
+            return 1;
+        Py_ssize_t length;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(key, &length);
+        if (utf8 == NULL) {          /* lone surrogates: msgpack's own error, from the twin */
+            PyErr_Clear();
+            return 1;
+        }
+        if (skip_utf8 != NULL && length == skip_length && memcmp(utf8, skip_utf8, (size_t)length) == 0)
+            continue;
+        if (kept == CANONICAL_SMALL_MAP)     /* (cannot happen: the size was checked) */
+            return 1;
+        Py_ssize_t at = kept++;
+        while (at > 0 && compare_utf8(items[at - 1].utf8, items[at - 1].length, utf8, length) > 0) {
+            items[at] = items[at - 1];
+            at--;
+        }
+        items[at] = (map_item){utf8, length, value};
+    }
+    if (grow(buf, 5) < 0)
+        return -1;
+    buf->length = put_map_header(buf->data + buf->length, kept) - buf->data;
+    for (Py_ssize_t i = 0; i < kept; i++) {
+        if (grow(buf, items[i].length + 5) < 0)
+            return -1;
+        unsigned char *out = put_str_header(buf->data + buf->length, items[i].length);
+        memcpy(out, items[i].utf8, (size_t)items[i].length);
+        buf->length = (out - buf->data) + items[i].length;
+        int written = canonical_value(buf, items[i].value, depth + 1);
+        if (written != 0)
+            return written;
+    }
+    return 0;
 }
 
 static int
@@ -1165,26 +1250,34 @@ canonical_value(growbuf *buf, PyObject *value, int depth)
     return 0;
 }
 
+/* The canonical bytes into `buf`: 0, 1 (the twin packs it) or -1 (an error set). */
+static int
+canonical_into(growbuf *buf, PyObject *scheme, PyObject *code, PyObject *fields, PyObject *skip, PyObject *digest)
+{
+    if (!PyDict_CheckExact(fields) || !PyLong_CheckExact(code))
+        return 1;
+    int written = grow(buf, 1) < 0 ? -1 : 0;
+    if (written == 0) {
+        buf->data[buf->length++] = 0x94;
+        written = canonical_str(buf, scheme);
+    }
+    if (written == 0)
+        written = canonical_value(buf, code, 0);
+    if (written == 0)
+        written = canonical_map(buf, fields, skip, 0);
+    if (written == 0)
+        written = canonical_value(buf, digest, 0);
+    return written;
+}
+
 static PyObject *
 canonical_bytes(PyObject *module, PyObject *args)
 {
     PyObject *scheme, *code, *fields, *skip, *digest;
     if (!PyArg_ParseTuple(args, "UOOUS:canonical_bytes", &scheme, &code, &fields, &skip, &digest))
         return NULL;
-    if (!PyDict_CheckExact(fields) || !PyLong_CheckExact(code))
-        Py_RETURN_NONE;
     growbuf buf = {NULL, 0, 0};
-    int written = grow(&buf, 1) < 0 ? -1 : 0;
-    if (written == 0) {
-        buf.data[buf.length++] = 0x94;
-        written = canonical_str(&buf, scheme);
-    }
-    if (written == 0)
-        written = canonical_value(&buf, code, 0);
-    if (written == 0)
-        written = canonical_map(&buf, fields, skip, 0);
-    if (written == 0)
-        written = canonical_value(&buf, digest, 0);
+    int written = canonical_into(&buf, scheme, code, fields, skip, digest);
     PyObject *result = NULL;
     if (written == 0)
         result = PyBytes_FromStringAndSize((const char *)buf.data, buf.length);
@@ -1192,6 +1285,278 @@ canonical_bytes(PyObject *module, PyObject *args)
         result = Py_NewRef(Py_None);
     PyMem_Free(buf.data);
     return result;
+}
+
+/* -- sign_fields, signature_matches: a request's whole signature in one call (protocol/signing.py) - */
+
+/* OpenSSL's SHA256_CTX (its public, stable layout), with room to spare; the functions are found at
+ * configure_signing in the libcrypto CPython's hashlib loaded (no headers or link needed). */
+typedef struct {
+    unsigned int h[8], Nl, Nh, data[16], num, md_len;
+    unsigned char spare[64];
+} sha256_ctx;
+typedef int (*sha256_init_function)(sha256_ctx *);
+typedef int (*sha256_update_function)(sha256_ctx *, const void *, size_t);
+typedef int (*sha256_final_function)(unsigned char *, sha256_ctx *);
+static sha256_init_function sha256_init;
+static sha256_update_function sha256_update;
+static sha256_final_function sha256_final;
+
+/* configure_signing's: the scheme and the four auth field names. */
+static PyObject *sig_scheme, *sig_access_key, *sig_timestamp, *sig_nonce, *sig_signature;
+
+/* The SHA-256 states after the last key's ipad and opad blocks (RFC 2104), copied for each
+ * signature; a client signs with one key, a broker mostly sees a few. (The GIL guards them.) */
+static unsigned char pads_key[64];
+static Py_ssize_t pads_key_length = -1;
+static sha256_ctx pads_inner, pads_outer;
+
+static PyObject *
+configure_signing(PyObject *module, PyObject *args)
+{
+    PyObject *scheme, *access_key, *timestamp, *nonce, *signature;
+    if (!PyArg_ParseTuple(args, "UUUUU:configure_signing", &scheme, &access_key, &timestamp, &nonce, &signature))
+        return NULL;
+    if (sha256_final == NULL) {
+        static const char *const libraries[] = {"libcrypto.so.3", "libcrypto.so.1.1", "libcrypto.so"};
+        for (size_t i = 0; i < sizeof libraries / sizeof *libraries && sha256_final == NULL; i++) {
+            void *library = dlopen(libraries[i], RTLD_NOW | RTLD_LOCAL);
+            if (library == NULL)
+                continue;
+            sha256_init = (sha256_init_function)dlsym(library, "SHA256_Init");
+            sha256_update = (sha256_update_function)dlsym(library, "SHA256_Update");
+            sha256_final = (sha256_final_function)dlsym(library, "SHA256_Final");
+            if (sha256_init == NULL || sha256_update == NULL)
+                sha256_final = NULL;
+        }
+    }
+    Py_XSETREF(sig_scheme, Py_NewRef(scheme));
+    Py_XSETREF(sig_access_key, Py_NewRef(access_key));
+    Py_XSETREF(sig_timestamp, Py_NewRef(timestamp));
+    Py_XSETREF(sig_nonce, Py_NewRef(nonce));
+    Py_XSETREF(sig_signature, Py_NewRef(signature));
+    pads_key_length = -1;
+    return PyBool_FromLong(sha256_final != NULL);
+}
+
+/* Hash one body part: 0, or 1 when it is not a plain contiguous buffer (the twin digests it). */
+static int
+digest_part(sha256_ctx *ctx, PyObject *part)
+{
+    if (!PyBytes_CheckExact(part) && !PyByteArray_CheckExact(part) && !PyMemoryView_Check(part))
+        return 1;
+    Py_buffer view;
+    if (PyObject_GetBuffer(part, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    sha256_update(ctx, view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return 0;
+}
+
+/* The body's SHA-256 digest into `digest`, as signing.py's _digest: 0, or 1 (the twin digests it). */
+static int
+body_digest(PyObject *body, unsigned char digest[32])
+{
+    sha256_ctx ctx;
+    sha256_init(&ctx);
+    if (PyList_CheckExact(body) || PyTuple_CheckExact(body)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(body); i++)
+            if (digest_part(&ctx, PySequence_Fast_GET_ITEM(body, i)) != 0)
+                return 1;
+    } else if (digest_part(&ctx, body) != 0) {
+        return 1;
+    }
+    sha256_final(digest, &ctx);
+    return 0;
+}
+
+static void
+load_pads(const unsigned char *key, Py_ssize_t length)
+{
+    if (length == pads_key_length && memcmp(key, pads_key, (size_t)length) == 0)
+        return;
+    unsigned char block[64] = {0}, inner[64], outer[64];
+    if (length > 64) {
+        sha256_ctx ctx;
+        sha256_init(&ctx);
+        sha256_update(&ctx, key, (size_t)length);
+        sha256_final(block, &ctx);
+    } else {
+        memcpy(block, key, (size_t)length);
+    }
+    for (int i = 0; i < 64; i++) {
+        inner[i] = block[i] ^ 0x36;
+        outer[i] = block[i] ^ 0x5C;
+    }
+    sha256_init(&pads_inner);
+    sha256_update(&pads_inner, inner, 64);
+    sha256_init(&pads_outer);
+    sha256_update(&pads_outer, outer, 64);
+    pads_key_length = length <= 64 ? length : -1;
+    if (length <= 64)
+        memcpy(pads_key, key, (size_t)length);
+}
+
+/* The signature of (code, fields, body) under `key` (bytes): 0 with `hex` (64 lower-case hex
+ * digits) written, 1 (the twin signs: not plain values, another body or key type) or -1 (an error set). */
+static int
+signature_hex(PyObject *code, PyObject *fields, PyObject *body, PyObject *key, char hex[64])
+{
+    if (sha256_final == NULL || !PyBytes_CheckExact(key) || !PyDict_CheckExact(fields) || !PyLong_CheckExact(code))
+        return 1;
+    unsigned char digest[32];
+    if (body_digest(body, digest) != 0)
+        return 1;
+    PyObject *digest_bytes = PyBytes_FromStringAndSize((const char *)digest, 32);
+    if (digest_bytes == NULL)
+        return -1;
+    growbuf buf = {NULL, 0, 0};
+    int written = canonical_into(&buf, sig_scheme, code, fields, sig_signature, digest_bytes);
+    Py_DECREF(digest_bytes);
+    if (written == 0) {
+        load_pads((const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
+        sha256_ctx ctx = pads_inner;
+        sha256_update(&ctx, buf.data, (size_t)buf.length);
+        sha256_final(digest, &ctx);
+        ctx = pads_outer;
+        sha256_update(&ctx, digest, 32);
+        sha256_final(digest, &ctx);
+        static const char digits[] = "0123456789abcdef";
+        for (int i = 0; i < 32; i++) {
+            hex[2 * i] = digits[digest[i] >> 4];
+            hex[2 * i + 1] = digits[digest[i] & 15];
+        }
+    }
+    PyMem_Free(buf.data);
+    return written;
+}
+
+static PyObject *
+sign_fields(PyObject *module, PyObject *args)
+{
+    PyObject *fields, *code, *body, *access_key, *timestamp_ms, *nonce, *key;
+    if (!PyArg_ParseTuple(args, "O!OOOOOO:sign_fields", &PyDict_Type, &fields, &code, &body, &access_key,
+                          &timestamp_ms, &nonce, &key))
+        return NULL;
+    if (sig_scheme == NULL || sha256_final == NULL)
+        Py_RETURN_FALSE;
+    if (PyDict_SetItem(fields, sig_access_key, access_key) < 0 || PyDict_SetItem(fields, sig_timestamp,
+            timestamp_ms) < 0 || PyDict_SetItem(fields, sig_nonce, nonce) < 0)
+        return NULL;
+    int present = PyDict_Contains(fields, sig_signature);
+    if (present < 0 || (present && PyDict_DelItem(fields, sig_signature) < 0))
+        return NULL;
+    char hex[64];
+    int written = signature_hex(code, fields, body, key, hex);
+    if (written < 0)
+        return NULL;
+    if (written > 0)
+        Py_RETURN_FALSE;
+    PyObject *text = PyUnicode_FromStringAndSize(hex, 64);
+    if (text == NULL)
+        return NULL;
+    int stored = PyDict_SetItem(fields, sig_signature, text);
+    Py_DECREF(text);
+    if (stored < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
+/* Does fields' auth_signature sign (code, fields, body) under `key`? 1 yes, 0 no (also: missing, not
+ * 64 ASCII characters), 2 (the twin decides: a str subclass, or what signature_hex hands over) or
+ * -1 (an error set). */
+static int
+claimed_matches(PyObject *code, PyObject *fields, PyObject *body, PyObject *key)
+{
+    PyObject *claimed = PyDict_GetItemWithError(fields, sig_signature);
+    if (claimed == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyUnicode_CheckExact(claimed))
+        return PyUnicode_Check(claimed) ? 2 : 0;
+    if (PyUnicode_GET_LENGTH(claimed) != 64 || !PyUnicode_IS_ASCII(claimed))
+        return 0;
+    Py_INCREF(claimed);
+    char hex[64];
+    int written = signature_hex(code, fields, body, key, hex);
+    int matched = written < 0 ? -1 : 2;
+    if (written == 0) {
+        const unsigned char *given = PyUnicode_1BYTE_DATA(claimed);
+        unsigned char difference = 0;
+        for (int i = 0; i < 64; i++)         /* constant time, as hmac.compare_digest */
+            difference |= (unsigned char)((unsigned char)hex[i] ^ given[i]);
+        matched = difference == 0;
+    }
+    Py_DECREF(claimed);
+    return matched;
+}
+
+static PyObject *
+signature_matches(PyObject *module, PyObject *args)
+{
+    PyObject *code, *fields, *body, *key;
+    if (!PyArg_ParseTuple(args, "OOOO:signature_matches", &code, &fields, &body, &key))
+        return NULL;
+    if (sig_scheme == NULL || sha256_final == NULL || !PyDict_CheckExact(fields))
+        Py_RETURN_NONE;
+    int matched = claimed_matches(code, fields, body, key);
+    if (matched < 0)
+        return NULL;
+    if (matched == 2)
+        Py_RETURN_NONE;
+    return PyBool_FromLong(matched);
+}
+
+/* Reasons check_signed gives (auth/authenticate.py AuthenticationFailed.reason). */
+static PyObject *
+reason(const char *text)
+{
+    return PyUnicode_FromString(text);
+}
+
+static PyObject *
+check_signed(PyObject *module, PyObject *args)
+{
+    PyObject *code, *fields, *body, *users;
+    if (!PyArg_ParseTuple(args, "OOOO:check_signed", &code, &fields, &body, &users))
+        return NULL;
+    if (sig_scheme == NULL || sha256_final == NULL || !PyDict_CheckExact(fields))
+        Py_RETURN_NONE;
+    PyObject *username = PyDict_GetItemWithError(fields, sig_access_key), *timestamp, *nonce;
+    if (username == NULL || username == Py_None)
+        return PyErr_Occurred() ? NULL : reason("no credentials");
+    if ((timestamp = PyDict_GetItemWithError(fields, sig_timestamp)) == NULL && PyErr_Occurred())
+        return NULL;
+    if ((nonce = PyDict_GetItemWithError(fields, sig_nonce)) == NULL && PyErr_Occurred())
+        return NULL;
+    if (!PyUnicode_Check(username) || timestamp == NULL || !PyLong_CheckExact(timestamp) || nonce == NULL
+            || !PyUnicode_Check(nonce) || PyUnicode_GET_LENGTH(nonce) < 8 || PyUnicode_GET_LENGTH(nonce) > 64)
+        return reason("malformed");
+    Py_INCREF(username);
+    PyObject *user = PyObject_CallOneArg(users, username);
+    Py_DECREF(username);
+    if (user == NULL)
+        return NULL;
+    if (user == Py_None) {
+        Py_DECREF(user);
+        return reason("unknown user");
+    }
+    PyObject *key = PyObject_GetAttrString(user, "signing_key");
+    if (key == NULL) {
+        Py_DECREF(user);
+        return NULL;
+    }
+    int matched = claimed_matches(code, fields, body, key);
+    Py_DECREF(key);
+    if (matched == 1)
+        return user;
+    Py_DECREF(user);
+    if (matched < 0)
+        return NULL;
+    if (matched == 2)
+        Py_RETURN_NONE;
+    return reason("bad signature");
 }
 
 static PyMethodDef methods[] = {
@@ -1210,6 +1575,16 @@ static PyMethodDef methods[] = {
      "configure(message_type, msg_id_prefix, protocol_error): the classes and function to use."},
     {"canonical_bytes", canonical_bytes, METH_VARARGS,
      "canonical_bytes(scheme, code, fields, skip_key, digest) -> bytes | None: what a signature covers."},
+    {"configure_signing", configure_signing, METH_VARARGS,
+     "configure_signing(scheme, access_key, timestamp, nonce, signature) -> bool: the field names; False when no "
+     "libcrypto SHA-256 was found (sign_fields and signature_matches then leave it to the twins)."},
+    {"sign_fields", sign_fields, METH_VARARGS,
+     "sign_fields(fields, code, body, access_key, timestamp_ms, nonce, key) -> bool: signed "
+     "in place (False: the twin must sign)."},
+    {"signature_matches", signature_matches, METH_VARARGS,
+     "signature_matches(code, fields, body, key) -> bool | None: None when the twin must check."},
+    {"check_signed", check_signed, METH_VARARGS,
+     "check_signed(code, fields, body, users) -> user | str | None: the signer, why not, or None (the twin decides)."},
     {"decode_message_batch", decode_message_batch, METH_O,
      "decode_message_batch(body) -> list[MessageExt]; raises ProtocolError on bad bytes."},
     {NULL, NULL, 0, NULL},

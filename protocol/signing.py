@@ -80,7 +80,19 @@ class Credentials:
 # One msgpack Packer per thread (`packb` builds one per call: ~0.6 µs of every signature); a
 # Packer is not safe to share between threads, and signing runs on any thread with a loop.
 _PACKERS = threading.local()
-_c_canonical_bytes = getattr(native.speedups(), "canonical_bytes", None)
+_SPEEDUPS = native.speedups()
+_c_canonical_bytes = getattr(_SPEEDUPS, "canonical_bytes", None)
+# The whole of `sign` and `verify` in C, with the SHA-256 of the libcrypto hashlib uses (None:
+# not built, or no libcrypto found: the twins `sign_py` and `verify_py` run).
+_c_sign_fields: Callable[..., bool] | None = None
+_c_signature_matches: Callable[..., bool | None] | None = None
+# `protocol._speedups.check_signed(code, fields, body, users)`, the start of a server's check in C
+# (auth/authenticate.py uses it), or None.
+c_check_signed: Callable[..., Any] | None = None
+if _SPEEDUPS is not None and hasattr(_SPEEDUPS, "configure_signing") and _SPEEDUPS.configure_signing(
+        SCHEME, ACCESS_KEY, TIMESTAMP, NONCE, SIGNATURE):
+    _c_sign_fields, _c_signature_matches = _SPEEDUPS.sign_fields, _SPEEDUPS.signature_matches
+    c_check_signed = _SPEEDUPS.check_signed
 _SCALARS = frozenset({str, int, bool, float, bytes, type(None)})    # packed as they are, nothing to sort
 
 
@@ -157,11 +169,23 @@ def signature(key: bytes, code: int, fields: Mapping[str, Any], body: Buffer | I
 
 def sign(cmd: RemotingCommand, credentials: Credentials, *, now_ms: int | None = None,
          nonce: str | None = None) -> None:
-    """Add the four auth fields to `cmd.fields` (replacing any there), signed with `credentials`."""
+    """Add the four auth fields to `cmd.fields` (replacing any there), signed with `credentials`.
+    In one C call (`protocol._speedups.sign_fields`: the body's digest, the canonical bytes and the
+    HMAC) when it was built, else (or for what it does not take) by `sign_py`."""
+    timestamp_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    nonce = os.urandom(16).hex() if nonce is None else nonce
+    if _c_sign_fields is not None and _c_sign_fields(cmd.fields, cmd.code, cmd.body, credentials.access_key,
+                                                     timestamp_ms, nonce, credentials.key):
+        return
+    sign_py(cmd, credentials, timestamp_ms, nonce)
+
+
+def sign_py(cmd: RemotingCommand, credentials: Credentials, timestamp_ms: int, nonce: str) -> None:
+    """`sign` in Python: the reference of `protocol._speedups.sign_fields`."""
     fields = cmd.fields
     fields[ACCESS_KEY] = credentials.access_key
-    fields[TIMESTAMP] = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    fields[NONCE] = os.urandom(16).hex() if nonce is None else nonce
+    fields[TIMESTAMP] = timestamp_ms
+    fields[NONCE] = nonce
     fields.pop(SIGNATURE, None)
     fields[SIGNATURE] = signature(credentials.key, cmd.code, fields, cmd.body)
 
@@ -173,17 +197,33 @@ def signer(credentials: Credentials) -> Callable[[RemotingCommand], None]:
     covers it)."""
     prefix = os.urandom(8).hex()
     counter = itertools.count()
+    access_key, key = credentials.access_key, credentials.key
+    c_sign, clock_ns = _c_sign_fields, time.time_ns
 
     def sign_request(cmd: RemotingCommand) -> None:
-        sign(cmd, credentials, nonce=f"{prefix}{next(counter) & 0xFFFFFFFFFFFFFFFF:016x}")
+        nonce = f"{prefix}{next(counter) & 0xFFFFFFFFFFFFFFFF:016x}"
+        timestamp_ms = clock_ns() // 1_000_000
+        if c_sign is None or not c_sign(cmd.fields, cmd.code, cmd.body, access_key, timestamp_ms, nonce, key):
+            sign_py(cmd, credentials, timestamp_ms, nonce)
     return sign_request
 
 
 def verify(cmd: RemotingCommand, key: bytes) -> bool:
     """True when `cmd`'s `auth_signature` is the signature of its code, ext and body under `key`
-    (compared in constant time). False for a missing or malformed signature or unsortable maps."""
+    (compared in constant time). False for a missing or malformed signature or unsortable maps.
+    In one C call (`protocol._speedups.signature_matches`) when it was built, else (or for what
+    it does not take) by `verify_py`."""
+    if _c_signature_matches is not None:
+        matches: bool | None = _c_signature_matches(cmd.code, cmd.fields, cmd.body, key)
+        if matches is not None:
+            return matches
+    return verify_py(cmd, key)
+
+
+def verify_py(cmd: RemotingCommand, key: bytes) -> bool:
+    """`verify` in Python: the reference of `protocol._speedups.signature_matches`."""
     claimed = cmd.fields.get(SIGNATURE)
-    if not isinstance(claimed, str) or len(claimed) != 64:
+    if not isinstance(claimed, str) or len(claimed) != 64 or not claimed.isascii():
         return False
     try:
         expected = signature(key, cmd.code, cmd.fields, cmd.body)

@@ -211,7 +211,8 @@ async def test_spark_sink_and_batch_read(cluster: SecuredCluster, spark: SparkSe
 
 
 NO_ENV: dict[str, str | None] = {name: None for name in (
-    "ROCKETQ_ENDPOINTS", "ROCKETQ_ACCESS_KEY", "ROCKETQ_SECRET_KEY", "ROCKETQ_TLS", "ROCKETQ_CA_FILE")}
+    "ROCKETQ_ENDPOINTS", "ROCKETQ_ACCESS_KEY", "ROCKETQ_SECRET_KEY", "ROCKETQ_TLS", "ROCKETQ_CA_FILE",
+    "ROCKETQ_CERT_FILE", "ROCKETQ_KEY_FILE")}
 
 
 def stored(broker: Broker, topic: str, queue_id: int = 0) -> int:

@@ -12,11 +12,13 @@ another key order would look like new data and run an empty batch."""
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
 from client.instance import parse_endpoints
+from conf.tls import client_context
 from protocol.model import ExpressionType
 from protocol.signing import Credentials
 from protocol.subscription import SUB_ALL, is_subscribe_all, parse_tags
@@ -132,17 +134,30 @@ class Filter:
 @dataclass(frozen=True, slots=True)
 class TlsSettings:
     """TLS to brokers and name servers: `enabled` (option `tls`), servers verified against `ca_file`
-    (option `caFile`, which implies `tls`; "": the system's CAs). Plain data: executors get it
-    pickled and build their own `ssl.SSLContext` (`client.spark.queues.remoting_client`)."""
+    (option `caFile`, which implies `tls`; "": the system's CAs), presenting the client certificate
+    `cert_file` (option `certFile`, implies `tls`) with its key `key_file` (option `keyFile`; "":
+    in `cert_file`) to servers that require one (mutual TLS). Plain data: executors get it pickled
+    and build their own `ssl.SSLContext` (`context()`)."""
 
     enabled: bool = False
     ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
 
     @classmethod
     def parse(cls, opts: dict[str, str]) -> TlsSettings:
-        """From lower-cased options; raises `ValueError` for a `tls` that is not a boolean."""
-        ca_file = opts.get("cafile") or ""
-        return cls(enabled=_bool_option(opts, "tls", False) or bool(ca_file), ca_file=ca_file)
+        """From lower-cased options; raises `ValueError` for a `tls` that is not a boolean or a
+        `keyFile` without a `certFile`."""
+        ca_file, cert_file, key_file = opts.get("cafile") or "", opts.get("certfile") or "", opts.get("keyfile") or ""
+        if key_file and not cert_file:
+            raise ValueError("option keyFile needs certFile (the client certificate)")
+        return cls(enabled=_bool_option(opts, "tls", False) or bool(ca_file) or bool(cert_file), ca_file=ca_file,
+                   cert_file=cert_file, key_file=key_file)
+
+    def context(self) -> ssl.SSLContext | None:
+        """The client context these settings describe (None: plaintext); raises `TlsError` when a
+        file cannot be read."""
+        return client_context(self.ca_file, self.cert_file, self.key_file) if self.enabled else None
 
 
 NO_TLS = TlsSettings()
@@ -244,7 +259,8 @@ class SinkOptions:
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         """Options of a write: endpoints, topic, producerGroup (default "spark-sink"),
         sendBatchSize messages per SEND_BATCH_MESSAGE (32), sendsInFlight (8), sendTimeoutMs,
-        accessKey and secretKey (the producer's credentials), tls and caFile (as the source's)."""
+        accessKey and secretKey (the producer's credentials), tls, caFile, certFile and keyFile (as
+        the source's)."""
         opts = _lower(options)
         endpoints, topic = opts.get("endpoints", ""), opts.get("topic", "")
         if not endpoints:

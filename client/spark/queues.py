@@ -25,7 +25,6 @@ from client.remoting.remoting_client import RemotingClient
 from client.route import RouteTable, merge_routes
 from client.spark.arrow import PulledBody
 from client.spark.options import NO_TLS, Filter, PullSettings, TlsSettings
-from conf.tls import client_context
 from protocol.codes import PullSysFlag
 from protocol.errors import MQError, TopicNotExist
 from protocol.headers import PullMessageRequestHeader
@@ -46,9 +45,9 @@ class DataLoss(RuntimeError):
 
 def remoting_client(tls: TlsSettings, credentials: Credentials | None = None) -> RemotingClient:
     """Connections signing every request with `credentials` when given, over TLS when `tls.enabled`
-    (servers verified against `tls.ca_file`, or the system's CAs); raises `TlsError` when the CA
-    file cannot be read."""
-    return RemotingClient(credentials=credentials, ssl_context=client_context(tls.ca_file) if tls.enabled else None)
+    (servers verified against `tls.ca_file`, or the system's CAs; `tls.cert_file` presented to servers
+    that ask for a client certificate); raises `TlsError` when a file cannot be read."""
+    return RemotingClient(credentials=credentials, ssl_context=tls.context())
 
 
 def run_on_private_loop(work: Callable[[ClientAPI], Awaitable[T]], credentials: Credentials | None = None,

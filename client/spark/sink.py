@@ -27,7 +27,6 @@ from pyspark.sql.types import BinaryType, IntegerType, MapType, StringType, Stru
 
 from client.producer.producer import Producer
 from client.spark.options import SinkOptions
-from conf.tls import client_context
 from protocol.message import PROPERTY_UNIQ_KEY, Message
 from protocol.model import MessageQueue
 
@@ -102,7 +101,7 @@ async def _send(producer: Producer, options: SinkOptions, broker_name: str,
 def send_partition(options: SinkOptions, batches: Iterator[pa.RecordBatch], key_prefix: str) -> int:
     """Send every row of `batches` on a private event loop; returns the rows sent."""
     async def main() -> int:
-        ssl_context = client_context(options.tls.ca_file) if options.tls.enabled else None
+        ssl_context = options.tls.context()
         producer = Producer(options.producer_group, list(options.endpoints),
                             send_msg_timeout_ms=options.send_timeout_ms, credentials=options.credentials,
                             ssl_context=ssl_context)

@@ -1,5 +1,5 @@
 """Admin commands pointed at a real name server with two real brokers registered to it: each covers
-every broker of the cluster."""
+every broker of the cluster (reads, and `dlq resend`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 from client.api import ClientAPI
 from protocol.headers import CreateSubscriptionGroupRequestHeader
 from tests.admin.cli_runner import rocketq, rocketq_json
+from tests.admin.test_dlq import GROUP as DLQ_GROUP
+from tests.admin.test_dlq import copies, dead_letters
 from tests.helpers import pull_header, send
 from tests.namesrv.test_namesrv import cluster, wait_route
 
@@ -82,3 +84,32 @@ async def test_group_list_and_dlq_list_cover_every_broker(tmp_path: Path, client
         assert [(row["broker"], row["keys"]) for row in letters] == [("broker-b", "poison")]
         none = await rocketq("admin", "dlq", "list", "-g", "nobody", *ep)
         assert none.exit_code == 0 and "no dead letters for group 'nobody'" in none.output, none.output
+
+
+async def test_dlq_resend_through_the_name_server_covers_every_broker(tmp_path: Path, client_api: ClientAPI) -> None:
+    async with cluster(tmp_path, ["broker-a", "broker-b"]) as (ns, brokers):
+        a, b = brokers
+        on_a, on_b = await dead_letters(client_api, a, 2), await dead_letters(client_api, b, 1)
+        await wait_route(client_api, ns.address, f"%DLQ%{DLQ_GROUP}", ["broker-a", "broker-b"])
+        ep = ("--endpoints", ns.address)
+
+        resent = await rocketq_json("admin", "dlq", "resend", "-g", DLQ_GROUP, "--all", *ep)
+        assert sorted((row["broker"], row["dlq_msg_id"]) for row in resent) == sorted(
+            [("broker-a", m.msg_id) for m in on_a] + [("broker-b", m.msg_id) for m in on_b])
+        assert all(row["queue_id"] != "" for row in resent), resent
+        assert sorted(m.properties["DLQ_RESENT_FROM"] for m in await copies(client_api, a)) == sorted(
+            m.msg_id for m in on_a)                 # each copy sent by the broker that held the dead letter
+        assert [m.properties["DLQ_RESENT_FROM"] for m in await copies(client_api, b)] == [on_b[0].msg_id]
+
+        again = await rocketq("admin", "dlq", "resend", "-g", DLQ_GROUP, "--all", *ep)   # the marks moved
+        assert again.exit_code == 0 and "nothing to resend" in again.output, again.output
+        twice = await rocketq("admin", "dlq", "resend", "-g", DLQ_GROUP, "--msg-id", on_b[0].msg_id, *ep)
+        assert twice.exit_code == 1 and "was already resent" in twice.stderr, twice.output
+        forced = await rocketq_json("admin", "dlq", "resend", "-g", DLQ_GROUP, "--msg-id", on_b[0].msg_id,
+                                    "--force", *ep)
+        assert [(row["broker"], row["dlq_msg_id"]) for row in forced] == [("broker-b", on_b[0].msg_id)]
+        assert len(await copies(client_api, b)) == 2
+        unknown = await rocketq("admin", "dlq", "resend", "-g", DLQ_GROUP, "--msg-id", "F" * 32, *ep)
+        assert unknown.exit_code == 1 and "no message" in unknown.stderr, unknown.output
+        nobody = await rocketq("admin", "dlq", "resend", "-g", "nobody", "--all", *ep)
+        assert nobody.exit_code == 0 and "nothing to resend" in nobody.output, nobody.output

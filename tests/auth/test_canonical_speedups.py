@@ -55,3 +55,13 @@ def test_canonical_bytes_falls_back_to_the_twin_with_its_errors() -> None:
     assert canonical_bytes(10, {"k": Code.TEN}, b"body") == canonical_bytes_py(10, {"k": 10}, DIGEST)
     with pytest.raises(TypeError):
         canonical_bytes(10, {"k": {1: "a", "b": 2}}, b"body")
+
+
+@settings(max_examples=50, deadline=None)
+@given(fields=st.dictionaries(st.text(max_size=6), scalars, min_size=30, max_size=70),
+       inner=st.dictionaries(st.text(max_size=6), scalars, min_size=30, max_size=70))
+def test_c_packs_large_maps_as_the_twin(fields: dict[str, Any], inner: dict[str, Any]) -> None:
+    """Maps of more than 32 items are sorted by another path than the ext maps of every request."""
+    fields["nested"] = inner
+    fields[SIGNATURE] = "f" * 64
+    assert speedups.canonical_bytes(SCHEME, 10, fields, SIGNATURE, DIGEST) == canonical_bytes_py(10, fields, DIGEST)

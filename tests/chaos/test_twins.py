@@ -19,7 +19,7 @@ needs_c = pytest.mark.skipif(len(twins.c_modules()) < 2,
 @needs_c
 @pytest.mark.parametrize("seed", [3, 4])
 def test_c_and_python_agree_on_a_fixed_draw(seed: int) -> None:
-    counts = twins.run(seed, cases=12_000)
+    counts = twins.run(seed, cases=1_500 * len(twins.CHECKS))
     assert set(counts) == set(twins.CHECKS)
     for name, (drawn, compared) in counts.items():
         assert drawn == 1_500

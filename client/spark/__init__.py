@@ -48,6 +48,7 @@ from client.spark.options import SinkOptions, SourceOptions
 from client.spark.reader import BatchReader
 from client.spark.sink import BatchWriter, StreamWriter, check_columns
 from client.spark.stream import StreamReader
+from client.spark.workers import WorkerPythonError, check_workers
 
 SHORT_NAME = "rocketq"
 
@@ -77,9 +78,14 @@ class RocketqDataSource(DataSource):
         return StreamWriter(SinkOptions.parse(self.options))
 
 
-def register(spark: SparkSession) -> None:
-    """Make `format("rocketq")` available in `spark` (reads and writes, batch and streaming)."""
+def register(spark: SparkSession, *, check: bool = True) -> None:
+    """Make `format("rocketq")` available in `spark` (reads and writes, batch and streaming). With
+    `check` (the default) it first runs one tiny task to make sure Spark's Python workers can import
+    the client, and raises `WorkerPythonError` (naming the worker Python and the fix: PYSPARK_PYTHON,
+    or `client.spark.session.local_session`) when they cannot."""
+    if check:
+        check_workers(spark)
     spark.dataSource.register(RocketqDataSource)
 
 
-__all__ = ["ARROW_SCHEMA", "SCHEMA", "SCHEMA_DDL", "SHORT_NAME", "RocketqDataSource", "register"]
+__all__ = ["ARROW_SCHEMA", "SCHEMA", "SCHEMA_DDL", "SHORT_NAME", "RocketqDataSource", "WorkerPythonError", "register"]

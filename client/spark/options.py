@@ -287,12 +287,15 @@ class SinkOptions:
     send_timeout_ms: int
     credentials: Credentials | None = None
     tls: TlsSettings = NO_TLS
+    dedup: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         """Options of a write: endpoints, topic, producerGroup (default "spark-sink"),
         sendBatchSize messages per SEND_BATCH_MESSAGE (32), sendsInFlight (8), sendTimeoutMs,
-        accessKey and secretKey (the producer's credentials), tls and caFile (as the source's)."""
+        accessKey and secretKey (the producer's credentials), tls and caFile (as the source's),
+        dedup (true: each row carries the DEDUP property, for exactly-once on brokers with
+        `store.dedup_window_ms` on)."""
         opts = _lower(options)
         endpoints, topic = opts.get("endpoints", ""), opts.get("topic", "")
         if not endpoints:
@@ -304,7 +307,8 @@ class SinkOptions:
                    send_batch_size=_int_option(opts, "sendBatchSize", 32),
                    sends_in_flight=_int_option(opts, "sendsInFlight", 8),
                    send_timeout_ms=_int_option(opts, "sendTimeoutMs", 10_000),
-                   credentials=credentials_option(opts), tls=TlsSettings.parse(opts))
+                   credentials=credentials_option(opts), tls=TlsSettings.parse(opts),
+                   dedup=_bool_option(opts, "dedup", True))
 
 
 # -- pure offset arithmetic --------------------------------------------------------------------------

@@ -5,10 +5,8 @@ a broker SIGKILLed during a streaming query."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,17 +16,11 @@ from pyspark.sql.streaming.query import StreamingQuery
 from client.api import ClientAPI
 from protocol.headers import SendBatchMessageRequestHeader
 from protocol.message import Message, encode_batch_body
-from tests.client.spark.cluster import BROKERS, SparkCluster, running_cluster
+from tests.client.spark.cluster import BROKERS, SparkCluster
 from tests.client.spark.test_stream import QUERY_TIMEOUT_S, _finish, _until, _wait_for_batches
 
 pytestmark = pytest.mark.timeout(300)
 Row = tuple[str, int, int, bytes]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[3]), os.environ.get("PYTHONPATH", "")])
-    yield from running_cluster(tmp_path_factory.mktemp("cluster"))
 
 
 def fill(cluster: SparkCluster, topic: str, queues: int, per_queue: int, first: int = 0,

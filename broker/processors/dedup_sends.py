@@ -11,9 +11,15 @@ from collections.abc import Callable, Sequence
 
 from broker.store.dedup import DedupIndex, StoredSend, dedup_key
 from broker.store.results import PutMessageResult
+from protocol.message import PROPERTY_DEDUP, PROPERTY_UNIQ_KEY
 from protocol.transaction import PROPERTY_PRODUCER_GROUP
 
 BatchItem = tuple[dict[str, str], int, bytes]      # as `decode_batch` gives them (lists, in fact)
+
+
+def _keys(properties: Sequence[dict[str, str]]) -> list[str | None]:
+    """Each message's UNIQ_KEY when it asks for dedup (`dedup_key`), else None; one comprehension."""
+    return [(p.get(PROPERTY_UNIQ_KEY) or None) if p.get(PROPERTY_DEDUP) else None for p in properties]
 
 
 class DedupSends:
@@ -36,34 +42,25 @@ class DedupSends:
     def remember(self, group: str, properties: Sequence[dict[str, str]], result: PutMessageResult,
                  queue_id: int) -> None:
         """Remember the DEDUP messages among those `result` stored (in order, one per property map)."""
-        if not self._index.enabled:
-            return
-        now_ms = self._clock_ms()
-        offsets = result.commit_log_offsets
-        for index, props in enumerate(properties):
-            uniq_key = dedup_key(props)
-            if uniq_key is not None:
-                end = offsets[index + 1] if index + 1 < len(offsets) else result.end_offset
-                self._index.remember(group, uniq_key, StoredSend(offsets[index], end, queue_id,
-                                                                 result.queue_offset + index, now_ms))
+        if self._index.enabled:
+            self._index.remember_run(group, _keys(properties), result.commit_log_offsets, result.end_offset,
+                                     queue_id, result.queue_offset, self._clock_ms())
 
     def split(self, group: str, messages: list[BatchItem]) -> tuple[list[BatchItem], list[StoredSend | None] | None]:
-        """(the batch's messages to store — DEDUP ones stamped —, for each message of the batch its
-        first send when it is a duplicate, else None); the second is None when none is one."""
+        """(the batch's messages to store — DEDUP ones stamped with `PGROUP` —, for each message of
+        the batch its first send when it is a duplicate, else None); the second is None when none
+        is one."""
         if not self._index.enabled:
             return messages, None
-        now_ms, index = self._clock_ms(), self._index
-        originals: list[StoredSend | None] = []
-        fresh: list[BatchItem] = []
-        for item in messages:
-            uniq_key = dedup_key(item[0])
-            found = None if uniq_key is None else index.find(group, uniq_key, now_ms)
-            originals.append(found)
-            if found is None:
-                if uniq_key is not None:
-                    item[0][PROPERTY_PRODUCER_GROUP] = group
-                fresh.append(item)
-        return fresh, (originals if len(fresh) < len(messages) else None)
+        keys = _keys([item[0] for item in messages])
+        found = self._index.find_many(group, keys, self._clock_ms())
+        for item, key, first in zip(messages, keys, found, strict=True):
+            if key is not None and first is None:
+                item[0][PROPERTY_PRODUCER_GROUP] = group
+        if not any(f is not None for f in found):
+            return messages, None
+        fresh = [item for item, first in zip(messages, found, strict=True) if first is None]
+        return fresh, [None if f is None else StoredSend.unpack(f) for f in found]
 
     def answer_batch(self, fresh: list[BatchItem], originals: list[StoredSend | None], queue_id: int,
                      store: Callable[[list[BatchItem]], PutMessageResult]) -> tuple[list[int], int, int, int]:

@@ -83,7 +83,7 @@ async def test_the_index_survives_a_restart_and_a_kill_9(tmp_path: Path, client_
         again = await send(client_api, broker.address, properties=_dedup("k1"))
         # the same record (a msg id's last 16 digits: its commit-log offset; the first 16 name the host:port)
         assert (again.msg_id[16:], again.queue_offset) == (first.msg_id[16:], 0)
-        assert broker.store.dedup.window_ms == WINDOW_MS
+        assert broker.store is not None and broker.store.dedup.window_ms == WINDOW_MS
     proc = BrokerSubprocess(tmp_path / "store", settings={"store.dedup_window_ms": str(WINDOW_MS),
                                                           "store.commit_log_segment_bytes": "1048576",
                                                           "store.consume_queue_segment_units": "1000"})
@@ -108,7 +108,7 @@ async def test_a_flood_of_distinct_keys_keeps_the_index_bounded(tmp_path: Path, 
     async with Broker(_config(tmp_path, max_entries=50)) as broker:
         for low in range(0, 1_000, 100):
             await _batch(client_api, broker.address, [f"k{n}" for n in range(low, low + 100)])
-        assert len(broker.store.dedup) == 50
+        assert broker.store is not None and len(broker.store.dedup) == 50
         await _batch(client_api, broker.address, ["k0"])               # forgotten: stored again
         assert (await _batch(client_api, broker.address, ["k999"])).queue_offset == 999
         assert await client_api.get_max_offset(broker.address, "t", 1) == 1_001
@@ -133,3 +133,28 @@ def test_the_index_answers_a_key_within_its_window_and_stays_bounded(sends: list
             model[str(key)] = now_ms
         assert len(index) <= max_entries
     assert DedupIndex(0, 10).enabled is False
+
+
+@given(st.integers(0, 2**62), st.integers(0, 2**32 - 1), st.integers(0, 2**31), st.integers(0, 2**63),
+       st.integers(0, 2**44 - 1))
+def test_a_stored_send_packs_into_one_int_and_back(offset: int, size: int, queue_id: int, queue_offset: int,
+                                                  stored_at_ms: int) -> None:
+    stored = StoredSend(offset, offset + size, queue_id, queue_offset, stored_at_ms)
+    assert StoredSend.unpack(stored.packed()) == stored
+
+
+@given(st.lists(st.one_of(st.none(), st.text(max_size=4)), max_size=20), st.integers(0, 10**9))
+def test_a_run_remembered_is_found_as_its_messages_were_stored(keys: list[str | None], first_offset: int) -> None:
+    index = DedupIndex(1_000, 1_000)
+    offsets = [first_offset + 100 * i for i in range(len(keys))]
+    index.remember_run("g", keys, offsets, first_offset + 100 * len(keys), 3, 7, 5_000)
+    found = index.find_many("g", keys, 5_500)
+    last = {key: i for i, key in enumerate(keys) if key is not None}
+    for key, packed in zip(keys, found, strict=True):
+        if key is None:
+            assert packed is None
+        else:
+            j = last[key]
+            assert packed is not None
+            assert StoredSend.unpack(packed) == StoredSend(offsets[j], offsets[j] + 100, 3, 7 + j, 5_000)
+    assert all(f is None for f in index.find_many("g", keys, 6_001))     # out of the window

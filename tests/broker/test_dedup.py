@@ -158,3 +158,16 @@ def test_a_run_remembered_is_found_as_its_messages_were_stored(keys: list[str | 
             assert packed is not None
             assert StoredSend.unpack(packed) == StoredSend(offsets[j], offsets[j] + 100, 3, 7 + j, 5_000)
     assert all(f is None for f in index.find_many("g", keys, 6_001))     # out of the window
+
+
+async def test_odd_dedup_sends_are_stored_as_plain_ones(tmp_path: Path, client_api: ClientAPI) -> None:
+    """DEDUP without a UNIQ_KEY, an empty DEDUP, and a UNIQ_KEY of ~30 kB (within the properties
+    bound): nothing breaks, the first two are stored each time, the long key once."""
+    async with Broker(_config(tmp_path)) as broker:
+        odd = [{PROPERTY_DEDUP: "1"}, {PROPERTY_DEDUP: "", PROPERTY_UNIQ_KEY: "k"}]
+        for properties in odd * 2:
+            await send(client_api, broker.address, properties=properties)
+        long_key = "k" * 30_000
+        first = await send(client_api, broker.address, properties=_dedup(long_key))
+        assert (await send(client_api, broker.address, properties=_dedup(long_key))).msg_id == first.msg_id
+        assert await client_api.get_max_offset(broker.address, "t", 0) == 5

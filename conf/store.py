@@ -44,4 +44,4 @@ class StoreConfig:
     disk_check_interval_ms: int = 1_000                # how often disk use is sampled (refuse / resume sends)
     # a DEDUP send is stored once per (producer group, UNIQ_KEY) within this window; 0: off
     dedup_window_ms: int = 0
-    dedup_max_entries: int = 1_000_000                 # DEDUP sends remembered (~200 bytes each, in memory)
+    dedup_max_entries: int = 1_000_000                 # DEDUP sends remembered (~250 bytes each, in memory)

@@ -8,16 +8,16 @@ lost sees success and the topic holds the message once. RocketMQ has no such ind
 `UNIQ_KEY` only feeds the key index); this is rocketq's, in the spirit of Kafka's idempotent
 producer, but keyed by the message id the client already sets.
 
-Persistent by construction: the broker writes the producer group into the stored message
-(`PGROUP`, as RocketMQ does for transactional messages), and `rebuild` re-reads the commit log at
-start, so the index survives a restart and a kill -9 (only what the commit log kept is
-remembered). Bounded: entries older than the window are forgotten as new ones come, and past
-`max_entries` the oldest go first. Cost: ~200 bytes of memory per remembered send (one dict entry:
-a `group\\0uniq_key` string and one int packing the `StoredSend`: neither is tracked by the garbage
+Persistent by construction: the broker writes the producer group into the stored message (`PGROUP`,
+as RocketMQ does for transactional messages), and `rebuild` re-reads the commit log at start, so the
+index survives a restart and a kill -9 (only what the commit log kept is remembered). Bounded:
+entries older than the window are forgotten as new ones come, and past `max_entries` the oldest go
+first. Cost: ~250 bytes of memory per remembered send (a 40-character UNIQ_KEY) (one dict entry: a
+`group\\0uniq_key` string and one int packing the `StoredSend`: neither is tracked by the garbage
 collector, whose rounds over a million tracked objects cost more than the index itself), two dict
-operations per DEDUP send, and at start one scan of the commit log (as the key index's rebuild)
-when the window is on. With the window 0 (the
-default) the property is ignored: nothing is looked up, remembered or scanned."""
+operations per DEDUP send, and at start one scan of the commit log (as the key index's rebuild) when
+the window is on. With the window 0 (the default) the property is ignored: nothing is looked up,
+remembered or scanned."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from broker.processors.admin import AdminProcessor
 from broker.processors.client_manage import ClientManageProcessor
 from broker.processors.consumer_admin import ConsumerAdminProcessor
 from broker.processors.consumer_manage import ConsumerManageProcessor
+from broker.processors.dedup_sends import DedupSends
 from broker.processors.pull_message import PullMessageProcessor
 from broker.processors.query_message import QueryMessageProcessor
 from broker.processors.queue_lock import QueueLockProcessor
@@ -78,7 +79,8 @@ def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
     send = SendMessageProcessor(store, broker.topics, broker.address, config.store.max_message_bytes,
                                 broker.metrics.on_stored, broker.retry_topics, broker.metrics.on_dlq,
                                 config.max_properties_bytes, transactions, timer=TimerSends(
-                                    broker.clock.now_ms, config.timer_max_delay_sec * 1000))
+                                    broker.clock.now_ms, config.timer_max_delay_sec * 1000),
+                                dedup=DedupSends(store.dedup, broker.clock.now_ms))
     send_back = SendBackProcessor(store, broker.retry_topics, broker.address, broker.metrics.on_dlq,
                                   config.max_properties_bytes)
     pull = PullMessageProcessor(store, broker.topics, broker.groups, broker.consumers, broker.offsets, hold,

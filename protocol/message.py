@@ -41,6 +41,7 @@ PROPERTY_DLQ_RESENT_FROM = "DLQ_RESENT_FROM"  # rocketq's: the DLQ msg id `admin
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # timer message: deliver at this epoch ms (RocketMQ 5)
 PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"      # timer message: deliver this many ms after the send
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"    # timer message: deliver this many seconds after the send
+PROPERTY_DEDUP = "DEDUP"                        # rocketq's: non-empty: stored once per (group, UNIQ_KEY)
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"          # the broker's: the due time of a message in the timer topic
 PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"  # the broker's: times a timer message was rolled (put back)
 TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC)

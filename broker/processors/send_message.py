@@ -13,6 +13,7 @@ from typing import Any, Protocol, cast
 import msgpack
 
 from broker.persist import Durable
+from broker.processors.dedup_sends import DedupSends
 from broker.processors.validate import check_message_size, require_group_name, require_topic_name
 from broker.remoting.context import RequestContext
 from broker.remoting.dispatcher import Deferred
@@ -37,6 +38,7 @@ from protocol.headers import (
 )
 from protocol.message import (
     MAX_PROPERTIES_BYTES,
+    PROPERTY_DEDUP,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
@@ -141,8 +143,10 @@ class SendMessageProcessor:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, store_host: str,
                  max_message_bytes: int, on_stored: MessagesIn, retry_topics: RetryTopics,
                  on_dlq: DlqCounter, max_properties_bytes: int = MAX_PROPERTIES_BYTES,
-                 transactions: TransactionBridge | None = None, timer: TimerSends | None = None) -> None:
+                 transactions: TransactionBridge | None = None, timer: TimerSends | None = None,
+                 dedup: DedupSends | None = None) -> None:
         self._store, self._topics, self._store_host = store, topics, store_host
+        self._dedup = dedup or DedupSends(store.dedup, lambda: 0)   # DEDUP sends (store.dedup_window_ms)
         self._transactions = transactions       # None: TRAN_MSG sends refused
         self._max_message_bytes = max_message_bytes
         self._max_properties_bytes = max_properties_bytes
@@ -180,7 +184,7 @@ class SendMessageProcessor:
                 or not -0x80000000 <= flag <= 0x7FFFFFFF or not 0 <= born_timestamp <= 0x7FFFFFFFFFFFFFFF
                 or not 0 <= reconsume_times <= 0x7FFFFFFF or PROPERTY_DELAY_TIME_LEVEL in properties
                 or PROPERTY_TIMER_DELIVER_MS in properties or PROPERTY_TIMER_DELAY_MS in properties
-                or PROPERTY_TIMER_DELAY_SEC in properties
+                or PROPERTY_TIMER_DELAY_SEC in properties or PROPERTY_DEDUP in properties
                 or (topic, queue_id, group) not in self._checked_sends()):
             return self._process_typed(ctx, request)
         max_reconsume_times = fields.get("max_reconsume_times")
@@ -252,12 +256,19 @@ class SendMessageProcessor:
             self._checked.add((topic, queue_id, header.producer_group))
 
         def put() -> tuple[RemotingCommand, int]:
-            put_topic, put_queue_id, put_properties = self._timer.route(topic, queue_id, properties, timer_due_ms)
+            original = self._dedup.original(header.producer_group, properties)
+            if original is not None:        # stored once already: answered as it was
+                return request.response(header=SendMessageResponseHeader(
+                    msg_id=make_msg_id(self._store_host, original.commit_log_offset), queue_id=original.queue_id,
+                    queue_offset=original.queue_offset)), original.end_offset
+            put_topic, put_queue_id, put_properties = self._timer.route(
+                topic, queue_id, self._dedup.stamp(header.producer_group, properties), timer_due_ms)
             result = self._store.put_message(
                 topic=put_topic, queue_id=put_queue_id, body=body, properties=put_properties,
                 flag=header.flag, born_timestamp=header.born_timestamp, born_host=ctx.client_addr,
                 reconsume_times=header.reconsume_times)
             check_put(result)
+            self._dedup.remember(header.producer_group, [put_properties], result, put_queue_id)
             response = request.response(header=SendMessageResponseHeader(
                 msg_id=make_msg_id(self._store_host, result.commit_log_offsets[0]),
                 queue_id=header.queue_id, queue_offset=result.queue_offset))
@@ -345,14 +356,26 @@ class SendMessageProcessor:
         def put() -> tuple[RemotingCommand, int]:
             # checked: the topic name and queue (above, or for this topic-config version), and the
             # items (`decode_batch`: non-empty, each message within max_message_bytes, no DELAY)
-            result = self._store.put_checked_messages(topic=topic, queue_id=queue_id, messages=messages,
-                                                      born_timestamp=born_timestamp, born_host=ctx.client_addr)
-            check_put(result)
+            fresh, originals = self._dedup.split(group, messages)
+            if originals is not None:       # some stored before (DEDUP): answered as they were
+                offsets, answer_queue_id, queue_offset, end_offset = self._dedup.answer_batch(
+                    fresh, originals, queue_id, store_batch)
+                return RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
+                    "msg_ids": offset_msg_ids(self._msg_id_prefix, offsets), "queue_id": answer_queue_id,
+                    "queue_offset": queue_offset}), end_offset
+            result = store_batch(messages)
             response = RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
                 "msg_ids": offset_msg_ids(self._msg_id_prefix, result.commit_log_offsets),
                 "queue_id": queue_id, "queue_offset": result.queue_offset})
-            self._on_stored(topic, len(messages), body_bytes)
             return response, result.end_offset
+
+        def store_batch(items: BatchItems) -> PutMessageResult:
+            result = self._store.put_checked_messages(topic=topic, queue_id=queue_id, messages=items,
+                                                      born_timestamp=born_timestamp, born_host=ctx.client_addr)
+            check_put(result)
+            self._dedup.remember(group, [item[0] for item in items], result, queue_id)
+            self._on_stored(topic, len(items), body_bytes if items is messages else sum(len(i[2]) for i in items))
+            return result
         return answer_put(self._store, topics, topic, put, lambda: topics.for_send(topic, queue_id))
 
 

@@ -23,6 +23,7 @@ from broker.store.checkpoint import read_checkpoint
 from broker.store.clean_service import CleanResult, CleanService
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import ConsumeQueueTable
+from broker.store.dedup import DedupIndex
 from broker.store.disk_guard import DiskGuard
 from broker.store.flush import CommitLogFlushService, Settable, flush_consume_queues
 from broker.store.key_index import KeyIndex, indexed_records
@@ -107,6 +108,7 @@ class MessageStore(StoreWrites, StoreReads):
         self._topic_queue_table: dict[tuple[str, int], int] = {}
         self._tags_cache: dict[str, int] = {}
         self.key_index = KeyIndex(config.key_index_max_entries)
+        self.dedup = DedupIndex(config.dedup_window_ms, config.dedup_max_entries)
         self._reput.key_index = self.key_index
         self._packer = msgpack.Packer(use_bin_type=True)
         self._running = False
@@ -134,6 +136,8 @@ class MessageStore(StoreWrites, StoreReads):
         # the key index lives in memory: rebuild it from what reput will not dispatch again
         await asyncio.to_thread(self.key_index.rebuild, indexed_records(
             self._commit_log, self._commit_log.min_offset, recovered.reput_from_offset))
+        # so is the dedup index (store.dedup_window_ms): from the DEDUP sends the commit log kept
+        await asyncio.to_thread(self.dedup.rebuild, self._commit_log, self._commit_log.min_offset, end)
         self._reput.begin(recovered.reput_from_offset, end)
         rebuilt = await self._rebuild_consume_queues()
         if crashed:     # make the truncation of a torn tail durable before anything is appended

@@ -9,7 +9,8 @@ A pull body is a run of msgpack arrays, one per message (PROTOCOL.md "Messages i
 exactly `ARROW_SCHEMA` (Spark rejects a batch whose Arrow schema differs in any type, nullability or
 field name). `tags` and `keys` are the TAGS and KEYS properties; `properties` holds every other
 property (UNIQ_KEY included); `msg_id` is the broker's offset message id (store host + commit log
-offset); times are epoch ms on the wire and UTC microsecond timestamps here.
+offset); `broker_name` names the broker of the queue (a queue is `(broker_name, queue_id)`); times
+are epoch ms on the wire and UTC microsecond timestamps here.
 
 This is the executor's hot loop (one call per ~8k rows), so no Python code runs per message: msgpack
 decodes each body in C, `zip` transposes the arrays into columns, pyarrow converts each column in
@@ -43,14 +44,14 @@ from protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, STORED_FIELD_COUNT, m
 
 SCHEMA_DDL = ("topic string, queue_id int, queue_offset long, msg_id string, tags string, keys string, "
               "properties map<string,string>, body binary, born_timestamp timestamp, "
-              "store_timestamp timestamp, reconsume_times int")
+              "store_timestamp timestamp, reconsume_times int, broker_name string")
 SCHEMA = StructType([
     StructField("topic", StringType()), StructField("queue_id", IntegerType()),
     StructField("queue_offset", LongType()), StructField("msg_id", StringType()),
     StructField("tags", StringType()), StructField("keys", StringType()),
     StructField("properties", MapType(StringType(), StringType())), StructField("body", BinaryType()),
     StructField("born_timestamp", TimestampType()), StructField("store_timestamp", TimestampType()),
-    StructField("reconsume_times", IntegerType()),
+    StructField("reconsume_times", IntegerType()), StructField("broker_name", StringType()),
 ])   # SCHEMA_DDL, built without a SparkSession (parsing DDL needs one)
 ARROW_SCHEMA: pa.Schema = to_arrow_schema(SCHEMA, timezone="UTC")   # what Spark's Python worker expects
 _PROPERTIES_TYPE = ARROW_SCHEMA.field("properties").type
@@ -177,22 +178,23 @@ def _keep(queue_offsets: pa.Array, bodies: Sequence[PulledBody], counts: list[in
 
 
 def record_batch(bodies: Sequence[PulledBody], tags: frozenset[str] | None,
-                 prefixes: dict[str, bytes]) -> pa.RecordBatch:
-    """One batch of `ARROW_SCHEMA` holding the messages of `bodies` in order, less those outside
-    their pull's offset range and, when `tags` is set, those whose TAGS is not one of them (brokers
-    filter on tags codes, which collide). `prefixes` caches message id prefixes across calls.
-    Raises `ValueError` on a malformed body (not msgpack, not stored-message arrays, mistyped fields)."""
+                 prefixes: dict[str, bytes], broker_name: str = "") -> pa.RecordBatch:
+    """One batch of `ARROW_SCHEMA` holding the messages of `bodies` in order, less those outside their
+    pull's offset range and, when `tags` is set, those whose TAGS is not one of them (brokers filter
+    on tags codes, which collide); every row's `broker_name` is `broker_name`. `prefixes` caches
+    message id prefixes across calls. Raises `ValueError` on a malformed body (not msgpack, not
+    stored-message arrays, mistyped fields)."""
     messages, counts = _decode(bodies)
     if not messages:
         return empty_batch()
     try:
-        return _build(messages, bodies, counts, tags, prefixes)
+        return _build(messages, bodies, counts, tags, prefixes, broker_name)
     except (pa.ArrowException, TypeError, OverflowError) as exc:
         raise ValueError(f"a pull body holds a mistyped stored message: {exc}") from exc
 
 
 def _build(messages: list[tuple[Any, ...]], bodies: Sequence[PulledBody], counts: list[int],
-           tags: frozenset[str] | None, prefixes: dict[str, bytes]) -> pa.RecordBatch:
+           tags: frozenset[str] | None, prefixes: dict[str, bytes], broker_name: str) -> pa.RecordBatch:
     (topics, queue_ids, queue_offsets, commit_log_offsets, _, _, born, _, stored, store_hosts, reconsume,
      maps, payloads) = _columns(messages)
     del messages
@@ -210,6 +212,7 @@ def _build(messages: list[tuple[Any, ...]], bodies: Sequence[PulledBody], counts
         _timestamps(born),
         _timestamps(stored),
         pa.array(reconsume, pa.int32()),
+        pa.repeat(pa.scalar(broker_name, pa.string()), len(queue_offsets)),
     ], schema=ARROW_SCHEMA)
     keep = _keep(offsets, bodies, counts, tags_column, tags)
     return batch if keep is None else batch.filter(keep)

@@ -4,18 +4,25 @@ No pyspark and no I/O here: option maps in, frozen values out. Option names are 
 (as the Kafka source spells its own); Spark hands them over case-insensitively, so lookups here are
 case-insensitive too. Every bad value raises `ValueError` naming the option.
 
-Offsets are queue offsets (the index of a message in its consume queue). A per-queue offset map is
-written as JSON with the queue id as a string key, keys sorted: `{"0": 42, "1": 17}`. Sorting
-matters: Spark compares a micro-batch's start and end offsets as JSON text, so the same offsets in
-another key order would look like new data and run an empty batch."""
+Offsets are queue offsets (the index of a message in its consume queue), one per queue of the
+topic, a queue being named by `(broker_name, queue_id)` (a topic may be served by several brokers).
+A per-queue offset map is written as JSON, broker name then queue id as string keys, keys sorted
+at both levels: `{"broker-a": {"0": 42, "1": 17}, "broker-b": {"0": 5}}`. Sorting matters: Spark
+compares a micro-batch's start and end offsets as JSON text, so the same offsets in another key
+order would look like new data and run an empty batch.
+
+The earlier one-level form `{"0": 42, "1": 17}` (queue id → offset, from when the source read
+topics of one broker only) is still accepted, in options and in checkpoints: its queues are held
+under the broker name `LEGACY_BROKER` ("") until `bind_legacy` names the topic's only broker."""
 
 from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypeVar
 
 from client.instance import parse_endpoints
 from conf.tls import client_context
@@ -37,7 +44,11 @@ class Bound(Enum):
     LATEST = "latest"
 
 
-OffsetSpec = Bound | dict[int, int]      # "earliest" / "latest", or queue id → offset (EARLIEST/LATEST allowed)
+QueueKey = tuple[str, int]               # (broker_name, queue_id): one queue of a topic
+OffsetSpec = Bound | dict[QueueKey, int]   # "earliest" / "latest", or queue → offset (EARLIEST/LATEST allowed)
+LEGACY_BROKER = ""                       # the broker of a queue named by queue id alone (the old JSON form)
+DEFAULT_BROKER_WAIT_MS = 120_000         # how long a broker that does not answer is waited for
+K = TypeVar("K", int, QueueKey)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -79,41 +90,73 @@ def credentials_option(options: dict[str, str]) -> Credentials | None:
     return Credentials(access_key, secret_key)
 
 
+def _queue_offsets(value: Mapping[str, object], minimum: int) -> dict[QueueKey, int] | None:
+    """`value` read as {broker: {queue id: offset}} or the legacy {queue id: offset} (under
+    `LEGACY_BROKER`), every offset an int >= `minimum`; None when it is neither."""
+    offsets: dict[QueueKey, int] = {}
+    for key, item in value.items():
+        if isinstance(item, Mapping):
+            for queue_id, offset in item.items():
+                if not str(queue_id).isdigit() or type(offset) is not int or offset < minimum:
+                    return None
+                offsets[(str(key), int(queue_id))] = offset
+        elif str(key).isdigit() and type(item) is int and item >= minimum:
+            offsets[(LEGACY_BROKER, int(key))] = item
+        else:
+            return None
+    return offsets
+
+
 def parse_offset_spec(name: str, raw: str) -> OffsetSpec:
-    """`earliest`, `latest`, or a JSON object of queue id → queue offset where -2 means earliest
-    and -1 latest (`{"0": 10, "3": -2}`). Raises `ValueError` for anything else."""
+    """`earliest`, `latest`, or a JSON object of broker name → queue id → queue offset where -2
+    means earliest and -1 latest (`{"broker-a": {"0": 10, "3": -2}}`); the legacy form queue id →
+    offset (`{"0": 10}`) is held under `LEGACY_BROKER`. Raises `ValueError` for anything else."""
     text = raw.strip()
     if text.lower() in ("earliest", "latest"):
         return Bound(text.lower())
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
-        raise ValueError(f"option {name} must be earliest, latest or a JSON object of queue id → offset, "
-                         f"not {raw!r}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"option {name} must be a JSON object of queue id → offset, not {raw!r}")
-    offsets: dict[int, int] = {}
-    for key, offset in value.items():
-        if not key.isdigit() or type(offset) is not int or offset < EARLIEST:
-            raise ValueError(f"option {name}: {key!r}: {offset!r} is not queue id → offset (>= 0, or -2 "
-                             "for earliest, -1 for latest)")
-        offsets[int(key)] = offset
+        raise ValueError(f"option {name} must be earliest, latest or a JSON object of broker name → queue id "
+                         f"→ offset, not {raw!r}") from None
+    offsets = _queue_offsets(value, EARLIEST) if isinstance(value, dict) else None
+    if offsets is None:
+        raise ValueError(f"option {name} must be a JSON object of broker name → queue id → offset (>= 0, or -2 "
+                         f"for earliest, -1 for latest), not {raw!r}")
     return offsets
 
 
-def offsets_to_json(offsets: Mapping[int, int]) -> dict[str, int]:
-    """The checkpointed form of per-queue offsets: string keys in sorted order (see the module doc)."""
-    return {key: offsets[int(key)] for key in sorted(str(queue_id) for queue_id in offsets)}
+def offsets_to_json(offsets: Mapping[QueueKey, int]) -> dict[str, dict[str, int]]:
+    """The checkpointed form of per-queue offsets: broker name → queue id → offset, string keys in
+    sorted order at both levels (see the module doc)."""
+    nested: dict[str, dict[str, int]] = {}
+    for (broker_name, queue_id), offset in offsets.items():
+        nested.setdefault(broker_name, {})[str(queue_id)] = offset
+    return {broker: dict(sorted(nested[broker].items())) for broker in sorted(nested)}
 
 
-def offsets_from_json(value: Mapping[str, object]) -> dict[int, int]:
-    """Inverse of `offsets_to_json`; raises `ValueError` for a map that is not queue id → offset."""
-    offsets: dict[int, int] = {}
-    for key, offset in value.items():
-        if not str(key).isdigit() or type(offset) is not int or offset < 0:
-            raise ValueError(f"not a rocketq offset map: {dict(value)!r}")
-        offsets[int(key)] = offset
+def offsets_from_json(value: Mapping[str, object]) -> dict[QueueKey, int]:
+    """Inverse of `offsets_to_json`, also reading the legacy one-level form (its queues under
+    `LEGACY_BROKER`: see `bind_legacy`); raises `ValueError` for anything else."""
+    offsets = _queue_offsets(value, 0)
+    if offsets is None:
+        raise ValueError(f"not a rocketq offset map: {dict(value)!r}")
     return offsets
+
+
+def bind_legacy(offsets: dict[QueueKey, int], topic: str, broker_names: Sequence[str]) -> dict[QueueKey, int]:
+    """`offsets` with the queues of the legacy form (`LEGACY_BROKER`) given to the topic's only
+    broker; unchanged when it has none. Raises `ValueError` when the topic is served by several
+    brokers (or none): queue ids alone do not say which broker's queues they were."""
+    if not any(broker == LEGACY_BROKER for broker, _ in offsets):
+        return offsets
+    if len(broker_names) != 1:
+        raise ValueError(f"offsets {offsets_to_json(offsets)[LEGACY_BROKER]} name queues by queue id alone, but "
+                         f"topic {topic!r} is served by {len(broker_names)} brokers ({', '.join(broker_names)}): "
+                         "write them as {\"<broker_name>\": {\"<queue_id>\": offset}}")
+    (only,) = broker_names
+    return {(only if broker == LEGACY_BROKER else broker, queue_id): offset
+            for (broker, queue_id), offset in offsets.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,13 +209,17 @@ NO_TLS = TlsSettings()
 @dataclass(frozen=True, slots=True)
 class PullSettings:
     """How an executor pulls one range: `batch_size` messages asked per pull, `depth` pulls in
-    flight, `timeout_ms` per pull, `arrow_batch_rows` rows per yielded Arrow batch."""
+    flight, `timeout_ms` per pull, `arrow_batch_rows` rows per yielded Arrow batch;
+    `broker_wait_ms` (option `brokerWaitTimeoutMs`): how long a broker that does not answer
+    (connection refused or closed, request timeout) is retried, by the driver planning a batch and
+    by a task pulling its range, before the read fails — its queues are never skipped."""
 
     batch_size: int = DEFAULT_PULL_BATCH_SIZE
     depth: int = DEFAULT_PULL_DEPTH
     timeout_ms: int = DEFAULT_PULL_TIMEOUT_MS
     arrow_batch_rows: int = DEFAULT_ARROW_BATCH_ROWS
     fail_on_data_loss: bool = True
+    broker_wait_ms: int = DEFAULT_BROKER_WAIT_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +281,8 @@ class SourceOptions:
             depth=_int_option(opts, "pullDepth", DEFAULT_PULL_DEPTH),
             timeout_ms=_int_option(opts, "pullTimeoutMs", DEFAULT_PULL_TIMEOUT_MS),
             arrow_batch_rows=_int_option(opts, "arrowBatchRows", DEFAULT_ARROW_BATCH_ROWS),
-            fail_on_data_loss=_bool_option(opts, "failOnDataLoss", True))
+            fail_on_data_loss=_bool_option(opts, "failOnDataLoss", True),
+            broker_wait_ms=_int_option(opts, "brokerWaitTimeoutMs", DEFAULT_BROKER_WAIT_MS, minimum=0))
         return cls(endpoints=tuple(parse_endpoints(endpoints)), topic=topic, starting=starting,
                    starting_timestamp_ms=timestamp_ms, ending=ending, filter=message_filter,
                    max_records_per_partition=_int_option(opts, "maxRecordsPerPartition",
@@ -254,13 +302,15 @@ class SinkOptions:
     send_timeout_ms: int
     credentials: Credentials | None = None
     tls: TlsSettings = NO_TLS
+    dedup: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         """Options of a write: endpoints, topic, producerGroup (default "spark-sink"),
         sendBatchSize messages per SEND_BATCH_MESSAGE (32), sendsInFlight (8), sendTimeoutMs,
         accessKey and secretKey (the producer's credentials), tls, caFile, certFile and keyFile (as
-        the source's)."""
+        the source's), dedup (true: each row carries the DEDUP property, for exactly-once on brokers
+        with `store.dedup_window_ms` on)."""
         opts = _lower(options)
         endpoints, topic = opts.get("endpoints", ""), opts.get("topic", "")
         if not endpoints:
@@ -272,7 +322,8 @@ class SinkOptions:
                    send_batch_size=_int_option(opts, "sendBatchSize", 32),
                    sends_in_flight=_int_option(opts, "sendsInFlight", 8),
                    send_timeout_ms=_int_option(opts, "sendTimeoutMs", 10_000),
-                   credentials=credentials_option(opts), tls=TlsSettings.parse(opts))
+                   credentials=credentials_option(opts), tls=TlsSettings.parse(opts),
+                   dedup=_bool_option(opts, "dedup", True))
 
 
 # -- pure offset arithmetic --------------------------------------------------------------------------
@@ -304,10 +355,10 @@ def split_range(start: int, end: int, max_records: int) -> list[tuple[int, int]]
     return ranges
 
 
-def admit(start: Mapping[int, int], latest: Mapping[int, int], max_records: int | None) -> dict[int, int]:
+def admit(start: Mapping[K, int], latest: Mapping[K, int], max_records: int | None) -> dict[K, int]:
     """The end offsets of the next micro-batch: `latest` when `max_records` is None, else at most
     `max_records` offsets in all, shared in proportion to each queue's backlog (largest remainders
-    first, ties to the lower queue id), as the Kafka source's `maxOffsetsPerTrigger`. A queue
+    first, ties to the lower queue), as the Kafka source's `maxOffsetsPerTrigger`. A queue
     missing from `start` starts at 0 here; every end is >= its start, and the ends admit exactly
     min(max_records, total backlog) offsets."""
     backlog = {q: max(latest[q] - start.get(q, 0), 0) for q in latest}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -24,9 +24,10 @@ from client.api import ClientAPI, PullResult
 from client.remoting.remoting_client import RemotingClient
 from client.route import RouteTable, merge_routes
 from client.spark.arrow import PulledBody
-from client.spark.options import NO_TLS, Filter, PullSettings, TlsSettings
+from client.spark.options import NO_TLS, Filter, PullSettings, QueueKey, TlsSettings
+from protocol.bodies import TopicRouteData
 from protocol.codes import PullSysFlag
-from protocol.errors import MQError, TopicNotExist
+from protocol.errors import ConnectionClosed, RequestTimeout, TopicNotExist
 from protocol.headers import PullMessageRequestHeader
 from protocol.message import F_STORE_TIMESTAMP, STORED_FIELD_COUNT
 from protocol.model import PullStatus
@@ -36,6 +37,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 READER_GROUP = "rocketq-spark-reader"    # named in pulls; the broker keeps no offset for it
 _PULL_SYS_FLAG = int(PullSysFlag.SUBSCRIPTION)
+
+
+class BrokerUnavailable(RuntimeError):
+    """A broker the read needs did not answer within brokerWaitTimeoutMs."""
+
+
+BROKER_UNAVAILABLE = (ConnectionClosed, RequestTimeout)   # a broker down or unreachable: worth waiting for
 
 
 class DataLoss(RuntimeError):
@@ -65,49 +73,94 @@ def run_on_private_loop(work: Callable[[ClientAPI], Awaitable[T]], credentials: 
         return runner.run(main())
 
 
+async def wait_for_broker(call: Callable[[], Awaitable[T]], what: str, wait_ms: int) -> T:
+    """`call()`, called again while it raises `BROKER_UNAVAILABLE` (backing off 0.1 s to 2 s),
+    for at most `wait_ms`; then raises `BrokerUnavailable` naming `what`. A broker that is down,
+    restarting or failing over delays a read this way instead of having its queues skipped."""
+    loop = asyncio.get_running_loop()
+    deadline, delay_s = loop.time() + wait_ms / 1000, 0.1
+    while True:
+        try:
+            return await call()
+        except BROKER_UNAVAILABLE as exc:
+            left_s = deadline - loop.time()
+            if left_s <= 0:
+                raise BrokerUnavailable(f"{what}: no answer within brokerWaitTimeoutMs={wait_ms}: {exc}") from exc
+            log.warning("%s: %s; retrying for %.0f s more", what, exc, left_s)
+            await asyncio.sleep(min(delay_s, left_s))    # a back-off between attempts, not a synchronisation
+            delay_s = min(delay_s * 2, 2.0)
+
+
 @dataclass(frozen=True, slots=True)
 class TopicQueues:
-    """The read queues of a topic on its (one) broker."""
+    """The read queues of a topic on every broker serving it: `queues` sorted (broker name, queue
+    id), `addresses` broker name → its master's address."""
 
-    address: str
-    broker_name: str
-    queue_ids: tuple[int, ...]
+    addresses: Mapping[str, str]
+    queues: tuple[QueueKey, ...]
+
+    @property
+    def broker_names(self) -> list[str]:
+        return sorted(self.addresses)
+
+    def address(self, broker_name: str) -> str:
+        """The master address of `broker_name`; raises `KeyError` for a broker not in the route."""
+        return self.addresses[broker_name]
 
 
-async def topic_queues(api: ClientAPI, endpoints: tuple[str, ...], topic: str) -> TopicQueues:
-    """Asks every endpoint for the topic's route (as `ClientInstance` does) and merges the answers.
-    Raises `TopicNotExist` when no broker serves it and `ValueError` when several do: a queue is
-    named by its queue id alone in the schema and the checkpointed offsets."""
-    routes, last_error = [], None
-    for endpoint in endpoints:
-        try:
-            routes.append(await api.get_route_info(endpoint, topic))
-        except MQError as exc:
-            last_error = exc
-    if not routes:
-        raise last_error if last_error is not None else TopicNotExist(topic)
+NO_QUEUES = TopicQueues({}, ())
+
+
+async def topic_queues(api: ClientAPI, endpoints: tuple[str, ...], topic: str, wait_ms: int = 0) -> TopicQueues:
+    """Asks every endpoint (name servers or brokers) for the topic's route, as `ClientInstance`
+    does, and merges the answers. While no endpoint answers at all, retries for up to `wait_ms`
+    (`wait_for_broker`). Raises `TopicNotExist` when no broker serves the topic."""
+    async def ask_all() -> list[TopicRouteData]:
+        routes, unavailable = [], None
+        for endpoint in endpoints:
+            try:
+                routes.append(await api.get_route_info(endpoint, topic))
+            except BROKER_UNAVAILABLE as exc:
+                unavailable = exc
+            except TopicNotExist:
+                pass
+        if not routes and unavailable is not None:
+            raise unavailable
+        return routes
+
+    routes = await wait_for_broker(ask_all, f"route of {topic!r} from {';'.join(endpoints)}", wait_ms)
     table = RouteTable()
     table.update(topic, merge_routes(routes))
     queues = table.subscribe_queues(topic)
-    brokers = sorted({mq.broker_name for mq in queues})
-    if not brokers:
+    if not queues:
         raise TopicNotExist(topic)
-    if len(brokers) > 1:
-        raise ValueError(f"topic {topic!r} is served by several brokers ({', '.join(brokers)}); the Spark "
-                         "source reads topics of one broker")
-    address = table.master_address(brokers[0]) or endpoints[0]
-    return TopicQueues(address, brokers[0], tuple(sorted(mq.queue_id for mq in queues)))
+    addresses = {}
+    for broker_name in sorted({mq.broker_name for mq in queues}):
+        address = table.master_address(broker_name)
+        if address is None and len(endpoints) == 1:
+            address = endpoints[0]
+        if address is not None:
+            addresses[broker_name] = address
+    return TopicQueues(addresses, tuple(sorted((mq.broker_name, mq.queue_id) for mq in queues
+                                               if mq.broker_name in addresses)))
 
 
-async def queue_bounds(api: ClientAPI, address: str, topic: str,
-                       queue_ids: tuple[int, ...]) -> dict[int, tuple[int, int]]:
-    """queue id → (min_offset, max_offset): the first offset still stored and the next one to come."""
-    async def bounds(queue_id: int) -> tuple[int, int]:
-        return (await api.get_min_offset(address, topic, queue_id),
-                await api.get_max_offset(address, topic, queue_id))
+async def queue_bounds(api: ClientAPI, queues: TopicQueues, topic: str,
+                       wait_ms: int = 0) -> dict[QueueKey, tuple[int, int]]:
+    """(broker name, queue id) → (min_offset, max_offset): the first offset still stored and the
+    next one to come; a broker that does not answer is waited for (`wait_for_broker`)."""
+    async def bounds(queue: QueueKey) -> tuple[int, int]:
+        broker_name, queue_id = queue
+        address = queues.address(broker_name)
 
-    values = await asyncio.gather(*(bounds(q) for q in queue_ids))
-    return dict(zip(queue_ids, values, strict=True))
+        async def ask() -> tuple[int, int]:
+            return (await api.get_min_offset(address, topic, queue_id),
+                    await api.get_max_offset(address, topic, queue_id))
+
+        return await wait_for_broker(ask, f"offsets of {topic}:{broker_name}:{queue_id} at {address}", wait_ms)
+
+    values = await asyncio.gather(*(bounds(q) for q in queues.queues))
+    return dict(zip(queues.queues, values, strict=True))
 
 
 def _header(topic: str, queue_id: int, queue_offset: int, count: int,
@@ -160,8 +213,11 @@ class RangePuller:
 
     def _pull(self, queue_offset: int, count: int) -> asyncio.Task[tuple[PullResult, bytes]]:
         header = _header(self._topic, self._queue_id, queue_offset, count, self._filter)
-        return asyncio.get_running_loop().create_task(
-            self._api.pull_message_raw(self._address, header, self._settings.timeout_ms))
+        def pull() -> Awaitable[tuple[PullResult, bytes]]:
+            return self._api.pull_message_raw(self._address, header, self._settings.timeout_ms)
+
+        what = f"pull of {self._topic}:{self._queue_id} at {queue_offset} from {self._address}"
+        return asyncio.get_running_loop().create_task(wait_for_broker(pull, what, self._settings.broker_wait_ms))
 
     async def bodies(self, start: int, end: int) -> AsyncGenerator[PulledBody, None]:
         """The found bodies, in queue order, covering [start, end) exactly (each with the offsets

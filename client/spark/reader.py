@@ -1,11 +1,12 @@
 """Batch reads of a topic, and the partition reading that streams share.
 
-Planning (driver): the topic's queues and their [min, max) offsets are looked up once; each queue's
+Planning (driver): the topic's queues on every broker serving it (`endpoints` may be name servers
+or brokers) and their [min, max) offsets are looked up once; each queue's
 range [start, end) comes from startingOffsets / startingTimestamp and endingOffsets, and is cut into
 partitions of at most maxRecordsPerPartition offsets (one partition per queue when it is smaller).
 
 Reading (executor): Spark pickles the reader before it calls `read()`, so a `QueueRange` carries
-everything a task needs (address, topic, queue, offsets, filter, pull settings, credentials) and the
+everything a task needs (broker address, topic, queue, offsets, filter, pull settings, credentials, TLS) and the
 connections are opened inside `read()`, on an event loop private to that partition."""
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ from client.spark.options import (
     Filter,
     OffsetSpec,
     PullSettings,
+    QueueKey,
     SourceOptions,
     TlsSettings,
+    bind_legacy,
     resolve_offset,
     split_range,
 )
 from client.spark.queues import (
+    BrokerUnavailable,
     RangePuller,
     TopicQueues,
     offset_for_timestamp,
@@ -47,7 +51,8 @@ from protocol.signing import Credentials
 
 @dataclass(frozen=True)
 class QueueRange(InputPartition):
-    """One task's work: queue offsets [start_offset, end_offset) of `queue_id`, plain picklable data."""
+    """One task's work: queue offsets [start_offset, end_offset) of queue `queue_id` of broker
+    `broker_name` (at `address`), plain picklable data."""
 
     address: str
     topic: str
@@ -58,6 +63,7 @@ class QueueRange(InputPartition):
     pull: PullSettings
     credentials: Credentials | None = None
     tls: TlsSettings = NO_TLS
+    broker_name: str = ""
 
 
 async def _take(bodies: AsyncIterator[PulledBody], rows: int) -> list[PulledBody]:
@@ -124,7 +130,7 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     try:
         while taken := loop.run_until_complete(_take(bodies, part.pull.arrow_batch_rows)):
             with _collector_paused():
-                batch = record_batch(taken, tags, prefixes)
+                batch = record_batch(taken, tags, prefixes, part.broker_name)
             _freeze_long_lived_objects()
             if batch.num_rows:
                 yield batch
@@ -136,46 +142,62 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
         loop.close()
 
 
-def queue_ranges(options: SourceOptions, queues: TopicQueues, ranges: dict[int, tuple[int, int]]) -> list[QueueRange]:
-    """`QueueRange`s covering each queue's [start, end), queues in id order, each cut by
-    maxRecordsPerPartition."""
-    return [QueueRange(queues.address, options.topic, queue_id, low, high, options.filter, options.pull,
-                       options.credentials, options.tls)
-            for queue_id, (start, end) in sorted(ranges.items())
-            for low, high in split_range(start, end, options.max_records_per_partition)]
+def queue_ranges(options: SourceOptions, queues: TopicQueues,
+                 ranges: dict[QueueKey, tuple[int, int]]) -> list[QueueRange]:
+    """`QueueRange`s covering each queue's [start, end), queues in (broker name, queue id) order,
+    each cut by maxRecordsPerPartition. A non-empty range of a broker no longer in the route
+    raises `BrokerUnavailable`: its queues are waited for, never skipped."""
+    parts = []
+    for (broker_name, queue_id), (start, end) in sorted(ranges.items()):
+        pieces = split_range(start, end, options.max_records_per_partition)
+        if pieces and broker_name not in queues.addresses:
+            raise BrokerUnavailable(f"broker {broker_name} of topic {options.topic!r} is not in its route")
+        parts += [QueueRange(queues.address(broker_name), options.topic, queue_id, low, high, options.filter,
+                             options.pull, options.credentials, options.tls, broker_name) for low, high in pieces]
+    return parts
 
 
-def _offset_of(spec: OffsetSpec, queue_id: int, bounds: tuple[int, int], default: Bound) -> int:
+def _offset_of(spec: OffsetSpec, queue: QueueKey, bounds: tuple[int, int], default: Bound) -> int:
     min_offset, max_offset = bounds
     if isinstance(spec, Bound):
         return min_offset if spec is Bound.EARLIEST else max_offset
-    bound = spec.get(queue_id)
+    bound = spec.get(queue)
     if bound is None:
         return min_offset if default is Bound.EARLIEST else max_offset
     return resolve_offset(bound, min_offset, max_offset)
 
 
+def bind_spec(spec: OffsetSpec, topic: str, queues: TopicQueues) -> OffsetSpec:
+    """An offsets option in the legacy form (queue id → offset) bound to the topic's only broker
+    (`bind_legacy`; `ValueError` when it has several)."""
+    return spec if isinstance(spec, Bound) else bind_legacy(spec, topic, queues.broker_names)
+
+
 async def starting_offsets(api: ClientAPI, options: SourceOptions, queues: TopicQueues,
-                           bounds: dict[int, tuple[int, int]]) -> dict[int, int]:
-    """queue id → first offset to read, from startingTimestamp or startingOffsets (a queue the
-    JSON does not name starts at earliest)."""
+                           bounds: dict[QueueKey, tuple[int, int]]) -> dict[QueueKey, int]:
+    """(broker name, queue id) → first offset to read, from startingTimestamp or startingOffsets (a
+    queue the JSON does not name starts at earliest)."""
     if options.starting_timestamp_ms is not None:
         timestamp_ms = options.starting_timestamp_ms
-        found = await asyncio.gather(*(offset_for_timestamp(api, queues.address, options.topic, q, timestamp_ms,
-                                                            *bounds[q]) for q in queues.queue_ids))
-        return dict(zip(queues.queue_ids, found, strict=True))
+        found = await asyncio.gather(*(offset_for_timestamp(api, queues.address(b), options.topic, q, timestamp_ms,
+                                                            *bounds[(b, q)]) for b, q in queues.queues))
+        return dict(zip(queues.queues, found, strict=True))
     assert options.starting is not None
-    return {q: _offset_of(options.starting, q, bounds[q], Bound.EARLIEST) for q in queues.queue_ids}
+    spec = bind_spec(options.starting, options.topic, queues)
+    return {q: _offset_of(spec, q, bounds[q], Bound.EARLIEST) for q in queues.queues}
 
 
 async def plan_batch(api: ClientAPI, options: SourceOptions) -> list[QueueRange]:
-    """The partitions of a batch read; endingOffsets defaults to latest, a queue the JSON does
-    not name ends at latest, and an end before its start reads nothing."""
-    queues = await topic_queues(api, options.endpoints, options.topic)
-    bounds = await queue_bounds(api, queues.address, options.topic, queues.queue_ids)
+    """The partitions of a batch read over every broker serving the topic; endingOffsets defaults
+    to latest, a queue the JSON does not name ends at latest, and an end before its start reads
+    nothing."""
+    wait_ms = options.pull.broker_wait_ms
+    queues = await topic_queues(api, options.endpoints, options.topic, wait_ms)
+    bounds = await queue_bounds(api, queues, options.topic, wait_ms)
     starts = await starting_offsets(api, options, queues, bounds)
-    ranges = {q: (starts[q], max(starts[q], _offset_of(options.ending, q, bounds[q], Bound.LATEST)))
-              for q in queues.queue_ids}
+    ending = bind_spec(options.ending, options.topic, queues)
+    ranges = {q: (starts[q], max(starts[q], _offset_of(ending, q, bounds[q], Bound.LATEST)))
+              for q in queues.queues}
     return queue_ranges(options, queues, ranges)
 
 

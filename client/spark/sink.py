@@ -1,22 +1,27 @@
 """Writing a DataFrame to a topic: `df.write.format("rocketq")` and `df.writeStream.format("rocketq")`.
 
 Columns: `body` (binary or string, required), and optionally `tags` (string), `keys` (string,
-space-separated keys as RocketMQ sends them), `properties` (map<string,string>) and `queue_id`
-(int: the queue to send the row to; a null or missing one lets the producer pick queues round
-robin). Other columns are ignored, so a DataFrame read from one topic can be written to another.
+space-separated keys as RocketMQ sends them), `properties` (map<string,string>), `queue_id` (int:
+the queue to send the row to) and `broker_name` (string: the broker of that queue; null or missing:
+the first broker serving the topic). A row without a `queue_id` goes to a queue picked from its
+UNIQ_KEY (a hash over every write queue of every broker), so a re-sent row goes where it went
+before. Other columns are ignored, so a DataFrame read from one topic can be written to another.
 
-Each task sends its rows with a `Producer` on a private event loop, `sendBatchSize` rows per
-SEND_BATCH_MESSAGE and `sendsInFlight` batches at once. Delivery is at-least-once: each row's
-UNIQ_KEY is `<run>-<batch>-<partition>-<row>` — the run is the streaming query's id (the batch id
-is the micro-batch's) or, for a batch write, an id drawn once per write job (batch 0) — so a
-retried task or a re-run micro-batch sends duplicates with the same UNIQ_KEY, which consumers can
-drop."""
+Each task sends its rows with a `Producer` on a private event loop (`endpoints`: name servers or
+brokers), `sendBatchSize` rows per SEND_BATCH_MESSAGE and `sendsInFlight` batches at once. Each
+row's UNIQ_KEY is `<run>-<batch>-<partition>-<row>`: the run is the streaming query's id (kept
+across restarts; the batch id is the micro-batch's) or, for a batch write, an id drawn once per
+write job on the driver (batch 0), so a retried task, a speculative one and a re-run micro-batch
+re-send the same ids. With option `dedup` (true by default) every row carries the `DEDUP` property:
+brokers whose `store.dedup_window_ms` covers the retry store each row once (exactly-once); on a
+broker with the window off, delivery is at-least-once with the same UNIQ_KEY on duplicates."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -27,7 +32,7 @@ from pyspark.sql.types import BinaryType, IntegerType, MapType, StringType, Stru
 
 from client.producer.producer import Producer
 from client.spark.options import SinkOptions
-from protocol.message import PROPERTY_UNIQ_KEY, Message
+from protocol.message import PROPERTY_DEDUP, PROPERTY_UNIQ_KEY, Message
 from protocol.model import MessageQueue
 
 _COLUMN_TYPES = {
@@ -36,6 +41,7 @@ _COLUMN_TYPES = {
     "keys": (StringType(),),
     "properties": (MapType(StringType(), StringType()), MapType(StringType(), StringType(), False)),
     "queue_id": (IntegerType(),),
+    "broker_name": (StringType(),),
 }
 BATCH_ID_PROPERTY = "streaming.sql.batchId"    # task local properties Spark sets for micro-batches
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -63,43 +69,63 @@ def _column(batch: pa.RecordBatch, name: str) -> list[object]:
     return batch.column(index).to_pylist() if index >= 0 else [None] * batch.num_rows
 
 
-def batch_messages(topic: str, batch: pa.RecordBatch, key_prefix: str,
-                   first_row: int) -> list[tuple[int | None, Message]]:
-    """(queue id or None, message) of every row; UNIQ_KEY `<key_prefix>-<row number>`."""
-    rows = []
+Row = tuple[str | None, int | None, Message]     # (broker name, queue id, message)
+
+
+def batch_messages(topic: str, batch: pa.RecordBatch, key_prefix: str, first_row: int,
+                   dedup: bool = False) -> list[Row]:
+    """(broker name or None, queue id or None, message) of every row; UNIQ_KEY `<key_prefix>-<row
+    number>`, and `DEDUP` when `dedup`."""
+    rows: list[Row] = []
     columns = zip(_column(batch, "body"), _column(batch, "tags"), _column(batch, "keys"),
-                  _column(batch, "properties"), _column(batch, "queue_id"), strict=True)
-    for row, (body, tags, keys, properties, queue_id) in enumerate(columns, start=first_row):
+                  _column(batch, "properties"), _column(batch, "queue_id"), _column(batch, "broker_name"),
+                  strict=True)
+    for row, (body, tags, keys, properties, queue_id, broker_name) in enumerate(columns, start=first_row):
         if body is None:
             raise ValueError(f"row {row} of the write has a null body")
-        props = {k: v for k, v in (properties or []) if v is not None}   # type: ignore[attr-defined]
+        props = {k: v for k, v in (properties or []) if v is not None}
         props[PROPERTY_UNIQ_KEY] = f"{key_prefix}-{row}"
+        if dedup:
+            props[PROPERTY_DEDUP] = "1"
         payload = body.encode() if isinstance(body, str) else body
-        message = Message(topic, payload, tags=tags, keys=keys, properties=props)   # type: ignore[arg-type]
-        rows.append((queue_id if isinstance(queue_id, int) else None, message))
+        message = Message(topic, payload, tags=tags, keys=keys, properties=props)
+        rows.append((broker_name if isinstance(broker_name, str) else None,
+                     queue_id if isinstance(queue_id, int) else None, message))
     return rows
 
 
-async def _send(producer: Producer, options: SinkOptions, broker_name: str,
-                rows: list[tuple[int | None, Message]], gate: asyncio.Semaphore) -> None:
-    by_queue: dict[int | None, list[Message]] = {}
-    for queue_id, message in rows:
-        by_queue.setdefault(queue_id, []).append(message)
+def queue_of(uniq_key: str, queues: Sequence[MessageQueue]) -> MessageQueue:
+    """The queue a row without a `queue_id` goes to: the same one for the same UNIQ_KEY and queues."""
+    return queues[zlib.crc32(uniq_key.encode()) % len(queues)]
+
+
+async def _send(producer: Producer, options: SinkOptions, rows: list[Row], gate: asyncio.Semaphore) -> None:
+    queues = sorted(await producer._publish_queues(options.topic), key=lambda q: (q.broker_name, q.queue_id))
+    if not queues:
+        raise ValueError(f"topic {options.topic!r} has no write queue")
+    first_broker = queues[0].broker_name
+    by_queue: dict[MessageQueue, list[Message]] = {}
+    for broker_name, queue_id, message in rows:
+        if queue_id is None:
+            queue = queue_of((message.properties or {}).get(PROPERTY_UNIQ_KEY, ""), queues)
+        else:
+            queue = MessageQueue(options.topic, broker_name or first_broker, queue_id)
+        by_queue.setdefault(queue, []).append(message)
     size = options.send_batch_size
 
-    async def one(queue_id: int | None, chunk: list[Message]) -> None:
+    async def one(queue: MessageQueue, chunk: list[Message]) -> None:
         async with gate:
-            queue = None if queue_id is None else MessageQueue(options.topic, broker_name, queue_id)
             await producer.send_batch(chunk, queue=queue)
 
     async with asyncio.TaskGroup() as group:
-        for queue_id, messages in by_queue.items():
+        for queue, messages in by_queue.items():
             for low in range(0, len(messages), size):
-                group.create_task(one(queue_id, messages[low:low + size]))
+                group.create_task(one(queue, messages[low:low + size]))
 
 
 def send_partition(options: SinkOptions, batches: Iterator[pa.RecordBatch], key_prefix: str) -> int:
-    """Send every row of `batches` on a private event loop; returns the rows sent."""
+    """Send every row of `batches` on a private event loop; returns the rows sent. A batch's rows
+    are all acknowledged before the next batch is read."""
     async def main() -> int:
         ssl_context = options.tls.context()
         producer = Producer(options.producer_group, list(options.endpoints),
@@ -108,15 +134,11 @@ def send_partition(options: SinkOptions, batches: Iterator[pa.RecordBatch], key_
         gate = asyncio.Semaphore(options.sends_in_flight)
         sent = 0
         async with producer:
-            broker_name = ""
             for batch in batches:
                 if batch.num_rows == 0:
                     continue
-                rows = batch_messages(options.topic, batch, key_prefix, sent)
-                if not broker_name and any(q is not None for q, _ in rows):
-                    queues = await producer._publish_queues(options.topic)
-                    broker_name = queues[0].broker_name if queues else ""
-                await _send(producer, options, broker_name, rows, gate)
+                rows = batch_messages(options.topic, batch, key_prefix, sent, options.dedup)
+                await _send(producer, options, rows, gate)
                 sent += len(rows)
         return sent
 

@@ -22,6 +22,7 @@ from client.spark.session import local_session
 from conf.broker import BrokerConfig
 from protocol.headers import SendBatchMessageRequestHeader
 from protocol.message import Message, encode_batch_body
+from tests.client.spark.cluster import SparkCluster, running_cluster
 from tests.conftest import broker_config
 
 T = TypeVar("T")
@@ -81,10 +82,21 @@ def spark() -> Iterator[SparkSession]:
     reason = java_missing()
     if reason is not None:
         pytest.skip(reason)
-    session = local_session("rocketq-tests", conf={"spark.sql.streaming.stopTimeout": "10s",
-                                                   "spark.driver.memory": "1g"})
+    # local[2, 2]: a failed task is retried once, as spark.task.maxFailures=2 does on a cluster
+    session = local_session("rocketq-tests", master="local[2,2]",
+                            conf={"spark.sql.streaming.stopTimeout": "10s", "spark.driver.memory": "1g",
+                                  "spark.task.maxFailures": "2"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    """A name server and brokers broker-a, broker-b (subprocesses), exactly-once sends on
+    (`store.dedup_window_ms`); the brokers run this checkout (PYTHONPATH)."""
+    root = str(Path(__file__).parents[3])
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    yield from running_cluster(tmp_path_factory.mktemp("cluster"), {"store.dedup_window_ms": "600000"})
 
 
 @pytest.fixture

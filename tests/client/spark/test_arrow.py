@@ -62,7 +62,7 @@ def _body(messages: list[dict[str, Any]]) -> bytes:
     return b"".join(encode_stored_message(**m) for m in messages)
 
 
-def _expected_rows(body: bytes) -> list[dict[str, Any]]:
+def _expected_rows(body: bytes, broker_name: str = "") -> list[dict[str, Any]]:
     """What the schema says a message becomes, from the protocol's own decoder."""
     rows = []
     for m in decode_message_batch(body):
@@ -70,7 +70,7 @@ def _expected_rows(body: bytes) -> list[dict[str, Any]]:
         rows.append({"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset, "msg_id": m.msg_id,
                      "tags": m.tags, "keys": m.keys, "properties": sorted(others.items()), "body": m.body,
                      "born_timestamp": m.born_timestamp * 1000, "store_timestamp": m.store_timestamp * 1000,
-                     "reconsume_times": m.reconsume_times})
+                     "reconsume_times": m.reconsume_times, "broker_name": broker_name})
     return rows
 
 
@@ -90,9 +90,9 @@ def _rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
 def test_batch_holds_every_message_as_the_protocol_decoder_reads_it(
         pulled: list[tuple[int, list[dict[str, Any]]]]) -> None:
     bodies = [PulledBody(_body(messages), low, low + len(messages)) for low, messages in pulled]
-    batch = record_batch(bodies, None, {})
+    batch = record_batch(bodies, None, {}, "broker-b")
     assert batch.schema.equals(ARROW_SCHEMA)
-    assert _rows(batch) == [row for pulled_body in bodies for row in _expected_rows(pulled_body.body)]
+    assert _rows(batch) == [row for pulled_body in bodies for row in _expected_rows(pulled_body.body, "broker-b")]
 
 
 def test_messages_outside_their_pulls_range_are_dropped() -> None:

@@ -14,6 +14,7 @@ from client.spark.options import (
     SinkOptions,
     SourceOptions,
     admit,
+    bind_legacy,
     offsets_from_json,
     offsets_to_json,
     parse_offset_spec,
@@ -38,7 +39,7 @@ def test_options_are_case_insensitive_and_typed() -> None:
     options = SourceOptions.parse({**BASE, "STARTINGOFFSETS": '{"1": 5, "0": -2}', "maxrecordspertrigger": "10",
                                    "Tags": "A || B", "commitToGroup": "g", "failOnDataLoss": "false"},
                                   streaming=True)
-    assert options.starting == {1: 5, 0: -2}
+    assert options.starting == {("", 1): 5, ("", 0): -2}
     assert options.max_records_per_trigger == 10 and options.commit_to_group == "g"
     assert options.filter.tags == frozenset({"A", "B"}) and not options.pull.fail_on_data_loss
     sql = SourceOptions.parse({**BASE, "sql": "a > 1"}, streaming=False).filter
@@ -73,14 +74,25 @@ def test_sink_options() -> None:
 
 def test_offset_specs() -> None:
     assert parse_offset_spec("x", " Latest ") is Bound.LATEST
-    assert parse_offset_spec("x", '{"3": 7}') == {3: 7}
+    assert parse_offset_spec("x", '{"3": 7}') == {("", 3): 7}              # the legacy form: one broker
+    assert parse_offset_spec("x", '{"b": {"3": -2}, "a": {"0": 1}}') == {("b", 3): -2, ("a", 0): 1}
+    for bad in ('{"b": {"x": 1}}', '{"b": 3.5}', '{"3": -3}', '[1]'):
+        with pytest.raises(ValueError, match="broker name"):
+            parse_offset_spec("startingOffsets", bad)
+
+
+def test_legacy_offsets_bind_to_the_only_broker() -> None:
+    legacy = offsets_from_json({"0": 4, "1": 2})
+    assert bind_legacy(legacy, "t", ["broker-a"]) == {("broker-a", 0): 4, ("broker-a", 1): 2}
+    assert bind_legacy({("b", 0): 1}, "t", ["a", "b"]) == {("b", 0): 1}
+    with pytest.raises(ValueError, match="served by 2 brokers"):
+        bind_legacy(legacy, "t", ["a", "b"])
     assert [resolve_offset(v, 10, 20) for v in (-2, -1, 5, 15, 25)] == [10, 20, 10, 15, 20]
 
 
-@given(st.dictionaries(st.integers(0, 200), st.integers(0, 10**12)))
-def test_checkpointed_offsets_round_trip_with_sorted_keys(offsets: dict[int, int]) -> None:
+@given(st.dictionaries(st.tuples(st.text(min_size=1, max_size=8), st.integers(0, 200)), st.integers(0, 10**12)))
+def test_checkpointed_offsets_round_trip_with_sorted_keys(offsets: dict[tuple[str, int], int]) -> None:
     encoded = offsets_to_json(offsets)
-    assert list(encoded) == sorted(encoded)
     assert json.dumps(encoded) == json.dumps(encoded, sort_keys=True)
     assert offsets_from_json(json.loads(json.dumps(encoded))) == offsets
 

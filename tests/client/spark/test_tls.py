@@ -42,7 +42,8 @@ def test_write_and_read_through_spark_over_tls(spark: SparkSession, tmp_path: Pa
         back = spark.read.format("rocketq").options(**tls).load()
         assert sorted(row.body for row in back.select("body").collect()) == sorted(f"m{i}".encode() for i in range(50))
         with pytest.raises(Exception, match=r"ConnectionClosed|cannot connect|closed"):     # plaintext is refused
-            spark.read.format("rocketq").options(endpoints=broker.address, topic="spark_tls").load().collect()
+            spark.read.format("rocketq").options(endpoints=broker.address, topic="spark_tls",
+                                                 brokerWaitTimeoutMs="500").load().collect()
     finally:
         broker.stop()
 
@@ -60,6 +61,6 @@ def test_write_and_read_through_spark_with_a_client_certificate(spark: SparkSess
         back = spark.read.format("rocketq").options(**mutual).load()
         assert sorted(row.body for row in back.select("body").collect()) == sorted(f"m{i}".encode() for i in range(20))
         with pytest.raises(Exception, match=r"ConnectionClosed|cannot connect|closed"):   # no client certificate
-            spark.read.format("rocketq").options(**server_only).load().collect()
+            spark.read.format("rocketq").options(**server_only, brokerWaitTimeoutMs="500").load().collect()
     finally:
         broker.stop()

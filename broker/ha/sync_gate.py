@@ -51,6 +51,11 @@ class SyncGate:
         floor = self._master_end() - self._max_gap_bytes
         return sorted((ack for ack in self.acks.values() if ack >= floor), reverse=True)
 
+    def in_sync_connections(self) -> list[int]:
+        """Connection ids of the slaves in sync now."""
+        floor = self._master_end() - self._max_gap_bytes
+        return [connection for connection, ack in self.acks.items() if ack >= floor]
+
     def acked_offset(self) -> int:
         """Every send ending at or before this is on `min_replicas` replicas (-1: none yet)."""
         if self._needed <= 0:

@@ -359,8 +359,10 @@ class Broker(Lifecycle):
     async def _on_role(self, is_master: bool) -> None:
         """Controller mode: elected master, start what only a master runs (delayed and timer
         delivery, transaction checks, POP revives); stepped down, stop it. Then re-register."""
-        for name in ("schedule", "timer", "transaction_check", "pop_service"):
-            service = getattr(self, name)
+        timer = self.timer          # paused, not stopped: stopping it closes its files for good
+        services = [self.schedule, *((timer.enqueue, timer.dequeue, timer.checkpointer) if timer else ()),
+                    self.transaction_check, self.pop_service]
+        for service in services:
             if service is not None:
                 await (service.start() if is_master else service.stop())
         if self.registration is not None:

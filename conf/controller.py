@@ -21,6 +21,7 @@ class ControllerConfig:
     max_frame_bytes: int = 1024 * 1024      # largest request accepted
     graceful_shutdown_timeout_ms: int = 3_000
     event_loop: str = "auto"                # "auto", "asyncio" or "uvloop"
+    metrics_port: int = 0                   # 0 only: a controller serves no metrics yet (tools set it for every daemon)
 
     def __post_init__(self) -> None:
         if self.broker_lease_ms < 100 or self.scan_interval_ms < 10:

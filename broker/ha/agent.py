@@ -60,6 +60,7 @@ class ControllerAgent(Service):
         self.epoch = replication.epochs.last_epoch if replication.epochs is not None else 0
         self.master_id = -1
         self.sync_state_set: list[int] = []
+        self._pending: dict[int, int] = {}      # slave broker_id -> the log end it must ack to join
         self.answers = 0
 
     async def run(self) -> None:
@@ -120,7 +121,10 @@ class ControllerAgent(Service):
                 log.warning("elected master of %s at epoch %d (commit-log end %d)", self._config.broker_name,
                             epoch, self._store.commit_log_max_offset())
                 self.epoch = epoch
+                self._pending = {}
                 await replication.become_master(epoch)
+                if replication.gate is not None:     # the confirmed members' acks, from the first send
+                    replication.gate.require(frozenset(set(self.sync_state_set) - {me}))
                 await self._on_role(True)
             await self._report_in_sync(epoch)
             return
@@ -136,15 +140,29 @@ class ControllerAgent(Service):
             replication.follow(str(fields.get("master_ha_addr", "")), str(fields.get("master_addr", "")))
 
     async def _report_in_sync(self, epoch: int) -> None:
-        server = self._replication.server
-        if server is None:
+        """Keep the SyncGate and the controller's SyncStateSet in step (RocketMQ's
+        `AutoSwitchHAService`): every send needs the confirmed members' acks, and a slave about to
+        join's too from the moment it is seen in sync (its mark: the log end then); it is reported
+        once it acknowledged its mark (it then has everything ever acknowledged). A member that
+        left is dropped from the gate only once the controller confirmed the smaller set, so a
+        send is never acknowledged without a replica the controller may still elect."""
+        server, gate, me = self._replication.server, self._replication.gate, self._config.broker_id
+        if server is None or gate is None:
             return
-        in_sync = sorted(server.in_sync_slaves() | {self._config.broker_id})
-        if in_sync == self.sync_state_set:
+        confirmed = set(self.sync_state_set) - {me}
+        live = server.in_sync_slaves()
+        end = self._store.commit_log_max_offset()
+        for broker_id in live - confirmed:
+            self._pending.setdefault(broker_id, end)
+        self._pending = {b: mark for b, mark in self._pending.items() if b in live and b not in confirmed}
+        gate.require(frozenset(confirmed | set(self._pending)))
+        caught_up = {b for b, mark in self._pending.items() if gate.ack_of(b) >= mark}
+        wanted = sorted((confirmed & live) | caught_up | {me})
+        if wanted == self.sync_state_set:
             return
         answer = await self._invoke(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {
-            "broker_name": self._config.broker_name, "master_id": self._config.broker_id, "epoch": epoch,
-            "sync_state_set": in_sync})
+            "broker_name": self._config.broker_name, "master_id": me, "epoch": epoch, "sync_state_set": wanted})
         if answer is not None and answer.code == ResponseCode.SUCCESS:
             self.sync_state_set = sorted(answer.fields.get("sync_state_set") or [])
+            gate.require(frozenset(set(self.sync_state_set) - {me}) | frozenset(self._pending))
             log.info("in-sync replicas of %s: %s", self._config.broker_name, self.sync_state_set)

@@ -62,7 +62,6 @@ class HAServer:
         its own is told where to truncate when its log diverged (`epochs.consistent_offset`)."""
         self._host, self._requested_port, self._store, self.gate, self._config = host, port, store, gate, config
         self._epochs = epochs
-        self.slave_ids: dict[int, int] = {}          # connection id -> the slave's broker_id
         self._enforcer, self._metadata, self._tls = enforcer, metadata, tls
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -99,8 +98,9 @@ class HAServer:
         return sum(stream.sent - stream.acked for stream in self._streams.values())
 
     def in_sync_slaves(self) -> set[int]:
-        """broker_ids of the connected slaves in the in-sync set (`SyncGate.in_sync`)."""
-        return {self.slave_ids[c] for c in self.gate.in_sync_connections() if c in self.slave_ids}
+        """broker_ids of the connected slaves within `ha_max_gap_bytes` (`SyncGate.in_sync`)."""
+        ids = self.gate.slave_ids
+        return {ids[c] for c in self.gate.in_sync_connections() if c in ids}
 
     def close_connections(self) -> None:
         """Cut every slave's connection now (tests, and an operator's "resync"): slaves reconnect
@@ -139,7 +139,6 @@ class HAServer:
             self._tasks.discard(task)
             self._writers.pop(connection_id, None)
             self._streams.pop(connection_id, None)
-            self.slave_ids.pop(connection_id, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1)
@@ -182,7 +181,7 @@ class HAServer:
         log.info("slave %s/%d connected from %s; streaming from commit-log offset %d (master at %d)",
                  hello.broker_name, hello.broker_id, address, start, end)
         stream = self._streams[connection_id] = _Stream(start)
-        self.slave_ids[connection_id] = hello.broker_id
+        self.gate.slave_ids[connection_id] = hello.broker_id
         self.gate.acknowledged(connection_id, hello.max_offset)
         arrived = asyncio.Event()
         self._arrived.add(arrived)

@@ -129,6 +129,7 @@ class Replication:
                 epochs=(lambda: list(epochs.entries)) if epochs is not None else None)
             await server.start()
             self.server = server
+        store.take_writes()
         role = master_role(config)
         store.replica_gate = self.gate if role == "SYNC_MASTER" else None
         store.read_only = None

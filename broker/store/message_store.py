@@ -201,6 +201,12 @@ class MessageStore(StoreWrites, StoreReads):
         self._consume_queues.close()
         self._commit_log.close()
 
+    def take_writes(self) -> None:
+        """A slave becoming master: dispatch everything it copied, then continue each queue's
+        offsets from its consume queue (the put path's own table stopped at the slave's start)."""
+        self._reput.dispatch_available()
+        self._topic_queue_table = {key: queue.max_offset for key, queue in self._consume_queues.queues.items()}
+
     async def truncate_to(self, commit_log_offset: int) -> None:
         """Drop every commit-log byte at or after `commit_log_offset` (a record boundary), with the
         consume-queue units and key-index entries of those records: a deposed master fenced as a

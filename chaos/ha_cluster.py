@@ -59,8 +59,13 @@ class HACluster:
     SYNC_MASTER or ASYNC_MASTER (the role of whichever broker is master)."""
 
     def __init__(self, root: Path, *, controllers: int = 1, lease_ms: int = 1_500, role: str = "SYNC_MASTER",
-                 heartbeat_ms: int = 200, broker_settings: dict[str, str] | None = None) -> None:
+                 heartbeat_ms: int = 200, broker_settings: dict[str, str] | None = None,
+                 namesrv: bool = False) -> None:
+        """`namesrv`: a name server too, which the brokers register with (`namesrv_addr`)."""
         self.root, self.role = root, role
+        self.namesrv = (BrokerSubprocess(None, command=[sys.executable, "-m", "namesrv"], listen_port=free_port_pair())
+                        if namesrv else None)
+        self.namesrv_addr = f"127.0.0.1:{self.namesrv.listen_port}" if self.namesrv is not None else ""
         ports = [free_port_pair() for _ in range(controllers)]
         peers = ",".join(f"c{i}=127.0.0.1:{port}" for i, port in enumerate(ports)) if controllers > 1 else ""
         python = [sys.executable, "-m", "controller"]
@@ -72,7 +77,8 @@ class HACluster:
                   "controller_heartbeat_interval_ms": str(heartbeat_ms), "controller_master_role": role,
                   "ha_heartbeat_interval_ms": "100", "ha_housekeeping_timeout_ms": "3000",
                   "store.sync_flush_timeout_ms": "1000", "store.commit_log_segment_bytes": str(1 << 20),
-                  "graceful_shutdown_timeout_ms": "1000", **(broker_settings or {})}
+                  "graceful_shutdown_timeout_ms": "1000", "ha_slave_sync_interval_ms": "100",
+                  **({"namesrv_addr": self.namesrv_addr} if self.namesrv_addr else {}), **(broker_settings or {})}
         self.brokers = [
             BrokerSubprocess(root / "a0", listen_port=free_port_pair(),
                              settings={**common, "broker_role": role, "broker_id": "0"}),
@@ -82,8 +88,12 @@ class HACluster:
         self.api = ClientAPI(self._client_remoting)
         self._remoting = RemotingClient()
 
+    @property
+    def _daemons(self) -> list[BrokerSubprocess]:
+        return [*self.controllers, *([self.namesrv] if self.namesrv is not None else [])]
+
     async def start(self) -> None:
-        for process in self.controllers:
+        for process in self._daemons:
             await process.start()
         for process in self.brokers:
             await process.start()
@@ -91,7 +101,10 @@ class HACluster:
     async def stop(self) -> None:
         await self._client_remoting.close()
         await self._remoting.close()
-        for process in [*self.brokers, *self.controllers]:
+        for process in self.brokers:
+            process.signal(signal.SIGCONT)       # a paused broker would ignore SIGTERM
+            await process.stop()
+        for process in self._daemons:
             await process.stop()
 
     def address(self, broker_id: int) -> str:

@@ -99,7 +99,7 @@ class _Producer:
                 await asyncio.sleep(0.02)
 
 
-async def _pull_all(cluster: HACluster, address: str, queue_id: int) -> list[str]:
+async def pull_all(cluster: HACluster, address: str, queue_id: int) -> list[str]:
     bodies: list[str] = []
     offset = 0
     while True:
@@ -188,7 +188,7 @@ async def run_ha_cycles(root: Path, *, cycles: int, seed: int, faults: tuple[str
         await asyncio.sleep(0.5)
         await producer.stop()
         info = await cluster.wait_in_sync(60)
-        found = {q: await _pull_all(cluster, info.master_addr, q) for q in range(QUEUES)}
+        found = {q: await pull_all(cluster, info.master_addr, q) for q in range(QUEUES)}
         check_queues(producer.acked, found, report)
         if not report.passed or os.environ.get("ROCKETQ_HA_DEBUG"):
             for index, process in enumerate([*cluster.controllers, *cluster.brokers]):

@@ -24,7 +24,6 @@ from broker.store.record import encode_record
 from protocol.errors import FlushSlaveTimeout, SlaveNotAvailable
 from protocol.frame import FrameDecoder, encode_frame_bytes
 
-
 _EPOCHS = st.none() | st.lists(st.tuples(st.integers(0, (1 << 63) - 1), st.integers(0, (1 << 63) - 1)),
                                max_size=20).map(tuple)
 

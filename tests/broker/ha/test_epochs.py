@@ -23,7 +23,7 @@ def test_consistent_offset_is_the_branch_point(common_lengths: list[int], slave_
     slave_end = branch + (slave_tail if slave_ahead else 0)
     # the new master had the log only up to `branch - master_gap` when elected
     elected_at = max(entries[-1][1], branch - master_gap)
-    master = list(entries) + [(len(entries) + 1, elected_at)]
+    master = [*entries, (len(entries) + 1, elected_at)]
     master_end = elected_at
     for extra in later:
         master_end += extra

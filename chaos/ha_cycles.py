@@ -151,11 +151,13 @@ def compare_commit_logs(first: Path, second: Path) -> int:
 
 
 async def run_ha_cycles(root: Path, *, cycles: int, seed: int, faults: tuple[str, ...] = HA_FAULTS,
-                        controllers: int = 1, role: str = "SYNC_MASTER", lease_ms: int = 1_500) -> HAReport:
-    """Run `cycles` faults drawn from `faults` (seeded) and check everything; see the module doc."""
+                        controllers: int = 1, role: str = "SYNC_MASTER", lease_ms: int = 1_500,
+                        heartbeat_ms: int = 200) -> HAReport:
+    """Run `cycles` faults drawn from `faults` (seeded) and check everything; see the module doc.
+    `lease_ms`: the controllers' broker lease; `heartbeat_ms`: the brokers' report interval."""
     rng = random.Random(seed)
     report = HAReport()
-    cluster = HACluster(root, controllers=controllers, lease_ms=lease_ms, role=role)
+    cluster = HACluster(root, controllers=controllers, lease_ms=lease_ms, role=role, heartbeat_ms=heartbeat_ms)
     producer = _Producer(cluster, f"s{seed}:")
     try:
         await cluster.start()

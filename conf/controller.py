@@ -19,7 +19,7 @@ class ControllerConfig:
     broker_lease_ms: int = 6_000            # a master silent this long is replaced (controllerBrokerTimeoutMills)
     scan_interval_ms: int = 500             # how often the leader looks for silent masters
     max_frame_bytes: int = 1024 * 1024      # largest request accepted
-    graceful_shutdown_timeout_ms: int = 3_000
+    graceful_shutdown_timeout_ms: int = 3_000  # on SIGTERM, requests in flight get this long
     event_loop: str = "auto"                # "auto", "asyncio" or "uvloop"
     metrics_port: int = 0                   # 0 only: a controller serves no metrics yet (tools set it for every daemon)
 

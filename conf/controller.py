@@ -3,7 +3,9 @@ Environment variables use the prefix `ROCKETQ_CONTROLLER__`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from conf.auth import AuthConfig
 
 ENV_PREFIX = "ROCKETQ_CONTROLLER__"
 
@@ -21,6 +23,8 @@ class ControllerConfig:
     max_frame_bytes: int = 1024 * 1024      # largest request accepted
     graceful_shutdown_timeout_ms: int = 3_000  # on SIGTERM, requests in flight get this long
     event_loop: str = "auto"                # "auto", "asyncio" or "uvloop"
+    config_dir: str = "~/.rocketq/controller"   # the controller's files (auth.json)
+    auth: AuthConfig = field(default_factory=AuthConfig)   # on: brokers sign with auth.inner_credentials
     metrics_port: int = 0                   # 0 only: a controller serves no metrics yet (tools set it for every daemon)
 
     def __post_init__(self) -> None:

@@ -16,12 +16,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
+from auth.enforcer import Peer
+from auth.requirements import GET, UPDATE, RequirementBuilder, fixed
+from auth.server import ServerAuth
 from conf.controller import ControllerConfig, parse_peers
 from controller import state
 from controller.raft import NotLeader, ReplicaSets
@@ -29,16 +33,29 @@ from protocol.channel import Channel
 from protocol.channel_protocol import ChannelProtocol
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import ConnectionClosed
+from protocol.errors import ConnectionClosed, NoPermission
 from protocol.lifecycle import Lifecycle
 from protocol.service import PeriodicService
 
 log = logging.getLogger(__name__)
+# with authentication on: a broker's reports need Update on Cluster (it signs them with its
+# auth.inner_credentials), reading the replica sets Get on Cluster
+CONTROLLER_CODE_MAP: dict[int, RequirementBuilder] = {
+    RequestCode.BROKER_HEARTBEAT: fixed(("Cluster", "", UPDATE)),
+    RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: fixed(("Cluster", "", UPDATE)),
+    RequestCode.CONTROLLER_GET_REPLICA_INFO: fixed(("Cluster", "", GET)),
+}
 MAX_REPLICAS = 10_000          # brokers one controller tracks (a flood of invented names stops here)
 
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def raft_address(address: str, offset: int) -> str:
@@ -58,10 +75,16 @@ class Controller(Lifecycle):
         self._was_leader = False
         self._scan = PeriodicService("controller-scan", config.scan_interval_ms, self._scan_masters)
         self._peers_by_raft: dict[str, str] = {}
+        config_dir = Path(config.config_dir).expanduser()
+        store_file = Path(config.auth.store_file).expanduser() if config.auth.store_file else config_dir / "auth.json"
+        self.auth = ServerAuth(config.auth, store_path=store_file, base_dir=config_dir, code_map=CONTROLLER_CODE_MAP,
+                               clock_ms=lambda: int(time.time() * 1000), server="controller",
+                               listen_host=config.listen_host, protected_mode=False)
 
     async def start(self) -> None:
         """Listen for brokers, then join the Raft group (raises `OSError` when a port is taken)."""
         config, loop = self.config, asyncio.get_running_loop()
+        self.auth.start()
         self._server = await loop.create_server(
             lambda: ChannelProtocol(on_request=self._on_request, on_close=self._channels.discard,
                                     on_connect=self._channels.add, max_frame_bytes=config.max_frame_bytes),
@@ -72,15 +95,15 @@ class Controller(Lifecycle):
                                           if int(addr.rpartition(":")[2]) == self.port), "")
         if peers and self_id not in peers:
             raise ValueError(f"this controller ({me}) is not in peers {config.peers!r}; set node_id")
-        own = peers.get(self_id, me)
         self._peers_by_raft = {raft_address(addr, config.raft_port_offset): addr for addr in peers.values()}
         others = [raft_address(addr, config.raft_port_offset) for node, addr in peers.items() if node != self_id]
+        # alone, Raft talks to nobody: any free port (listen_port + 1 may be another program's)
+        own_raft = raft_address(peers[self_id], config.raft_port_offset) if peers else f"127.0.0.1:{_free_port()}"
+        self._peers_by_raft.setdefault(own_raft, me)
         data_dir = Path(config.data_dir).expanduser() if config.data_dir else None
-        self.raft = await asyncio.to_thread(ReplicaSets, raft_address(own, config.raft_port_offset), others, data_dir)
-        self._peers_by_raft.setdefault(raft_address(own, config.raft_port_offset), own)
+        self.raft = await asyncio.to_thread(ReplicaSets, own_raft, others, data_dir)
         await self._scan.start()
-        log.info("controller listening on %s (Raft %s; peers %s)", me, raft_address(own, config.raft_port_offset),
-                 others or "none")
+        log.info("controller listening on %s (Raft %s; peers %s)", me, own_raft, others or "none")
 
     async def stop(self) -> None:
         await self._scan.stop()
@@ -95,6 +118,7 @@ class Controller(Lifecycle):
         if self.raft is not None:
             await asyncio.to_thread(self.raft.destroy_synchronous)
             self.raft = None
+        self.auth.stop()
 
     _close = stop
 
@@ -126,8 +150,16 @@ class Controller(Lifecycle):
         task.add_done_callback(self._tasks.discard)
 
     async def _answer(self, channel: Channel, request: RemotingCommand) -> None:
+        enforcer = self.auth.enforcer
         try:
+            if enforcer is not None and enforcer.enabled and request.code in CONTROLLER_CODE_MAP:
+                peer = channel.attributes.get("auth_peer")
+                if peer is None:
+                    peer = channel.attributes["auth_peer"] = Peer(channel.remote_address)
+                enforcer.check(request, peer)
             response = await self._handle(request)
+        except NoPermission as exc:
+            response = request.response(exc.code, remark=exc.remark)
         except NotLeader:
             response = request.response(ResponseCode.CONTROLLER_NOT_LEADER, remark="not the controller leader",
                                         header={"leader_addr": self.leader_address()})

@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
 
+from broker.broker import Broker
+from conf.auth import AuthConfig
 from conf.controller import ControllerConfig
 from controller.server import Controller
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
 from protocol.remoting_client import RemotingClient
+from protocol.signing import Credentials
+from tests.conftest import broker_config
 
 
 async def call(client: RemotingClient, address: str, code: int, fields: dict[str, Any]) -> RemotingCommand:
@@ -132,3 +137,30 @@ async def test_three_controllers_redirect_to_the_leader() -> None:
         await client.close()
         for controller in controllers:
             await controller.stop()
+
+
+async def test_with_authentication_only_signed_reports_count(tmp_path: Path) -> None:
+    """Auth on: an unsigned or wrongly signed heartbeat is NO_PERMISSION; a broker signing with
+    its `auth.inner_credentials` (a user of the controller) is elected master over TCP."""
+    auth = AuthConfig(authentication_enabled=True, init_user="inner:s3cret")
+    config = ControllerConfig(listen_port=0, config_dir=str(tmp_path / "controller"), auth=auth)
+    async with Controller(config) as controller:
+        await until(lambda: controller.is_leader)
+        anonymous, forger = RemotingClient(), RemotingClient(credentials=Credentials("inner", "wrong"))
+        try:
+            for client in (anonymous, forger):
+                refused = await call(client, controller.address, RequestCode.BROKER_HEARTBEAT, beat(0, master=True))
+                assert refused.code == ResponseCode.NO_PERMISSION
+        finally:
+            await anonymous.close()
+            await forger.close()
+        broker_config_ = broker_config(tmp_path / "a0", controller_addr=controller.address,
+                                       controller_heartbeat_interval_ms=50, broker_role="SYNC_MASTER",
+                                       auth=AuthConfig(inner_credentials="inner:s3cret"))
+        async with Broker(broker_config_) as broker:
+            agent = broker.controller_agent
+            assert agent is not None
+            await until(lambda: agent.master_id == 0)
+            await until(lambda: broker.replication is not None and broker.replication.is_master)
+            assert broker.replication is not None and broker.replication.epochs is not None
+            assert broker.replication.epochs.entries == [(1, 0)]

@@ -14,6 +14,7 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,14 +88,17 @@ async def test_push_consumer_keeps_its_position_across_a_failover(tmp_path: Path
         slow(messages)
         return ConsumeOrderlyStatus.SUCCESS
 
-    options = ({"lock_interval_ms": 1_000, "lock_max_live_time_ms": 2_500, "unlock_delay_time_ms": 300,
+    options: dict[str, Any] = ({"lock_interval_ms": 1_000, "lock_max_live_time_ms": 2_500, "unlock_delay_time_ms": 300,
                 "pull_time_delay_when_exception_ms": 500} if orderly else {})
     consumer = PushConsumer("ha_push", cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
                             client_config=ClientConfig(poll_route_interval_ms=200, persist_offset_interval_ms=100,
                                                        rebalance_interval_ms=1_000),
                             consume_thread_min=1, consume_thread_max=1, pull_batch_size=8, **options)
     consumer.subscribe(TOPIC)
-    consumer.register_listener(in_order if orderly else concurrently, orderly=orderly)  # type: ignore[arg-type]
+    if orderly:
+        consumer.register_listener(in_order, orderly=True)
+    else:
+        consumer.register_listener(concurrently)
     try:
         await cluster.start()
         info = await cluster.wait_in_sync(60)

@@ -18,10 +18,11 @@ from conf import ConfigError, load
 from conf.controller import ENV_PREFIX, ControllerConfig
 
 _CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-_EPILOG = ("\b\nExamples:\n  rocketq controller start --listen-port 9878\n"
-           "  rocketq controller start --listen-port 9878 --peers c1=127.0.0.1:9878,c2=127.0.0.1:9880,"
-           "c3=127.0.0.1:9882\n\nBrokers report with --set controller_addr=HOST:PORT[;HOST:PORT]. Raft among "
-           "controllers uses each peer's port + raft_port_offset (1). Stop with SIGTERM or Ctrl-C.")
+_ABOUT = ("Brokers report with --set controller_addr=HOST:PORT[;HOST:PORT]. With --peers, Raft among the "
+          "controllers uses each peer's port + raft_port_offset (1). Stop with SIGTERM or Ctrl-C (graceful).")
+_START_EXAMPLE = ("\b\nExample:\n  rocketq controller start --listen-port 9878 "
+                  "--peers c1=127.0.0.1:9878,c2=127.0.0.1:9880,c3=127.0.0.1:9882")
+_MQCONTROLLER_EXAMPLE = "\b\nExample:\n  mqcontroller --listen-port 9878 --set broker_lease_ms=3000"
 
 
 def _options(command: Any) -> Any:
@@ -68,14 +69,14 @@ def controller_group() -> None:
     """Run a controller (elects the master of each replica set; docs/ha.md)."""
 
 
-@controller_group.command("start", epilog=_EPILOG)
+@controller_group.command("start", epilog=f"{_ABOUT}\n\n{_START_EXAMPLE}")
 @_options
 def start(**options: Any) -> None:
     """Start a controller in the foreground and serve until stopped."""
     _start(**options)
 
 
-@click.command("mqcontroller", context_settings=_CONTEXT_SETTINGS, epilog=_EPILOG)
+@click.command("mqcontroller", context_settings=_CONTEXT_SETTINGS, epilog=f"{_ABOUT}\n\n{_MQCONTROLLER_EXAMPLE}")
 @_options
 def mqcontroller(**options: Any) -> None:
     """Start a controller in the foreground (same as `rocketq controller start`)."""

@@ -111,6 +111,7 @@ class Replication:
         waits on the `SyncGate`. In controller mode, `epoch` starts at this log's end. Raises
         `OSError` when the HA port cannot be bound."""
         config, store, epochs = self._config, self._store, self.epochs
+        was_slave = self.client is not None
         if self.client is not None:
             await self.client.stop()
             self.client = self.metadata = None
@@ -129,7 +130,11 @@ class Replication:
                 epochs=(lambda: list(epochs.entries)) if epochs is not None else None)
             await server.start()
             self.server = server
-        store.take_writes()
+        if was_slave:
+            try:
+                store.take_writes()
+            except OSError as exc:      # a full disk: the store refuses sends itself until it has room
+                log.error("promoted with consume queues not rebuilt: %s", exc)
         role = master_role(config)
         store.replica_gate = self.gate if role == "SYNC_MASTER" else None
         store.read_only = None

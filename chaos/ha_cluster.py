@@ -138,7 +138,8 @@ class HACluster:
                     return info
                 await asyncio.sleep(0.05)
 
-    async def send_acked(self, key: str, queue_id: int, timeout_s: float = 60.0) -> tuple[str, int]:
+    async def send_acked(self, key: str, queue_id: int, timeout_s: float = 60.0,
+                         properties: dict[str, str] | None = None) -> tuple[str, int]:
         """Send `key` to the current master until one answers SUCCESS; returns (the acknowledged
         body, the master's broker_id). Attempt n's body is `key#n`: an attempt stored but not
         acknowledged may be consumed too, and is not expected (only acknowledged bodies are)."""
@@ -147,8 +148,9 @@ class HACluster:
                 info = await self.replica_info()
                 if info is not None:
                     body = f"{key}#{attempt}"
-                    header = SendMessageRequestHeader(producer_group="pg", topic=TOPIC, queue_id=queue_id, flag=0,
-                                                      born_timestamp=0, properties={"KEYS": key})
+                    header = SendMessageRequestHeader(
+                        producer_group="pg", topic=TOPIC, queue_id=queue_id, flag=0, born_timestamp=0,
+                        properties={"KEYS": key, **(properties or {})})
                     try:
                         await self.api.send_message(info.master_addr, header, body.encode())
                         return body, info.master_id

@@ -167,3 +167,26 @@ async def _pull(cluster: HACluster, queue_id: int) -> list[str]:
     info = await cluster.replica_info()
     assert info is not None
     return await pull_all(cluster, info.master_addr, queue_id)
+
+
+async def test_delayed_messages_still_arrive_after_a_failover(tmp_path: Path) -> None:
+    """Delayed messages acknowledged by the old master (in its schedule topic, copied to the slave
+    with the delay offsets) are delivered by the new master, which starts delayed delivery when
+    elected: every one arrives (possibly twice: at least once, as RocketMQ's)."""
+    cluster = HACluster(tmp_path, lease_ms=LEASE_MS)
+    try:
+        await cluster.start()
+        info = await cluster.wait_in_sync(60)
+        delayed = [(await cluster.send_acked(f"d{i}", i % 2, properties={"DELAY": str(1 + i % 2)}))[0]
+                   for i in range(40)]
+        cluster.kill(info.master_id)
+        found: set[str] = set()
+        async with asyncio.timeout(40):
+            while not set(delayed) <= found:
+                now = await cluster.replica_info()
+                if now is not None and now.master_id != info.master_id:
+                    for queue_id in (0, 1):
+                        found |= set(await pull_all(cluster, now.master_addr, queue_id))
+                await asyncio.sleep(0.2)
+    finally:
+        await cluster.stop()

@@ -191,8 +191,7 @@ class Broker(Lifecycle):
                 if notify_hold_run is not None:
                     notify_hold_run(topic, queue_id, queue_offset, units, properties)
             store.set_arrival_listener(on_arrival, on_arrival_run)
-            # a slave re-puts nothing: its master delivers (as RocketMQ's); under a controller, once elected
-            delivers = not config.is_slave and not config.controller_addr
+            delivers = not config.is_slave and not config.controller_addr   # a slave re-puts nothing (as RocketMQ's)
             if delivers:
                 await schedule.start()
                 await timer.start()
@@ -349,9 +348,8 @@ class Broker(Lifecycle):
     def _registration_header(self) -> RegisterBrokerRequestHeader:
         config, replication = self.config, self.replication
         ha_addr = replication.ha_address(self.address) if replication is not None else ""
-        broker_id = config.broker_id
-        if config.controller_addr and replication is not None:
-            broker_id = route_id(config, replication.is_master)
+        broker_id = (route_id(config, replication.is_master) if config.controller_addr and replication is not None
+                     else config.broker_id)
         return RegisterBrokerRequestHeader(broker_name=config.broker_name, broker_addr=self.address,
                                            cluster_name=config.cluster_name, broker_id=broker_id,
                                            ha_server_addr=ha_addr)

@@ -12,7 +12,8 @@ queue `n % QUEUES`, while faults hit the replica set:
 
 Then every queue is read from the master: each acknowledged body must be there exactly once and in
 acknowledgement order (lost / duplicated / reordered, as the broker cycles' report), both stores
-pass `check_store`, and their commit logs are equal up to the shorter one's end."""
+pass `check_store`, and their commit logs are equal up to the shorter one's end. A failed run (or
+ROCKETQ_HA_DEBUG=1) logs the last lines of every process."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from bench import (
     console,
     filtered_pull,
     ha,
+    ha_failover,
     held,
     latency,
     orderly_consume,
@@ -68,6 +69,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "txn_send": txn_send.txn_send,
     "timer": timer.timer,
     "ha_produce": ha.ha_produce,
+    "ha_failover": ha_failover.ha_failover,
 }
 
 

@@ -14,6 +14,7 @@ from broker.auth.wiring import broker_auth
 from broker.filter.filter_manager import FilterManager
 from broker.filter.message_filter import MessageFilter
 from broker.filter.sql92.bounds import Sql92Limits
+from broker.ha.agent import ControllerAgent, route_id
 from broker.ha.wiring import Replication, start_replication
 from broker.handlers import build_handlers
 from broker.lag_collector import BrokerStateCollector, LagCollector
@@ -119,6 +120,7 @@ class Broker(Lifecycle):
             self.clock.monotonic_ms)
         self._address: str | None = None
         self.replication: Replication | None = None
+        self.controller_agent: ControllerAgent | None = None
         self.metrics_port: int | None = None
         self.started_at_ms = 0
 
@@ -193,7 +195,7 @@ class Broker(Lifecycle):
                 if notify_hold_run is not None:
                     notify_hold_run(topic, queue_id, queue_offset, units, properties)
             store.set_arrival_listener(on_arrival, on_arrival_run)
-            delivers = not config.is_slave    # a slave re-puts nothing: its master delivers (as RocketMQ's)
+            delivers = not config.is_slave and not config.controller_addr   # a slave re-puts nothing (as RocketMQ's)
             if delivers:
                 await schedule.start()
                 await timer.start()
@@ -238,6 +240,11 @@ class Broker(Lifecycle):
             await server.begin_serving()
             if config.namesrv_addr:
                 await self._start_registration(config.namesrv_addr)
+            if config.controller_addr:
+                self.controller_agent = ControllerAgent(
+                    config, self.replication, store, lambda: self.address, self._on_role,
+                    credentials=self.auth.inner_credentials, ssl_context=broker_client_context(config.tls))
+                await self.controller_agent.start()
         except BaseException:
             await self.stop()
             raise
@@ -249,6 +256,9 @@ class Broker(Lifecycle):
         """Stop accepting, answer held pulls, let in-flight requests finish (bounded), close
         connections, persist state, flush and close the store, then release the store directory's
         lock. Safe to call more than once."""
+        if self.controller_agent is not None:
+            await self.controller_agent.stop()
+            self.controller_agent = None
         if self.registration is not None:       # first: clients stop being routed here
             self.topics.on_change = None
             await self.registration.stop()
@@ -325,12 +335,8 @@ class Broker(Lifecycle):
     async def _start_registration(self, namesrv_addr: str) -> None:
         """Register with the name servers now and every `register_name_server_period_ms`, and again
         at once whenever a topic changes."""
-        config, topics = self.config, self.topics
-        replication = self.replication
-        ha_addr = replication.ha_address(self.address) if replication is not None else ""
-        header = RegisterBrokerRequestHeader(broker_name=config.broker_name, broker_addr=self.address,
-                                             cluster_name=config.cluster_name, broker_id=config.broker_id,
-                                             ha_server_addr=ha_addr)
+        config, topics, replication = self.config, self.topics, self.replication
+        header = self._registration_header()
 
         def topic_configs() -> list[TopicConfigData]:
             return [TopicConfigData(topic=t.topic, read_queue_nums=t.read_queue_nums,
@@ -342,6 +348,27 @@ class Broker(Lifecycle):
         self.registration = registration
         topics.on_change = registration.wakeup
         await registration.start()
+
+    def _registration_header(self) -> RegisterBrokerRequestHeader:
+        config, replication = self.config, self.replication
+        ha_addr = replication.ha_address(self.address) if replication is not None else ""
+        broker_id = (route_id(config, replication.is_master) if config.controller_addr and replication is not None
+                     else config.broker_id)
+        return RegisterBrokerRequestHeader(broker_name=config.broker_name, broker_addr=self.address,
+                                           cluster_name=config.cluster_name, broker_id=broker_id,
+                                           ha_server_addr=ha_addr)
+
+    async def _on_role(self, is_master: bool) -> None:
+        """Controller mode: elected master, start what only a master runs (delayed and timer
+        delivery, transaction checks, POP revives); stepped down, stop it. Then re-register."""
+        timer = self.timer          # paused, not stopped: stopping it closes its files for good
+        services = [self.schedule, *((timer.enqueue, timer.dequeue, timer.checkpointer) if timer else ()),
+                    self.transaction_check, self.pop_service]
+        for service in services:
+            if service is not None:
+                await (service.start() if is_master else service.stop())
+        if self.registration is not None:
+            self.registration.update_header(self._registration_header())
 
     def _on_request(self, channel: Channel, command: RemotingCommand) -> None:
         dispatcher = self._dispatcher

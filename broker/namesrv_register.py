@@ -54,6 +54,12 @@ class NamesrvRegistration(Service):
             if not await self.wait(min(self._period_ms, DOWN_RETRY_MS) if self._down else self._period_ms):
                 return
 
+    def update_header(self, header: RegisterBrokerRequestHeader) -> None:
+        """Register as `header` from now on (a role change: another broker id, an HA address),
+        starting at once; the name servers drop this address's entry under its former id."""
+        self._header = header
+        self.wakeup()
+
     def after_next_registration(self, callback: Callable[[], None]) -> None:
         """Call `callback` once a registration that began after this call has ended (answered or
         failed on every name server), and start one now: e.g. tell consumers of a new topic to

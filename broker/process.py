@@ -124,6 +124,11 @@ class BrokerSubprocess(Lifecycle):
             if " ERROR " in text or "Traceback" in text:
                 log.warning("broker: %s", text)
 
+    def signal(self, sig: int) -> None:
+        """Send `sig` (SIGSTOP / SIGCONT for a paused broker in tests) if it is running."""
+        if self._process is not None and self._process.returncode is None:
+            self._process.send_signal(sig)
+
     def kill(self) -> None:
         """SIGKILL now (a crash, for tests); `stop()` then only collects the exit code."""
         if self._process is not None and self._process.returncode is None:

@@ -34,7 +34,7 @@ class BrokerConfig:
         "broker_id": Range(0, 1_000), "ha_listen_port": Range(-1, 65_535), "in_sync_replicas_min": Range(1, 16),
         "ha_max_gap_bytes": Range(low=1), "ha_window_bytes": Range(4_096, 256 * 1024 * 1024),
         "ha_heartbeat_interval_ms": Range(10, 60_000), "ha_housekeeping_timeout_ms": Range(100, 600_000),
-        "ha_slave_sync_interval_ms": Range(10, 600_000)})
+        "ha_slave_sync_interval_ms": Range(10, 600_000), "controller_heartbeat_interval_ms": Range(50, 60_000)})
 
     listen_host: str = "127.0.0.1"                # address clients connect to; "0.0.0.0" for all interfaces
     listen_port: int = 10911                      # TCP port (RocketMQ's default); 0 picks a free port
@@ -94,6 +94,9 @@ class BrokerConfig:
     ha_window_bytes: int = 4 * 1024 * 1024        # commit-log bytes a master sends a slave ahead of its ack
     ha_heartbeat_interval_ms: int = 1_000         # idle stream: a master heartbeat and a slave ack this often
     ha_housekeeping_timeout_ms: int = 20_000      # haHousekeepingInterval: a silent replication connection is closed
+    controller_addr: str = ""                     # controllerAddr "h:p[;h:p]": automatic failover (docs/ha.md)
+    controller_heartbeat_interval_ms: int = 1_000 # how often a broker reports to the controller
+    controller_master_role: str = ""              # a SLAVE elected master: SYNC_MASTER ("") or ASYNC_MASTER
     ha_slave_sync_interval_ms: int = 1_000        # topics, groups, offsets sent to slaves (when changed) this often
     slave_read_enable: bool = False               # slaveReadEnable: a slave serves pulls while its master is up too
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
@@ -121,5 +124,8 @@ def check_ha_roles(config: BrokerConfig) -> None:
     if config.broker_role != "SLAVE" and config.broker_id != 0:
         raise ValueError(f"broker_role {config.broker_role} needs broker_id 0, got {config.broker_id} "
                          f"(ids 1 and up are slaves)")
+    if config.controller_master_role not in ("", "SYNC_MASTER", "ASYNC_MASTER"):
+        raise ValueError(f"controller_master_role must be SYNC_MASTER or ASYNC_MASTER, got "
+                         f"{config.controller_master_role!r}")
     if config.ha_master_address and ":" not in config.ha_master_address:
         raise ValueError(f"ha_master_address must be host:port, got {config.ha_master_address!r}")

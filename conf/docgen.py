@@ -25,6 +25,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from conf.broker import BrokerConfig
 from conf.client import ClientConfig, PushConsumerOptions
+from conf.controller import ControllerConfig
 from conf.namesrv import NamesrvConfig
 from conf.ranges import Range
 
@@ -57,6 +58,9 @@ ROOTS: Sequence[Root] = (
     Root(NamesrvConfig, "The name server (`rocketq namesrv start`, `mqnamesrv`). Set in `conf/namesrv.toml`, as "
          "`ROCKETQ_NAMESRV__<KEY>` environment variables (`ROCKETQ_NAMESRV__LISTEN_PORT=9877`) or with "
          "`--set key=value`; `--listen-host` and `--listen-port` override them all.", toml=True),
+    Root(ControllerConfig, "The controller (`rocketq controller start`, `mqcontroller`, `python -m controller`; "
+         "docs/ha.md). Set as `ROCKETQ_CONTROLLER__<KEY>` environment variables or with `--set key=value`; "
+         "`--listen-host`, `--listen-port`, `--peers`, `--node-id` and `--data-dir` override them all.", toml=True),
     Root(ClientConfig, "Given as `Producer(..., client_config=ClientConfig(heartbeat_interval_ms=10_000))`, and "
          "with the same keyword to `PushConsumer` and `PullConsumer`.", toml=False),
     Root(PushConsumerOptions, "Given as keyword arguments: `PushConsumer(group, endpoints, pull_batch_size=64, "

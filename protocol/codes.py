@@ -47,6 +47,10 @@ class RequestCode(IntEnum):
     INVOKE_BROKER_TO_RESET_OFFSET = 222
     GET_CONSUMER_RUNNING_INFO = 307
     SEND_BATCH_MESSAGE = 320
+    # controller mode (RocketMQ 5's codes): brokers report to the controller, admins read it
+    BROKER_HEARTBEAT = 904
+    CONTROLLER_ALTER_SYNC_STATE_SET = 1001
+    CONTROLLER_GET_REPLICA_INFO = 1004
     # POP consumption (RocketMQ 5's codes)
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
@@ -89,6 +93,8 @@ class ResponseCode(IntEnum):
     CONSUMER_NOT_ONLINE = 206
     NO_MESSAGE = 208            # POP: an ack or change whose receipt handle is no longer current
     FLOW_CONTROL = 215
+    CONTROLLER_FENCED_MASTER_EPOCH = 2000   # an in-sync set change from a master that is no longer master
+    CONTROLLER_NOT_LEADER = 2007            # ask the leader controller (its address in `leader_addr`)
 
 
 class CommandFlag(IntFlag):

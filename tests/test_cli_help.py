@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from admin.cli import admin_group
 from broker.cli import mqbroker
+from controller.cli import mqcontroller
 from namesrv.cli import mqnamesrv
 from rocketq.cli import main
 
@@ -24,13 +25,15 @@ def leaves(command: click.Command, path: tuple[str, ...]) -> list[tuple[tuple[st
     return [leaf for name, sub in sorted(command.commands.items()) for leaf in leaves(sub, (*path, name))]
 
 
-COMMANDS = [*leaves(main, ("rocketq",)), (("mqbroker",), mqbroker), (("mqnamesrv",), mqnamesrv)]
+COMMANDS = [*leaves(main, ("rocketq",)), (("mqbroker",), mqbroker), (("mqnamesrv",), mqnamesrv),
+            (("mqcontroller",), mqcontroller)]
 
 
 def test_the_tree_has_every_command_family() -> None:
     names = {" ".join(path) for path, _ in COMMANDS}
     assert {"rocketq broker start", "rocketq namesrv start", "rocketq store check", "rocketq top",
-            "rocketq admin topic create", "rocketq admin dlq resend", "mqbroker", "mqnamesrv"} <= names
+            "rocketq admin topic create", "rocketq admin dlq resend", "mqbroker", "mqnamesrv",
+            "rocketq controller start", "mqcontroller"} <= names
     assert len(names) >= 25
 
 

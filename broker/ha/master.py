@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from auth.enforcer import Enforcer, Peer
+from broker.ha.epochs import consistent_offset
 from broker.ha.streams import Watchdog, read_first_frame
 from broker.ha.sync_gate import SyncGate
 from broker.ha.wire import (
@@ -32,6 +33,7 @@ from broker.ha.wire import (
     hello_refusal,
     parse_hello,
     transfer_header,
+    truncate_answer,
 )
 from broker.store.message_store import MessageStore
 from protocol.codes import ResponseCode
@@ -55,8 +57,11 @@ class HAServer:
 
     def __init__(self, host: str, port: int, store: MessageStore, gate: SyncGate, config: HAServerConfig, *,
                  enforcer: Callable[[], Enforcer | None], metadata: Callable[[], bytes],
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, epochs: Callable[[], list[tuple[int, int]]] | None = None) -> None:
+        """`epochs` (controller mode): this master's epoch entries; a slave whose hello carries
+        its own is told where to truncate when its log diverged (`epochs.consistent_offset`)."""
         self._host, self._requested_port, self._store, self.gate, self._config = host, port, store, gate, config
+        self._epochs = epochs
         self._enforcer, self._metadata, self._tls = enforcer, metadata, tls
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -91,6 +96,11 @@ class HAServer:
         """Commit-log bytes sent to slaves and not acknowledged yet (at most `window_bytes` each,
         or one record when a single record is larger)."""
         return sum(stream.sent - stream.acked for stream in self._streams.values())
+
+    def in_sync_slaves(self) -> set[int]:
+        """broker_ids of the connected slaves within `ha_max_gap_bytes` (`SyncGate.in_sync`)."""
+        ids = self.gate.slave_ids
+        return {ids[c] for c in self.gate.in_sync_connections() if c in ids}
 
     def close_connections(self) -> None:
         """Cut every slave's connection now (tests, and an operator's "resync"): slaves reconnect
@@ -150,6 +160,13 @@ class HAServer:
         if refusal is None and hello.broker_name != self._config.broker_name:
             refusal = (ResponseCode.NO_PERMISSION, f"this master replicates {self._config.broker_name!r}, "
                                                    f"not {hello.broker_name!r}")
+        epochs = self._epochs() if self._epochs is not None else None
+        common = consistent_offset(epochs, end, hello.epochs, hello.max_offset) if epochs and hello.epochs else None
+        if refusal is None and common is not None and hello.max_offset > common:
+            writer.writelines(encode_frame(truncate_answer(request, common)))
+            await writer.drain()
+            raise HAProtocolError(f"slave {hello.broker_name}/{hello.broker_id} diverged after {common} "
+                                  f"(its end {hello.max_offset}): told to truncate")
         if refusal is None and hello.max_offset > end:
             refusal = (ResponseCode.SYSTEM_ERROR, f"slave is ahead of the master ({hello.max_offset} > {end}): "
                                                   f"its log diverged; it must be truncated before it can follow")
@@ -158,11 +175,13 @@ class HAServer:
             await writer.drain()
             raise HAProtocolError(f"refused slave {hello.broker_name}/{hello.broker_id}: {refusal[1]}")
         start = max(hello.max_offset, store.commit_log_min_offset())
-        writer.writelines(encode_frame(hello_answer(request, master_max_offset=end, start_offset=start)))
+        writer.writelines(encode_frame(hello_answer(request, master_max_offset=end, start_offset=start,
+                                                    epochs=epochs)))
         await writer.drain()
         log.info("slave %s/%d connected from %s; streaming from commit-log offset %d (master at %d)",
                  hello.broker_name, hello.broker_id, address, start, end)
         stream = self._streams[connection_id] = _Stream(start)
+        self.gate.slave_ids[connection_id] = hello.broker_id
         self.gate.acknowledged(connection_id, hello.max_offset)
         arrived = asyncio.Event()
         self._arrived.add(arrived)

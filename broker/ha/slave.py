@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from broker.ha.epochs import EpochFile
 from broker.ha.streams import Watchdog, read_first_frame
 from broker.ha.wire import (
     ACK,
@@ -25,6 +26,7 @@ from broker.ha.wire import (
     HAProtocolError,
     Hello,
     hello_command,
+    parse_epochs,
     parse_transfer_header,
 )
 from broker.store.message_store import MessageStore
@@ -56,14 +58,20 @@ class HAClient(Service):
 
     def __init__(self, store: MessageStore, config: HAClientConfig, master_address: Callable[[], str | None], *,
                  sync_flush: bool, apply_metadata: Callable[[bytes], None],
-                 sign: Callable[[RemotingCommand], None] | None = None, tls: ssl.SSLContext | None = None) -> None:
+                 sign: Callable[[RemotingCommand], None] | None = None, tls: ssl.SSLContext | None = None,
+                 epochs: EpochFile | None = None, truncate: Callable[[int], Awaitable[None]] | None = None) -> None:
+        """Controller mode: `epochs` go in the hello and copy the master's as the log reaches
+        them; a master answering `truncate_to` has `truncate(offset)` cut this store first."""
         super().__init__()
+        self._epochs, self._truncate = epochs, truncate
+        self._master_epochs: list[tuple[int, int]] = []
         self._store, self._config, self._master_address = store, config, master_address
         self._sync_flush, self._apply_metadata, self._sign, self._tls = sync_flush, apply_metadata, sign, tls
         self._writer: asyncio.StreamWriter | None = None
         self.connected = False
         self.master_offset = -1
         self.sessions = 0
+        self.truncations = 0
 
     async def run(self) -> None:
         failures = 0
@@ -105,14 +113,24 @@ class HAClient(Service):
             reader, writer = await asyncio.open_connection(host, int(port), ssl=self._tls,
                                                            server_hostname=host if self._tls else None)
         self._writer = writer
-        hello = hello_command(Hello(config.broker_name, config.broker_id, store.commit_log_max_offset()))
+        epochs = tuple(self._epochs.entries) if self._epochs is not None else None
+        hello = hello_command(Hello(config.broker_name, config.broker_id, store.commit_log_max_offset(), epochs))
         if self._sign is not None:
             self._sign(hello)
         writer.writelines(encode_frame(hello))
         await writer.drain()
         answer = await read_first_frame(reader, self._config.housekeeping_timeout_ms)
+        truncate_to = answer.fields.get("truncate_to")
+        if answer.code != 0 and type(truncate_to) is int and self._truncate is not None:
+            log.warning("master %s: %s", address, answer.remark)
+            self._close()
+            await self._truncate(truncate_to)
+            self.truncations += 1
+            return
         if answer.code != 0:
             raise HAProtocolError(f"master refused: {answer.remark or answer.code}")
+        self._master_epochs = list(parse_epochs(answer.fields.get("epochs")) or ())
+        self._adopt_epochs()
         self.sessions += 1
         self.connected = True
         log.info("replicating from master %s from commit-log offset %d (master at %s)", address,
@@ -160,6 +178,14 @@ class HAClient(Service):
             if self._sync_flush:
                 await store.wait_flushed(end)
             writer.write(ACK.pack(end))
+            if self._master_epochs:
+                self._adopt_epochs()
+
+    def _adopt_epochs(self) -> None:
+        """Copy the master's epoch entries this log has reached (none pending: stop looking)."""
+        end = self._store.commit_log_max_offset()
+        if self._epochs is not None and not self._epochs.adopt(self._master_epochs, end):
+            self._master_epochs = []
 
 
 

@@ -28,6 +28,10 @@ class SyncGate:
         self._needed = min_replicas - 1          # slaves besides the master
         self._max_gap_bytes, self._timeout_ms, self._master_end = max_gap_bytes, timeout_ms, master_end
         self.acks: dict[int, int] = {}           # connection id -> acknowledged commit-log end
+        self.slave_ids: dict[int, int] = {}      # connection id -> the slave's broker_id
+        # controller mode: the broker ids whose ack every send needs (the SyncStateSet but the
+        # master, plus slaves about to join it); None: `min_replicas` of whichever slaves are in sync
+        self.required: frozenset[int] | None = None
         # (end_offset, future, value, deadline in loop time), in the order sends asked
         self._waiters: list[tuple[int, Settable[Any], Any, float]] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -43,6 +47,7 @@ class SyncGate:
     def disconnected(self, connection_id: int) -> None:
         """A slave's connection closed: it is no longer counted (its waiters run to their timeout)."""
         self.acks.pop(connection_id, None)
+        self.slave_ids.pop(connection_id, None)
 
     # -- what sends ask -----------------------------------------------------------------------------
 
@@ -51,8 +56,27 @@ class SyncGate:
         floor = self._master_end() - self._max_gap_bytes
         return sorted((ack for ack in self.acks.values() if ack >= floor), reverse=True)
 
+    def ack_of(self, broker_id: int) -> int:
+        """The highest commit-log end `broker_id` acknowledged on a live connection (-1: none)."""
+        return max((ack for connection, ack in self.acks.items() if self.slave_ids.get(connection) == broker_id),
+                   default=-1)
+
+    def require(self, broker_ids: frozenset[int]) -> None:
+        """Controller mode: every send from now on needs an ack from each of `broker_ids`."""
+        self.required = broker_ids
+        if self._waiters:
+            self._resolve(self.acked_offset())
+
+    def in_sync_connections(self) -> list[int]:
+        """Connection ids of the slaves in sync now."""
+        floor = self._master_end() - self._max_gap_bytes
+        return [connection for connection, ack in self.acks.items() if ack >= floor]
+
     def acked_offset(self) -> int:
-        """Every send ending at or before this is on `min_replicas` replicas (-1: none yet)."""
+        """Every send ending at or before this is on `min_replicas` replicas, or (controller mode)
+        on every required replica (-1: none yet)."""
+        if self.required is not None:
+            return min((self.ack_of(i) for i in self.required), default=self._master_end())
         if self._needed <= 0:
             return self._master_end()
         in_sync = self.in_sync()
@@ -70,7 +94,12 @@ class SyncGate:
         if self.is_acked(end_offset):
             future.set_result(value)
             return
-        if len(self.in_sync()) < self._needed:
+        connected = set(self.slave_ids.values())
+        if self.required is not None and not self.required <= connected:
+            future.set_exception(SlaveNotAvailable(
+                f"stored on the master, but in-sync replica(s) {sorted(self.required - connected)} are not connected"))
+            return
+        if self.required is None and len(self.in_sync()) < self._needed:
             future.set_exception(SlaveNotAvailable(
                 f"stored on the master, but only {len(self.in_sync()) + 1} of the {self._needed + 1} replicas "
                 f"(in_sync_replicas_min) are in sync"))

@@ -127,6 +127,12 @@ class CommitLog:
         self.max_offset = position
         return position
 
+    def truncate_tail(self, offset: int) -> None:
+        """Drop every byte at or after `offset` (a record boundary at or before `max_offset`): the
+        rest of its segment is zeroed, later segments deleted. Run on a loaded, stopped log."""
+        self._segments.truncate(offset)
+        self.max_offset = min(self.max_offset, offset)
+
     def append_batch(self, count: int, encode: PayloadEncoder) -> tuple[list[int], list[int]] | None:
         """Append `count` records whose payloads `encode(index, commit_log_offset)` produces, one
         after another (rolling to a new segment as needed). Returns (commit_log_offsets, sizes) with

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 import msgpack
 
 from broker.schedule.delay_levels import parse_delay_levels
-from broker.store.checkpoint import read_checkpoint
+from broker.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from broker.store.clean_service import CleanResult, CleanService
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import ConsumeQueueTable
@@ -204,6 +204,36 @@ class MessageStore(StoreWrites, StoreReads):
                 self._abort_path.unlink(missing_ok=True)
         self._consume_queues.close()
         self._commit_log.close()
+
+    def take_writes(self) -> None:
+        """A slave becoming master: dispatch everything it copied, then continue each queue's
+        offsets from its consume queue (the put path's own table stopped at the slave's start)."""
+        self._reput.dispatch_available()
+        self._topic_queue_table = {key: queue.max_offset for key, queue in self._consume_queues.queues.items()}
+
+    async def truncate_to(self, commit_log_offset: int) -> None:
+        """Drop every commit-log byte at or after `commit_log_offset` (a record boundary), with the
+        consume-queue units and key-index entries of those records: a deposed master fenced as a
+        slave cuts the tail the new master never had (RocketMQ `truncateDirtyFiles` on an
+        AutoSwitchHAClient's truncation). The store stops (cleanly), the log is cut and the
+        checkpoint lowered, then it starts again (recovery trims the consume queues). Sends are
+        refused meanwhile; the caller is a slave, which takes none. Raises `OSError`."""
+        await self.stop()
+        checkpoint = read_checkpoint(self._checkpoint_path)
+
+        def cut() -> None:
+            self._commit_log.load()
+            self._commit_log.truncate_tail(commit_log_offset)
+            self._commit_log.close()
+            if checkpoint is not None:
+                write_checkpoint(self._checkpoint_path, Checkpoint(
+                    commit_log_flushed_offset=min(checkpoint.commit_log_flushed_offset, commit_log_offset),
+                    reput_offset=min(checkpoint.reput_offset, commit_log_offset),
+                    written_at_ms=checkpoint.written_at_ms))
+        await asyncio.to_thread(cut)
+        self.key_index = self._reput.key_index = KeyIndex(self._config.key_index_max_entries)
+        log.warning("commit log truncated at %d (records the master of the new epoch never had)", commit_log_offset)
+        await self.start()
 
     async def _flush_consume_queues(self) -> None:
         """fsync the consume queues and write the checkpoint; a failure (ENOSPC, EIO) is logged once

@@ -24,16 +24,21 @@ from broker.store.record import encode_record
 from protocol.errors import FlushSlaveTimeout, SlaveNotAvailable
 from protocol.frame import FrameDecoder, encode_frame_bytes
 
+_EPOCHS = st.none() | st.lists(st.tuples(st.integers(0, (1 << 63) - 1), st.integers(0, (1 << 63) - 1)),
+                               max_size=20).map(tuple)
 
-@given(st.text(max_size=40), st.integers(1, 1_000), st.integers(0, (1 << 63) - 1))
-def test_hello_round_trips_through_a_frame(name: str, broker_id: int, max_offset: int) -> None:
-    wire = encode_frame_bytes(hello_command(Hello(name, broker_id, max_offset)))
+
+@given(st.text(max_size=40), st.integers(0, 1_000), st.integers(0, (1 << 63) - 1), _EPOCHS)
+def test_hello_round_trips_through_a_frame(name: str, broker_id: int, max_offset: int,
+                                           epochs: tuple[tuple[int, int], ...] | None) -> None:
+    wire = encode_frame_bytes(hello_command(Hello(name, broker_id, max_offset, epochs)))
     (command,) = FrameDecoder(max_frame_bytes=1 << 16).feed(wire)
-    assert parse_hello(command) == Hello(name, broker_id, max_offset)
+    assert parse_hello(command) == Hello(name, broker_id, max_offset, epochs)
 
 
-@given(st.dictionaries(st.sampled_from(["broker_name", "broker_id", "max_offset", "x"]),
-                       st.one_of(st.integers(-(1 << 64), 1 << 64), st.text(max_size=5), st.none())))
+@given(st.dictionaries(st.sampled_from(["broker_name", "broker_id", "max_offset", "epochs", "x"]),
+                       st.one_of(st.integers(-(1 << 64), 1 << 64), st.text(max_size=5), st.none(),
+                                 st.lists(st.lists(st.integers(-(1 << 64), 1 << 64), max_size=3), max_size=3))))
 def test_a_bad_hello_raises_only_the_protocol_error(fields: dict[str, object]) -> None:
     command = hello_command(Hello("a", 1, 0))
     command.fields.clear()
@@ -42,7 +47,7 @@ def test_a_bad_hello_raises_only_the_protocol_error(fields: dict[str, object]) -
         hello = parse_hello(command)
     except HAProtocolError:
         return
-    assert 1 <= hello.broker_id <= 1_000 and hello.max_offset >= 0
+    assert 0 <= hello.broker_id <= 1_000 and hello.max_offset >= 0
 
 
 @given(st.integers(0, 255), st.integers(0, (1 << 64) - 1), st.integers(0, (1 << 32) - 1))

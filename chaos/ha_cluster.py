@@ -1,0 +1,171 @@
+"""`HACluster`: 1 or 3 controllers and a replica set of two brokers (`broker_id` 0 and 1, one
+`broker_name`), each a separate process on loopback with fixed ports (a restarted broker keeps its
+address), for the failover tests, the chaos HA cycles and the failover benchmark.
+
+`replica_info()` asks the controllers what they agreed (master, epoch, SyncStateSet);
+`send_acked(...)` sends to whichever broker the controllers name master, following a failover."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from broker.process import BrokerSubprocess
+from client.api import ClientAPI
+from client.remoting.remoting_client import RemotingClient
+from protocol.codes import RequestCode
+from protocol.command import request
+from protocol.errors import ConnectionClosed, MQError
+from protocol.headers import SendMessageRequestHeader
+
+TOPIC = "ha_chaos"
+NAME = "broker-a"
+
+
+def free_port_pair() -> int:
+    """A port p on 127.0.0.1 with p + 1 free too (a broker's HA port, a controller's Raft port)."""
+    while True:
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = int(first.getsockname()[1])
+            if port >= 65_000:
+                continue
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    master_id: int
+    master_addr: str
+    epoch: int
+    sync_state_set: tuple[int, ...]
+
+
+class HACluster:
+    """`lease_ms`: the controllers' broker lease (failover takes about this long); `role`:
+    SYNC_MASTER or ASYNC_MASTER (the role of whichever broker is master)."""
+
+    def __init__(self, root: Path, *, controllers: int = 1, lease_ms: int = 1_500, role: str = "SYNC_MASTER",
+                 heartbeat_ms: int = 200, broker_settings: dict[str, str] | None = None,
+                 namesrv: bool = False) -> None:
+        """`namesrv`: a name server too, which the brokers register with (`namesrv_addr`)."""
+        self.root, self.role = root, role
+        self.namesrv = (BrokerSubprocess(None, command=[sys.executable, "-m", "namesrv"], listen_port=free_port_pair())
+                        if namesrv else None)
+        self.namesrv_addr = f"127.0.0.1:{self.namesrv.listen_port}" if self.namesrv is not None else ""
+        ports = [free_port_pair() for _ in range(controllers)]
+        peers = ",".join(f"c{i}=127.0.0.1:{port}" for i, port in enumerate(ports)) if controllers > 1 else ""
+        python = [sys.executable, "-m", "controller"]
+        self.controllers = [BrokerSubprocess(None, command=python, listen_port=port, settings={
+            "broker_lease_ms": str(lease_ms), "scan_interval_ms": "100", **({"peers": peers} if peers else {})})
+            for port in ports]
+        self.controller_addr = ";".join(f"127.0.0.1:{port}" for port in ports)
+        common = {"controller_addr": self.controller_addr, "broker_name": NAME,
+                  "controller_heartbeat_interval_ms": str(heartbeat_ms), "controller_master_role": role,
+                  "ha_heartbeat_interval_ms": "100", "ha_housekeeping_timeout_ms": "3000",
+                  "store.sync_flush_timeout_ms": "1000", "store.commit_log_segment_bytes": str(1 << 20),
+                  "graceful_shutdown_timeout_ms": "1000", "ha_slave_sync_interval_ms": "100",
+                  **({"namesrv_addr": self.namesrv_addr} if self.namesrv_addr else {}), **(broker_settings or {})}
+        self.brokers = [
+            BrokerSubprocess(root / "a0", listen_port=free_port_pair(),
+                             settings={**common, "broker_role": role, "broker_id": "0"}),
+            BrokerSubprocess(root / "a1", listen_port=free_port_pair(),
+                             settings={**common, "broker_role": "SLAVE", "broker_id": "1"})]
+        self._client_remoting = RemotingClient()
+        self.api = ClientAPI(self._client_remoting)
+        self._remoting = RemotingClient()
+
+    @property
+    def _daemons(self) -> list[BrokerSubprocess]:
+        return [*self.controllers, *([self.namesrv] if self.namesrv is not None else [])]
+
+    async def start(self) -> None:
+        for process in self._daemons:
+            await process.start()
+        for process in self.brokers:
+            await process.start()
+
+    async def stop(self) -> None:
+        await self._client_remoting.close()
+        await self._remoting.close()
+        for process in self.brokers:
+            process.signal(signal.SIGCONT)       # a paused broker would ignore SIGTERM
+            await process.stop()
+        for process in self._daemons:
+            await process.stop()
+
+    def address(self, broker_id: int) -> str:
+        return f"127.0.0.1:{self.brokers[broker_id].listen_port}"
+
+    async def replica_info(self) -> ReplicaInfo | None:
+        """What the leader controller says of the replica set (None: no leader answered)."""
+        for process in self.controllers:
+            if not process.alive():
+                continue
+            try:
+                answer = await self._remoting.invoke(f"127.0.0.1:{process.listen_port}",
+                                                     request(RequestCode.CONTROLLER_GET_REPLICA_INFO), 2_000)
+            except (MQError, ConnectionClosed, OSError, TimeoutError):
+                continue
+            info: dict[str, Any] = msgpack.unpackb(answer.body_bytes())
+            if not info["is_leader"]:
+                continue
+            for replicas in info["sets"]:
+                if replicas["broker_name"] == NAME and replicas["master_id"] >= 0:
+                    return ReplicaInfo(replicas["master_id"], replicas["master_addr"], replicas["epoch"],
+                                       tuple(replicas["sync_state_set"]))
+        return None
+
+    async def wait_in_sync(self, timeout_s: float = 30.0, *, replicas: int = 2) -> ReplicaInfo:
+        """Until a master is named with `replicas` in its SyncStateSet; raises `TimeoutError`."""
+        async with asyncio.timeout(timeout_s):
+            while True:
+                info = await self.replica_info()
+                if info is not None and len(info.sync_state_set) >= replicas:
+                    return info
+                await asyncio.sleep(0.05)
+
+    async def send_acked(self, key: str, queue_id: int, timeout_s: float = 60.0,
+                         properties: dict[str, str] | None = None) -> tuple[str, int]:
+        """Send `key` to the current master until one answers SUCCESS; returns (the acknowledged
+        body, the master's broker_id). Attempt n's body is `key#n`: an attempt stored but not
+        acknowledged may be consumed too, and is not expected (only acknowledged bodies are)."""
+        async with asyncio.timeout(timeout_s):
+            for attempt in itertools.count():
+                info = await self.replica_info()
+                if info is not None:
+                    body = f"{key}#{attempt}"
+                    header = SendMessageRequestHeader(
+                        producer_group="pg", topic=TOPIC, queue_id=queue_id, flag=0, born_timestamp=0,
+                        properties={"KEYS": key, **(properties or {})})
+                    try:
+                        await self.api.send_message(info.master_addr, header, body.encode())
+                        return body, info.master_id
+                    except (MQError, ConnectionClosed, OSError, TimeoutError):
+                        pass
+                await asyncio.sleep(0.05)
+        raise AssertionError("unreachable")
+
+    def kill(self, broker_id: int) -> None:
+        self.brokers[broker_id].kill()
+
+    def pause(self, broker_id: int, paused: bool) -> None:
+        """SIGSTOP / SIGCONT a broker (a master past its lease, then back)."""
+        self.brokers[broker_id].signal(signal.SIGSTOP if paused else signal.SIGCONT)
+
+    async def restart(self, broker_id: int) -> None:
+        await self.brokers[broker_id].stop()
+        await self.brokers[broker_id].start()

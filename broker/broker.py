@@ -40,6 +40,7 @@ from broker.topics.recovery import recover_topic_configs
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfigManager
+from broker.trace.service import TraceMetrics, TraceService
 from broker.transaction.bridge import TransactionBridge
 from broker.transaction.check_service import TransactionCheckService
 from broker.transaction.wiring import start_transactions
@@ -96,6 +97,8 @@ class Broker(Lifecycle):
         self.schedule: ScheduleService | None = None
         self.timer: TimerMessageStore | None = None
         self.pop_service: PopService | None = None
+        self.trace: TraceService | None = None      # the message trace (None: `trace.enabled` off)
+        self.metrics.add_collector(TraceMetrics(self.metrics.labels, lambda: self.trace))
         self.registration: NamesrvRegistration | None = None
         self.transactions: TransactionBridge | None = None
         self.transaction_check: TransactionCheckService | None = None
@@ -150,6 +153,11 @@ class Broker(Lifecycle):
             self.store = store
             await recover_topic_configs(self.topics, store.queue_keys(), store.get_max_offset,
                                         config.default_queue_nums)
+            if config.trace.enabled:
+                self.trace = TraceService(config.trace, config.store.path, self._address, self.client_ids.client_id_of,
+                                          self.clock.now_ms)
+                await self.trace.start()
+                self.offsets.on_commit = self.trace.recorder.committed
             filters = self.filters
 
             def has_match(topic: str, queue_id: int, queue_offset: int, message_filter: MessageFilter) -> bool:
@@ -199,6 +207,7 @@ class Broker(Lifecycle):
                 config_dir=config.store.path / "config", max_in_flight=config.pop_max_in_flight_per_queue,
                 revive_interval_ms=config.pop_revive_interval_ms, persist_interval_ms=config.persist_interval_ms,
                 store_host=self._address, on_dlq=self.metrics.on_dlq)
+            self.pop_service.trace = self.trace.recorder if self.trace is not None else None
             await self.pop_service.start()
             self._housekeeping = HousekeepingService(
                 self.consumers, self.producers, self.clock, config.channel_expired_timeout_ms,
@@ -262,6 +271,10 @@ class Broker(Lifecycle):
         if self.pop_service is not None:        # snapshots the POP state
             await self.pop_service.stop()
             self.pop_service = None
+        if self.trace is not None:              # writes the events still waiting
+            self.offsets.on_commit = None
+            await self.trace.stop()
+            self.trace = None
         if self.store is not None:      # delivery offsets are persisted only up to what is on disk
             await self.store.flush()
         await self._persist.stop()

@@ -11,7 +11,7 @@ from typing import Any
 from admin.cluster import on_each_broker
 from admin.common import CommandError
 from admin.dlq import list_dead_letters, resend_dead_letters
-from admin.message import _by_id as find_by_id
+from admin.message import find_by_id
 from client.admin_api import AdminAPI
 from protocol.codes import PullSysFlag
 from protocol.errors import QueryNotFound, TopicNotExist

@@ -67,6 +67,11 @@ class ClientIdTable:
         ids[client_id] = ids.get(client_id, 0) + 1
         self._of_channel[channel] = (host, client_id)
 
+    def client_id_of(self, channel: Channel) -> str | None:
+        """The client id `channel` heartbeated with; None before its first heartbeat."""
+        known = self._of_channel.get(channel)
+        return None if known is None else known[1]
+
     def remove_channel(self, channel: Channel) -> None:
         known = self._of_channel.pop(channel, None)
         if known is None:

@@ -19,6 +19,7 @@ from protocol.bodies import (
 )
 from protocol.codes import PullSysFlag, RequestCode
 from protocol.command import RemotingCommand, request
+from protocol.trace import QueryMessageTraceRequestHeader
 from protocol.headers import (
     ConsumerGroupRequestHeader,
     ConsumerSendMsgBackRequestHeader,
@@ -120,6 +121,7 @@ def broker_requests(broker: Broker, msg_id: str, commit_log_offset: int) -> dict
         request(code.SEARCH_OFFSET_BY_TIMESTAMP, SearchOffsetRequestHeader(topic=TOPIC, queue_id=0, timestamp=0)),
         request(code.QUERY_MESSAGE, QueryMessageRequestHeader(topic=TOPIC, key="k")),
         request(code.VIEW_MESSAGE_BY_ID, ViewMessageByIdRequestHeader(msg_id=msg_id)),
+        request(code.QUERY_MESSAGE_TRACE, QueryMessageTraceRequestHeader(msg_id=msg_id)),
         request(code.UPDATE_AND_CREATE_TOPIC, CreateTopicRequestHeader(topic="new-topic", read_queue_nums=2,
                                                                        write_queue_nums=2)),
         request(code.DELETE_TOPIC_IN_BROKER, TopicRequestHeader(topic=TOPIC)),

@@ -1,0 +1,86 @@
+"""`TraceService`: moves the recorder's waiting events into the trace segments every
+`flush_interval_ms` and applies retention, off the request paths; `TraceMetrics` exports
+`rocketq_trace_dropped_total` (events dropped because the queue was full), `rocketq_trace_events_total`
+and `rocketq_trace_bytes`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from broker.trace.recorder import ClientIdOf, TraceRecorder
+from broker.trace.segments import TraceSegments
+from conf.trace import TraceConfig
+from protocol.service import Service
+
+log = logging.getLogger(__name__)
+
+_RETENTION_EVERY_MS = 1_000
+
+
+class TraceService(Service):
+    """Owns the broker's `recorder` and `segments` (`<store>/trace/`). `start` loads the segments
+    of an earlier run; `stop` writes what is still waiting and seals the newest segment."""
+
+    name = "trace"
+
+    def __init__(self, config: TraceConfig, store_path: Path, store_host: str, client_id_of: ClientIdOf,
+                 now_ms: Callable[[], int]) -> None:
+        super().__init__()
+        self._interval_ms = config.flush_interval_ms
+        self._now_ms = now_ms
+        self.recorder = TraceRecorder(store_host, client_id_of, config.queue_max_events)
+        self.segments = TraceSegments(store_path / "trace", segment_bytes=config.segment_bytes,
+                                      max_bytes=config.max_bytes, retention_ms=config.retention_hours * 3_600_000,
+                                      now_ms=now_ms)
+        self._retained_at_ms = 0
+
+    async def start(self) -> None:
+        self.segments.load()
+        self.segments.enforce_retention()
+        await super().start()
+
+    async def run(self) -> None:
+        while await self.wait(self._interval_ms):
+            self.flush()
+        self.flush()
+
+    def flush(self) -> None:
+        """Write every waiting event now (and apply retention at most once a second)."""
+        try:
+            self.segments.append(self.recorder.drain())
+        except OSError as exc:      # a full disk: the trace loses these events, the broker goes on
+            log.warning("trace: events not written to %s: %s", self.segments.directory, exc)
+        now_ms = self._now_ms()
+        if now_ms - self._retained_at_ms >= _RETENTION_EVERY_MS:
+            self._retained_at_ms = now_ms
+            self.segments.enforce_retention()
+
+    async def stop(self) -> None:
+        await super().stop()
+        self.flush()
+        self.segments.close()
+
+
+class TraceMetrics(Collector):
+    """Collected on the event loop at each scrape (three numbers)."""
+
+    def __init__(self, labels: dict[str, str], service: Callable[[], TraceService | None]) -> None:
+        self._labels, self._service = labels, service
+
+    def collect(self) -> Iterator[Metric]:
+        service = self._service()
+        names, values = list(self._labels), list(self._labels.values())
+        dropped = CounterMetricFamily("rocketq_trace_dropped", "Trace events dropped: the trace queue was full.",
+                                      labels=names)
+        events = CounterMetricFamily("rocketq_trace_events", "Trace events written.", labels=names)
+        size = GaugeMetricFamily("rocketq_trace_bytes", "Bytes of the trace files.", labels=names)
+        if service is not None:
+            dropped.add_metric(values, service.recorder.dropped)
+            events.add_metric(values, service.recorder.recorded)
+            size.add_metric(values, service.segments.total_bytes)
+        yield from (dropped, events, size)

@@ -152,6 +152,7 @@ class TraceSegments:
         _summarize(segment.summary, records)
         if segment.size >= self._segment_bytes:
             self._seal(segment)
+            self.enforce_retention()            # the size bound holds at every new segment
 
     def _open_new(self) -> Segment:
         if self._segments and not self._segments[-1].sealed:

@@ -97,7 +97,7 @@ async def test_a_message_retried_twice_then_consumed(broker: Broker, admin_api: 
     assert events(timeline, topic="orders") == ["sent", "stored", "delivered"], "its outcome: sent back"
     assert events(timeline).count("sent_back") == 2
     retry = [e for e in timeline if e.get("topic") == "%RETRY%flaky"]
-    assert [e["event"] for e in retry] == ["retry_stored", "delivered", "retry_stored", "delivered", "consumed"], timeline
+    assert [e["event"] for e in retry] == ["retry_stored", "delivered", "retry_stored", "delivered", "consumed"]
     assert all(e["uniq_key"] == uniq for e in timeline)
     names = events(timeline)
     assert names.index("sent_back") < names.index("retry_stored"), "sent back, then stored by the schedule"

@@ -18,14 +18,14 @@ def events(timeline: Timeline, **match: Any) -> list[str]:
 
 
 async def trace_until(api: AdminAPI, endpoint: str, done: Callable[[Timeline], bool], *, timeout_s: float = 10,
-                      **query: str) -> Timeline:
-    """`gather_trace(api, endpoint, **query)` again until `done(timeline)`; fails after `timeout_s`
+                      msg_id: str = "", key: str = "") -> Timeline:
+    """`gather_trace(api, endpoint, ...)` again until `done(timeline)`; fails after `timeout_s`
     with the last timeline."""
     timeline: Timeline = []
     try:
         async with asyncio.timeout(timeout_s):
             while True:
-                timeline = await gather_trace(api, endpoint, **query)
+                timeline = await gather_trace(api, endpoint, msg_id=msg_id, key=key)
                 if done(timeline):
                     return timeline
                 await asyncio.sleep(0.05)

@@ -119,7 +119,7 @@ def test_queue_records_found_are_exactly_those_covering_an_offset(tmp_path_facto
     segments = TraceSegments(tmp_path_factory.mktemp("seg"), segment_bytes=segment_bytes, max_bytes=1 << 30,
                              retention_ms=1 << 40, now_ms=lambda: 1)
     segments.load()
-    records = [["P", i, "t", queue_id, start, start + length, "g", "", "", length]
+    records: list[list[Any]] = [["P", i, "t", queue_id, start, start + length, "g", "", "", length]
                for i, (queue_id, start, length) in enumerate(pulls)]
     for record in records:
         segments.append([record])

@@ -12,6 +12,7 @@ from admin.cluster import on_each_broker
 from admin.common import CommandError
 from admin.dlq import list_dead_letters, resend_dead_letters
 from admin.message import find_by_id
+from admin.trace import gather_trace
 from client.admin_api import AdminAPI
 from protocol.codes import PullSysFlag
 from protocol.errors import QueryNotFound, TopicNotExist
@@ -19,6 +20,7 @@ from protocol.headers import PullMessageRequestHeader
 from protocol.message import MessageExt
 from protocol.model import ExpressionType, PullStatus
 from protocol.topics import dlq_topic
+from protocol.trace import describe
 
 TOOLS_CONSUMER = "TOOLS_CONSUMER"
 MAX_RESULTS = 64            # the most messages one search shows (the broker's most per QUERY_MESSAGE)
@@ -55,6 +57,16 @@ def body_preview(body: bytes) -> dict[str, Any]:
         lines.append(f"{start:08x}  {chunk.hex(' '):<47}  {printable}")
     return {"text": text, "json": pretty, "hex": "\n".join(lines), "truncated": len(body) > PREVIEW_BYTES,
             "size": len(body)}
+
+
+async def trace(api: AdminAPI, endpoint: str, msg_id: str) -> list[dict[str, Any]]:
+    """The trace timeline of the message with `msg_id` (its UNIQ_KEY, so that its retry, DLQ and
+    resent copies are in it, or an offset msg id) across the cluster, as `rocketq admin message
+    trace` shows it (`admin.trace.gather_trace`), each entry with `where` ("topic:queue@offset")."""
+    timeline = await gather_trace(api, endpoint, msg_id=msg_id, max_entries=500)
+    for entry in timeline:
+        entry["where"] = describe(entry)
+    return timeline
 
 
 async def by_key(api: AdminAPI, endpoint: str, topic: str, key: str) -> list[MessageExt]:

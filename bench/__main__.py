@@ -33,6 +33,7 @@ from bench import (
     sql92,
     timer,
     tls,
+    trace,
     txn_send,
 )
 from bench.common import Options, run, wait_for_quiet
@@ -63,6 +64,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "auth_cost": auth.auth_cost,
     "txn_send": txn_send.txn_send,
     "timer": timer.timer,
+    "trace_cost": trace.trace_cost,
 }
 
 

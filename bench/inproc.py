@@ -50,6 +50,7 @@ from client.api import send_message_fields
 from conf.auth import AuthConfig
 from conf.broker import BrokerConfig
 from conf.store import StoreConfig
+from conf.trace import TraceConfig
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.frame import encode_frame_bytes
@@ -181,9 +182,13 @@ async def _with_broker(body: Any, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="rocketq-inproc-") as directory:
         auth = AuthConfig(authentication_enabled=True, authorization_enabled=True,
                           max_nonces=16_777_216) if args.auth else AuthConfig()
+        # the trace's writes are timed apart (`_trace_write_us`): none runs inside a round
+        trace = TraceConfig(enabled=args.trace == "on", flush_interval_ms=60_000,
+                            queue_max_events=max(100_000, 4 * args.count))
         config = BrokerConfig(listen_port=0, metrics_port=0, max_requests_per_step=args.max_requests_per_step,
                               store=StoreConfig(path=Path(directory), flush_disk_type="ASYNC_FLUSH",
-                                                 key_index_max_entries=args.key_index_max_entries), auth=auth)
+                                                 key_index_max_entries=args.key_index_max_entries), auth=auth,
+                              trace=trace)
         async with Broker(config) as broker:
             store = broker.auth.store
             if args.auth and store is not None:     # a Normal user allowed Pub on the topic
@@ -245,9 +250,20 @@ async def bench_send(args: argparse.Namespace) -> None:
                                             args.profile and round_index == args.rounds - 1)
             print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per SEND "
                   f"({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'}, "
-                  f"{transport.writes} writes so far)")
+                  f"{transport.writes} writes so far){_trace_write_us(inproc, args.count)}")
 
     await _with_broker(body, args)
+
+
+def _trace_write_us(inproc: InProcess, count: int, request_name: str = "SEND") -> str:
+    """", and N µs per SEND to write its trace events" (the trace service's work, off the request
+    path, done here at once); "" with the trace off."""
+    trace = inproc.broker.trace
+    if trace is None:
+        return ""
+    started = time.thread_time()
+    trace.flush()
+    return f", and {(time.thread_time() - started) / count * 1e6:.2f} µs per {request_name} to write its trace events"
 
 
 async def bench_batch(args: argparse.Namespace) -> None:
@@ -268,7 +284,8 @@ async def bench_batch(args: argparse.Namespace) -> None:
                     if i & 63 == 63:
                         await asyncio.sleep(0)
                 cpu = time.thread_time() - started
-            print(f"round {round_index}: {cpu / count * 1e6:.1f} µs of broker CPU per SEND_BATCH of 32")
+            print(f"round {round_index}: {cpu / count * 1e6:.1f} µs of broker CPU per SEND_BATCH of 32"
+                  f"{_trace_write_us(inproc, count, 'SEND_BATCH')}")
 
     await _with_broker(body, args)
 
@@ -424,6 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key-index-max-entries", type=int, default=StoreConfig().key_index_max_entries,
                         help="the store's key_index_max_entries (default: its default; 0: no key index, "
                              "to see what indexing each message's UNIQ_KEY costs)")
+    parser.add_argument("--trace", choices=("on", "off"), default="on",
+                        help="the message trace ([trace] enabled; default on, as the broker's default)")
     args = parser.parse_args(argv)
     if (args.rounds < 1 or args.count < 1 or args.idle_us < 0 or args.max_requests_per_step < 0
             or args.key_index_max_entries < 0):

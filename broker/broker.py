@@ -154,10 +154,10 @@ class Broker(Lifecycle):
             await recover_topic_configs(self.topics, store.queue_keys(), store.get_max_offset,
                                         config.default_queue_nums)
             if config.trace.enabled:
-                self.trace = TraceService(config.trace, config.store.path, self._address, self.client_ids.client_id_of,
-                                          self.clock.now_ms)
+                self.trace = TraceService(config.trace, config.store.path, self.clock.now_ms)
                 await self.trace.start()
                 self.offsets.on_commit = self.trace.recorder.committed
+                self.client_ids.on_admit = self.trace.recorder.client
             filters = self.filters
 
             def has_match(topic: str, queue_id: int, queue_offset: int, message_filter: MessageFilter) -> bool:
@@ -272,7 +272,7 @@ class Broker(Lifecycle):
             await self.pop_service.stop()
             self.pop_service = None
         if self.trace is not None:              # writes the events still waiting
-            self.offsets.on_commit = None
+            self.offsets.on_commit = self.client_ids.on_admit = None
             await self.trace.stop()
             self.trace = None
         if self.store is not None:      # delivery offsets are persisted only up to what is on disk

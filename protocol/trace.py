@@ -4,7 +4,8 @@ admin CLI and the console show. Pure: no I/O.
 A broker answers a trace query with a msgpack array of *entries*, one map per thing that happened
 to the message (and to its retry, DLQ and resent copies) on that broker:
 
-    {"at_ms": int (epoch ms), "event": str (one of EVENTS), "broker": str (its address),
+    {"at_ms": int (epoch ms), "at_us": int (epoch µs, the order), "event": str (one of EVENTS),
+     "broker": str (its address),
      "msg_id": str (offset msg id of the copy concerned), "uniq_key": str, "topic": str,
      "queue_id": int, "queue_offset": int, "group": str, "client_id": str, "client_addr": str,
      "detail": str}
@@ -19,13 +20,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from protocol.headers import Header, Int32, header
-from protocol.message import PROPERTY_DLQ_RESENT_FROM, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 
 # Record kinds (the first item of a trace record on disk).
 SENT, BACK, DLQ = "S", "B", "D"                                              # message records
 PULLED, COMMITTED, POPPED, ACKED, CHANGED, REVIVED = "P", "C", "O", "A", "I", "R"   # queue records
+SENT_BATCH = "M"                                                             # a queue record too
+CLIENT = "H"                                                                 # a connection's client id
 MESSAGE_KINDS = frozenset((SENT, BACK, DLQ))
-NOTED_PROPERTIES = (PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_DLQ_RESENT_FROM, PROPERTY_RETRY_TOPIC)
+OTHER_KINDS = frozenset((SENT, BACK, DLQ, CLIENT))      # records that cover no queue offsets
 
 # Timeline events, in the order they are listed when two have the same time.
 EVENTS = ("sent", "resent_from_dlq", "stored", "retry_stored", "popped", "delivered", "invisible_changed",
@@ -55,9 +57,9 @@ def entry_key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def merge_timeline(answers: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """One timeline from the brokers' answers: duplicates dropped (`entry_key`), sorted by time,
-    then by `EVENTS` order (a send before its store, a delivery before its commit). Entries with
-    an unknown event sort last at their time."""
+    """One timeline from the brokers' answers: duplicates dropped (`entry_key`), sorted by time
+    (`at_us`, else `at_ms`), then by `EVENTS` order (a send before its store, a delivery before its
+    commit). Entries with an unknown event sort last at their time."""
     seen: set[tuple[Any, ...]] = set()
     merged: list[dict[str, Any]] = []
     for answer in answers:
@@ -66,7 +68,7 @@ def merge_timeline(answers: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[
             if key not in seen:
                 seen.add(key)
                 merged.append(dict(entry))
-    merged.sort(key=lambda e: (e.get("at_ms", 0), _RANK.get(e.get("event", ""), len(EVENTS))))
+    merged.sort(key=lambda e: (e.get("at_us", e.get("at_ms", 0) * 1000), _RANK.get(e.get("event", ""), len(EVENTS))))
     return merged
 
 

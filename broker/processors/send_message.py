@@ -348,8 +348,7 @@ class SendMessageProcessor:
                 "queue_id": queue_id, "queue_offset": result.queue_offset})
             self._on_stored(topic, len(messages), body_bytes)
             if self._trace is not None:
-                self._trace.sent_batch(ctx, group, topic, queue_id, result.queue_offset, result.commit_log_offsets,
-                                       messages)
+                self._trace.sent_batch(ctx, group, topic, queue_id, result.queue_offset, len(messages))
             return response, result.end_offset
         return answer_put(self._store, topics, topic, put, lambda: topics.for_send(topic, queue_id))
 

@@ -1,7 +1,8 @@
 """`TraceSegments`: the trace's append-only files under `<store>/trace/`, bounded by age and size.
 
-Each segment is `<first write, epoch ms>.trace`: msgpack arrays back to back (`recorder` names
-them), written whole, so a file ends at a record boundary (a torn tail after a crash is ignored).
+Each segment is `<first write, epoch ms>.trace`: one msgpack array of records per write, back to
+back (`recorder` names the records), each written whole, so a file ends at a write's boundary (a
+torn tail after a crash is ignored).
 Sealed segments (full, or not the newest) have a `.sum` beside them: per (topic, queue_id), the
 lowest and highest queue offset their queue records cover, so a query decodes only the segments
 that can say something about a queue offset. Retention deletes whole segments, oldest first: those
@@ -18,18 +19,20 @@ import contextlib
 import logging
 import mmap
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
-from protocol.trace import COMMITTED, MESSAGE_KINDS, POPPED, PULLED
+from protocol.message import PROPERTY_DLQ_RESENT_FROM, PROPERTY_KEYS, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_UNIQ_KEY
+from protocol.trace import CLIENT, COMMITTED, MESSAGE_KINDS, OTHER_KINDS, POPPED, PULLED, SENT_BATCH
 
 log = logging.getLogger(__name__)
 
 Summary = dict[tuple[str, int], list[int]]      # (topic, queue_id) -> [lowest, highest] queue offset
+MAX_CLIENTS = 100_000                           # client ids (by connection) a segment keeps in memory
 _SUFFIX, _SUMMARY = ".trace", ".sum"
 
 
@@ -40,6 +43,7 @@ class Segment:
     last_ms: int                  # newest write (epoch ms)
     summary: Summary
     sealed: bool
+    clients: dict[str, str]       # "ip:port" -> client id, from its CLIENT records
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,14 +55,14 @@ class SegmentView:
     summary: Summary
 
 
-def _covered(record: list[Any]) -> tuple[str, int, int, int] | None:
+def _covered(record: Sequence[Any]) -> tuple[str, int, int, int] | None:
     """(topic, queue_id, lowest, highest) queue offsets a queue record covers; None for others."""
     kind = record[0]
-    if kind in MESSAGE_KINDS:
+    if kind in OTHER_KINDS:
         return None
     topic, queue_id = record[2], record[3]
-    if kind == PULLED:
-        return topic, queue_id, record[4], max(record[4], record[5] - 1)
+    if kind in (PULLED, SENT_BATCH):        # [from, next)
+        return (topic, queue_id, record[4], record[5] - 1) if record[5] > record[4] else None
     if kind == POPPED:
         return (topic, queue_id, min(record[4]), max(record[4])) if record[4] else None
     if kind == COMMITTED:   # old -> new: passes the offsets old..new-1 (the first commit: 0..new-1)
@@ -68,8 +72,15 @@ def _covered(record: list[Any]) -> tuple[str, int, int, int] | None:
     return topic, queue_id, record[4], record[4]
 
 
-def _summarize(summary: Summary, records: list[list[Any]]) -> None:
+def _summarize(summary: Summary, clients: dict[str, str], records: Sequence[Sequence[Any]]) -> None:
+    """Add what `records` cover to `summary`, and their CLIENT records to `clients` (at most
+    `MAX_CLIENTS` per segment: a flood of connections costs no unbounded memory)."""
     for record in records:
+        kind = record[0]
+        if kind in OTHER_KINDS:
+            if kind == CLIENT and len(clients) < MAX_CLIENTS and len(record) >= 4:
+                clients[str(record[2])] = str(record[3])
+            continue
         covered = _covered(record)
         if covered is None:
             continue
@@ -85,7 +96,8 @@ def _summarize(summary: Summary, records: list[list[Any]]) -> None:
 
 
 def read_records(path: Path, size: int) -> Iterator[list[Any]]:
-    """The records in the first `size` bytes of `path` (a torn or corrupt tail ends the reading)."""
+    """The records in the first `size` bytes of `path` (a torn or corrupt tail ends the reading;
+    anything but an array of records at least 2 long is skipped)."""
     try:
         with open(path, "rb") as file:
             data = file.read(size)
@@ -94,9 +106,9 @@ def read_records(path: Path, size: int) -> Iterator[list[Any]]:
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(data), 1))
     unpacker.feed(data)
     try:
-        for record in unpacker:
-            if isinstance(record, list) and len(record) >= 2:
-                yield record
+        for batch in unpacker:
+            if isinstance(batch, list):
+                yield from (r for r in batch if isinstance(r, list) and len(r) >= 2)
     except (ValueError, msgpack.UnpackException) as exc:
         log.warning("trace segment %s: unreadable from a record on (%s); the rest is skipped", path, exc)
 
@@ -127,21 +139,24 @@ class TraceSegments:
         for path in sorted(self.directory.glob("*" + _SUFFIX)):
             size = path.stat().st_size
             summary: Summary | None = None
+            clients: dict[str, str] = {}
             summary_path = path.with_suffix(_SUMMARY)
             if summary_path.exists():
-                with contextlib.suppress(ValueError, OSError, TypeError, msgpack.UnpackException):
-                    summary = {(t, q): [lo, hi] for t, q, lo, hi in msgpack.unpackb(summary_path.read_bytes())}
+                with contextlib.suppress(ValueError, OSError, TypeError, KeyError, msgpack.UnpackException):
+                    saved = msgpack.unpackb(summary_path.read_bytes())
+                    summary = {(t, q): [lo, hi] for t, q, lo, hi in saved["queues"]}
+                    clients = dict(saved["clients"])
             if summary is None:
-                summary = {}
-                _summarize(summary, list(read_records(path, size)))
-            self._segments.append(Segment(path, size, int(path.stat().st_mtime * 1000), summary, True))
+                summary, clients = {}, {}
+                _summarize(summary, clients, list(read_records(path, size)))
+            self._segments.append(Segment(path, size, int(path.stat().st_mtime * 1000), summary, True, clients))
 
-    def append(self, records: list[list[Any]]) -> None:
-        """Write `records` at the end of the newest segment (a new one when it is sealed or full)."""
+    def append(self, records: Sequence[Sequence[Any]]) -> None:
+        """Write `records` (one array) at the end of the newest segment (a new one when it is
+        sealed or full). Raises `OSError` when the file cannot be written."""
         if not records:
             return
-        pack = self._packer.pack
-        data = b"".join(pack(r) for r in records)
+        data = self._packer.pack(records)
         segment = self._segments[-1] if self._segments else None
         if segment is None or segment.sealed or self._file is None:
             segment = self._open_new()
@@ -149,7 +164,7 @@ class TraceSegments:
         self._file.flush()
         segment.size += len(data)
         segment.last_ms = self._now_ms()
-        _summarize(segment.summary, records)
+        _summarize(segment.summary, segment.clients, records)
         if segment.size >= self._segment_bytes:
             self._seal(segment)
             self.enforce_retention()            # the size bound holds at every new segment
@@ -162,7 +177,7 @@ class TraceSegments:
             now_ms = max(now_ms, int(self._segments[-1].path.stem) + 1)
         path = self.directory / f"{now_ms:013d}{_SUFFIX}"
         self._file = open(path, "ab")       # noqa: SIM115 (kept open until sealed)
-        segment = Segment(path, 0, now_ms, {}, False)
+        segment = Segment(path, 0, now_ms, {}, False, {})
         self._segments.append(segment)
         return segment
 
@@ -173,7 +188,7 @@ class TraceSegments:
         segment.sealed = True
         rows = [[t, q, lo, hi] for (t, q), (lo, hi) in segment.summary.items()]
         tmp = segment.path.with_suffix(_SUMMARY + ".tmp")
-        tmp.write_bytes(msgpack.packb(rows))
+        tmp.write_bytes(msgpack.packb({"queues": rows, "clients": segment.clients}))
         os.replace(tmp, segment.path.with_suffix(_SUMMARY))
 
     def enforce_retention(self) -> int:
@@ -201,20 +216,48 @@ class TraceSegments:
         if self._segments and not self._segments[-1].sealed:
             self._seal(self._segments[-1])
 
+    def client_ids(self) -> dict[str, str]:
+        """"ip:port" -> the client id its connection heartbeated with, over every segment (newest wins)."""
+        merged: dict[str, str] = {}
+        for segment in self._segments:
+            merged.update(segment.clients)
+        return merged
+
     def snapshot(self) -> list[SegmentView]:
         return [SegmentView(s.path, s.size, {k: list(v) for k, v in s.summary.items()}) for s in self._segments]
 
 
-def find_message_records(views: list[SegmentView], msg_id: str, limit: int) -> list[list[Any]]:
-    """Message records (SENT, BACK, DLQ) whose ids include `msg_id`, oldest first, at most `limit`.
-    A segment is decoded only when its bytes contain `msg_id` as msgpack writes it."""
-    needle = msgpack.packb(msg_id)
+_STORED_AT = {"S": 7, "B": 10, "D": 9}      # where a message record has its copy's commit-log offset
+
+
+def matches(properties: Any, wanted: str) -> bool:
+    """Whether a message with `properties` is found by `wanted`: its UNIQ_KEY, a word of its KEYS,
+    or (a copy: retry, DLQ, resend) the ORIGIN_MESSAGE_ID or DLQ_RESENT_FROM it carries."""
+    if not isinstance(properties, dict):
+        return False
+    if wanted in (properties.get(PROPERTY_UNIQ_KEY), properties.get(PROPERTY_ORIGIN_MESSAGE_ID),
+                  properties.get(PROPERTY_DLQ_RESENT_FROM)):
+        return True
+    keys = properties.get(PROPERTY_KEYS)
+    return isinstance(keys, str) and wanted in keys.split()
+
+
+def find_message_records(views: list[SegmentView], wanted: str, limit: int,
+                         commit_log_offset: int | None = None) -> list[list[Any]]:
+    """Message records (SENT, BACK, DLQ) of messages found by `wanted` (`matches`), or, with
+    `commit_log_offset`, of the copy stored there; oldest first, at most `limit`. By `wanted`, a
+    segment is decoded only when its bytes contain `wanted` as msgpack writes it."""
+    needle = msgpack.packb(wanted) if commit_log_offset is None else None
     found: list[list[Any]] = []
     for view in views:
-        if view.size == 0 or not _contains(view, needle):
+        if view.size == 0 or (needle is not None and not _contains(view, needle)):
             continue
         for record in read_records(view.path, view.size):
-            if record[0] in MESSAGE_KINDS and isinstance(record[2], list) and msg_id in record[2]:
+            kind = record[0]
+            if kind not in MESSAGE_KINDS:
+                continue
+            if (matches(record[-1], wanted) if commit_log_offset is None
+                    else record[_STORED_AT[kind]] == commit_log_offset):
                 found.append(record)
                 if len(found) >= limit:
                     return found
@@ -253,7 +296,7 @@ def _spans(span: list[int] | None, offsets: set[int]) -> bool:
     return span is not None and any(span[0] <= o <= span[1] for o in offsets)
 
 
-def _matches(record: list[Any], offsets: set[int]) -> bool:
+def _matches(record: Sequence[Any], offsets: set[int]) -> bool:
     covered = _covered(record)
     assert covered is not None
     if record[0] == POPPED:

@@ -12,7 +12,7 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from broker.trace.recorder import ClientIdOf, TraceRecorder
+from broker.trace.recorder import TraceRecorder
 from broker.trace.segments import TraceSegments
 from conf.trace import TraceConfig
 from protocol.service import Service
@@ -28,12 +28,11 @@ class TraceService(Service):
 
     name = "trace"
 
-    def __init__(self, config: TraceConfig, store_path: Path, store_host: str, client_id_of: ClientIdOf,
-                 now_ms: Callable[[], int]) -> None:
+    def __init__(self, config: TraceConfig, store_path: Path, now_ms: Callable[[], int]) -> None:
         super().__init__()
         self._interval_ms = config.flush_interval_ms
         self._now_ms = now_ms
-        self.recorder = TraceRecorder(store_host, client_id_of, config.queue_max_events)
+        self.recorder = TraceRecorder(config.queue_max_events)
         self.segments = TraceSegments(store_path / "trace", segment_bytes=config.segment_bytes,
                                       max_bytes=config.max_bytes, retention_ms=config.retention_hours * 3_600_000,
                                       now_ms=now_ms)

@@ -6,7 +6,6 @@ answers at most `max_entries`, the trace files stay within `trace.max_bytes` and
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +17,12 @@ from hypothesis import strategies as st
 from broker.broker import Broker
 from broker.trace.segments import TraceSegments, find_message_records, find_queue_records
 from client.admin_api import AdminAPI
-from client.remoting.remoting_client import RemotingClient
 from conf.trace import TraceConfig
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import request
 from protocol.trace import merge_timeline
 from tests.conftest import broker_config
 from tests.helpers import free_port, scrape_metrics, send
-
-
-@pytest.fixture
-async def admin_api() -> AsyncIterator[AdminAPI]:
-    remoting = RemotingClient()
-    try:
-        yield AdminAPI(remoting)
-    finally:
-        await remoting.close()
 
 
 @pytest.mark.parametrize(("fields", "says"), [

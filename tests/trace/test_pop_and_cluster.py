@@ -3,31 +3,18 @@ acknowledged) and of a message whose copies live on two brokers, asked through a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from broker.broker import Broker
 from client import SimpleConsumer
 from client.admin_api import AdminAPI
 from client.producer.producer import Producer
-from client.remoting.remoting_client import RemotingClient
 from protocol.message import Message
 from tests.admin.cli_runner import rocketq_json
 from tests.conftest import broker_config
 from tests.helpers import send
 from tests.namesrv.test_namesrv import cluster, wait_route
 from tests.trace.helpers import events, trace_until
-
-
-@pytest.fixture
-async def admin_api() -> AsyncIterator[AdminAPI]:
-    remoting = RemotingClient()
-    try:
-        yield AdminAPI(remoting)
-    finally:
-        await remoting.close()
 
 
 async def test_a_popped_message_not_acked_is_revived_then_acked(tmp_path: Path, admin_api: AdminAPI) -> None:

@@ -4,15 +4,11 @@ read back with QUERY_MESSAGE_TRACE (`admin.trace.gather_trace`) and `rocketq adm
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from broker.broker import Broker
 from client import ConsumeConcurrentlyStatus, Message, MessageExt, Producer, PushConsumer
 from client.admin_api import AdminAPI
-from client.remoting.remoting_client import RemotingClient
 from conf.client import ClientConfig
 from tests.admin.cli_runner import rocketq, rocketq_json
 from tests.conftest import broker_config
@@ -21,15 +17,6 @@ from tests.trace.helpers import events, trace_until
 OK = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
 FAST_CLIENT = ClientConfig(persist_offset_interval_ms=100)
-
-
-@pytest.fixture
-async def admin_api() -> AsyncIterator[AdminAPI]:
-    remoting = RemotingClient()
-    try:
-        yield AdminAPI(remoting)
-    finally:
-        await remoting.close()
 
 
 def consumer(address: str, group: str, topic: str, listener: object, **options: object) -> PushConsumer:

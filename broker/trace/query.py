@@ -22,6 +22,7 @@ import msgpack
 
 from broker.remoting.context import RequestContext
 from broker.store.message_store import MessageStore
+from broker.topics.system_topics import NOT_ALLOWED_SEND_TOPICS
 from broker.topics.topic_config_manager import TopicConfigManager
 from broker.trace.segments import find_message_records, find_queue_records, matches
 from broker.trace.service import TraceService
@@ -148,7 +149,10 @@ class TraceQueryProcessor:
         """The stored messages found by `wanted` in the store's key index, in `topic` or in every
         topic of this broker (a message sent in a batch, whose send is recorded per batch, is
         found this way; so is one whose SENT record was dropped)."""
-        for name in [topic] if topic else sorted(t.topic for t in self._topics.topics()):
+        names = [topic] if topic else sorted(t.topic for t in self._topics.topics())
+        for name in names:
+            if name in NOT_ALLOWED_SEND_TOPICS or name.startswith("rmq_sys_"):   # a delayed copy, a half message
+                continue
             for payload in self._store.query_by_key(name, wanted, _KEY_INDEX_MATCHES):
                 fields = msgpack.unpackb(payload, raw=False)
                 if matches(fields[F_PROPERTIES], wanted):

@@ -86,6 +86,7 @@ async def test_a_message_retried_twice_then_consumed(broker: Broker, admin_api: 
     retry = [e for e in timeline if e.get("topic") == "%RETRY%flaky"]
     assert [e["event"] for e in retry] == ["retry_stored", "delivered", "retry_stored", "delivered", "consumed"]
     assert all(e["uniq_key"] == uniq for e in timeline)
+    assert not [e for e in timeline if e.get("topic", "").startswith("SCHEDULE")], "the delayed copies are not shown"
     names = events(timeline)
     assert names.index("sent_back") < names.index("retry_stored"), "sent back, then stored by the schedule"
 

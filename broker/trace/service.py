@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from time import thread_time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -37,6 +38,7 @@ class TraceService(Service):
                                       max_bytes=config.max_bytes, retention_ms=config.retention_hours * 3_600_000,
                                       now_ms=now_ms)
         self._retained_at_ms = 0
+        self.write_cpu_s = 0.0          # this thread's CPU spent writing events (seconds)
 
     async def start(self) -> None:
         self.segments.load()
@@ -50,10 +52,12 @@ class TraceService(Service):
 
     def flush(self) -> None:
         """Write every waiting event now (and apply retention at most once a second)."""
+        started = thread_time()
         try:
             self.segments.append(self.recorder.drain())
         except OSError as exc:      # a full disk: the trace loses these events, the broker goes on
             log.warning("trace: events not written to %s: %s", self.segments.directory, exc)
+        self.write_cpu_s += thread_time() - started
         now_ms = self._now_ms()
         if now_ms - self._retained_at_ms >= _RETENTION_EVERY_MS:
             self._retained_at_ms = now_ms

@@ -151,6 +151,8 @@ class TraceQueryProcessor:
         found this way; so is one whose SENT record was dropped)."""
         names = [topic] if topic else sorted(t.topic for t in self._topics.topics())
         for name in names:
+            if resolver.full:
+                return
             if name in NOT_ALLOWED_SEND_TOPICS or name.startswith("rmq_sys_"):   # a delayed copy, a half message
                 continue
             for payload in self._store.query_by_key(name, wanted, _KEY_INDEX_MATCHES):
@@ -165,6 +167,8 @@ class TraceQueryProcessor:
         for group in resolver.groups:
             topics |= {retry_topic(group), dlq_topic(group)}
         for uniq_key in sorted(resolver.uniq_keys):
+            if resolver.full:
+                return
             for name in sorted(topics):
                 for payload in self._store.query_by_key(name, uniq_key, _KEY_INDEX_MATCHES):
                     fields = msgpack.unpackb(payload, raw=False)
@@ -196,6 +200,11 @@ class _Resolver:
         self._consumed: set[tuple[str, Location]] = set()
         self._sent_back: set[tuple[str, str]] = set()     # (group, msg_id) of copies a group sent back
         self._stored_us: dict[Location, int] = {}         # a place's store time (epoch µs)
+
+    @property
+    def full(self) -> bool:
+        """Whether the query's `max_entries` are reached (nothing more is looked up)."""
+        return len(self.entries) >= self._limit
 
     def _add(self, event: str, at_us: int, **fields: Any) -> None:
         if len(self.entries) < self._limit:

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 Summary = dict[tuple[str, int], list[int]]      # (topic, queue_id) -> [lowest, highest] queue offset
 MAX_CLIENTS = 100_000                           # client ids (by connection) a segment keeps in memory
+MAX_DECODED_BYTES = 256 << 20                   # trace bytes one lookup decodes at most
 _SUFFIX, _SUMMARY = ".trace", ".sum"
 
 
@@ -242,25 +243,28 @@ def matches(properties: Any, wanted: str) -> bool:
     return isinstance(keys, str) and wanted in keys.split()
 
 
-def find_message_records(views: list[SegmentView], wanted: str, limit: int,
-                         commit_log_offset: int | None = None) -> list[list[Any]]:
+def find_message_records(views: list[SegmentView], wanted: str, limit: int, commit_log_offset: int | None = None,
+                         max_decoded_bytes: int = MAX_DECODED_BYTES) -> list[list[Any]]:
     """Message records (SENT, BACK, DLQ) of messages found by `wanted` (`matches`), or, with
     `commit_log_offset`, of the copy stored there; oldest first, at most `limit`. By `wanted`, a
-    segment is decoded only when its bytes contain `wanted` as msgpack writes it."""
+    segment is decoded only when its bytes contain `wanted` as msgpack writes it. Segments are
+    read newest first and no more than `max_decoded_bytes` of them decoded (a key as common as
+    "a" costs a query a bounded time; what lies further back is not found)."""
     needle = msgpack.packb(wanted) if commit_log_offset is None else None
     found: list[list[Any]] = []
-    for view in views:
+    budget = max_decoded_bytes
+    for view in reversed(views):
         if view.size == 0 or (needle is not None and not _contains(view, needle)):
             continue
-        for record in read_records(view.path, view.size):
-            kind = record[0]
-            if kind not in MESSAGE_KINDS:
-                continue
-            if (matches(record[-1], wanted) if commit_log_offset is None
-                    else record[_STORED_AT[kind]] == commit_log_offset):
-                found.append(record)
-                if len(found) >= limit:
-                    return found
+        budget -= view.size
+        if budget < 0:
+            break
+        here = [record for record in read_records(view.path, view.size) if record[0] in MESSAGE_KINDS
+                and (matches(record[-1], wanted) if commit_log_offset is None
+                     else record[_STORED_AT[record[0]]] == commit_log_offset)]
+        found = here + found
+        if len(found) >= limit:
+            return found[len(found) - limit:]
     return found
 
 
@@ -272,14 +276,19 @@ def _contains(view: SegmentView, needle: bytes) -> bool:
         return False
 
 
-def find_queue_records(views: list[SegmentView], wanted: dict[tuple[str, int], set[int]],
-                       limit: int) -> list[list[Any]]:
+def find_queue_records(views: list[SegmentView], wanted: dict[tuple[str, int], set[int]], limit: int,
+                       max_decoded_bytes: int = MAX_DECODED_BYTES) -> list[list[Any]]:
     """Queue records of the (topic, queue_id)s of `wanted` that cover one of its queue offsets,
-    oldest first, at most `limit`; only segments whose summary covers one are decoded."""
+    oldest first, at most `limit`; only segments whose summary covers one are decoded, at most
+    `max_decoded_bytes` of them (oldest first: what happens to a message follows its store)."""
     found: list[list[Any]] = []
+    budget = max_decoded_bytes
     for view in views:
         if not any(_spans(view.summary.get(queue), offsets) for queue, offsets in wanted.items()):
             continue
+        budget -= view.size
+        if budget < 0:
+            break
         for record in read_records(view.path, view.size):
             covered = _covered(record)
             if covered is None:

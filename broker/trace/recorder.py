@@ -36,6 +36,7 @@ class TraceRecorder:
 
     def __init__(self, max_events: int) -> None:
         self._queue: deque[tuple[Any, ...]] = deque()
+        self._commits: dict[tuple[str, str, int], list[Any]] = {}     # (group, topic, queue_id) -> its COMMITTED
         self._max = max_events
         self.dropped = 0            # events not recorded: the queue was full
         self.recorded = 0           # events drained into records
@@ -95,12 +96,17 @@ class TraceRecorder:
 
     def committed(self, client_addr: str, group: str, topic: str, queue_id: int, old_offset: int | None,
                   new_offset: int) -> None:
-        """The group's committed offset of the queue moved from `old_offset` (None: none yet)."""
-        queue = self._queue
-        if len(queue) < self._max:
-            queue.append((COMMITTED, time(), topic, queue_id, old_offset, new_offset, group, client_addr))
-        else:
-            self.dropped += 1
+        """The group's committed offset of the queue moved from `old_offset` (None: none yet).
+        Forward moves of one queue between two writes become one record (from the first old
+        offset to the last new one, at the last move's time): a consumer commits on every pull."""
+        key = (group, topic, queue_id)
+        pending = self._commits.get(key)
+        if pending is not None and new_offset >= pending[5] and (pending[4] is None or pending[4] <= pending[5]):
+            pending[1], pending[5], pending[7] = time(), new_offset, client_addr
+            return
+        if pending is not None:             # a move back (a reset) stands apart from the forward runs
+            self._add(tuple(pending))
+        self._commits[key] = [COMMITTED, time(), topic, queue_id, old_offset, new_offset, group, client_addr]
 
     def popped(self, group: str, topic: str, queue_id: int, queue_offsets: list[int], deadline_ms: int) -> None:
         self._add((POPPED, time(), topic, queue_id, queue_offsets, group, deadline_ms))
@@ -120,10 +126,14 @@ class TraceRecorder:
 
     # -- off the request paths -------------------------------------------------------------------
 
-    def drain(self) -> list[tuple[Any, ...]]:
+    def drain(self) -> list[Any]:
         """The waiting events as trace records (the event tuples themselves), oldest first; the
         queue is empty after."""
         queue, self._queue = self._queue, deque()
-        self.recorded += len(queue)
-        return list(queue)
+        records: list[Any] = list(queue)
+        if self._commits:
+            records += self._commits.values()
+            self._commits = {}
+        self.recorded += len(records)
+        return records
 

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.broker import Broker
+from broker.trace.recorder import TraceRecorder
 from broker.trace.segments import TraceSegments, find_message_records, find_queue_records
 from client.admin_api import AdminAPI
 from conf.trace import TraceConfig
@@ -129,3 +130,13 @@ def test_a_merged_timeline_is_sorted_and_has_each_entry_once(answers: list[list[
     assert len({msgpack.packb(sorted(e.items())) for e in merged}) == len(merged)
     assert {msgpack.packb(sorted(e.items())) for a in answers for e in a} == {
         msgpack.packb(sorted(e.items())) for e in merged}
+
+
+def test_commits_between_two_writes_become_one_record_per_forward_run() -> None:
+    recorder = TraceRecorder(max_events=100)
+    for old, new in ((None, 1), (1, 2), (2, 5), (5, 2), (2, 3), (3, 4)):
+        recorder.committed("10.0.0.1:5", "g", "t", 0, old, new)
+    recorder.committed("10.0.0.1:5", "g", "t", 1, 7, 9)
+    records = recorder.drain()
+    assert [(r[3], r[4], r[5]) for r in records] == [(0, None, 5), (0, 5, 2), (0, 2, 4), (1, 7, 9)]
+    assert recorder.drain() == [] and recorder.recorded == 4

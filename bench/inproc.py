@@ -242,7 +242,7 @@ async def bench_send(args: argparse.Namespace) -> None:
             send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{i:024X}", credentials=_credentials(args))
             for i in range(2_000))
         idle_s = args.idle_us / 1e6
-        _trace_write_us(inproc, 1)                      # (the warm-up's)
+        await _trace_write_us(inproc, 1)                # (the warm-up's)
         for round_index in range(args.rounds):
             # every SEND its own UNIQ_KEY, as a producer's: each one is a new key-index entry
             frames = [send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{round_index + 1:08X}{i:016X}",
@@ -251,19 +251,19 @@ async def bench_send(args: argparse.Namespace) -> None:
                                             args.profile and round_index == args.rounds - 1)
             print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per SEND "
                   f"({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'}, "
-                  f"{transport.writes} writes so far){_trace_write_us(inproc, args.count)}")
+                  f"{transport.writes} writes so far){await _trace_write_us(inproc, args.count)}")
 
     await _with_broker(body, args)
 
 
-def _trace_write_us(inproc: InProcess, count: int, request_name: str = "SEND") -> str:
+async def _trace_write_us(inproc: InProcess, count: int, request_name: str = "SEND") -> str:
     """", and N µs per SEND to write its trace events" (the trace service's CPU in its writes,
     off the request path, since the last call: its periodic writes and one now); "" with the
     trace off."""
     trace = inproc.broker.trace
     if trace is None:
         return ""
-    trace.flush()
+    await trace.flush()
     spent_s, inproc.trace_write_s = trace.write_cpu_s - inproc.trace_write_s, trace.write_cpu_s
     return f", and {spent_s / count * 1e6:.2f} µs per {request_name} to write its trace events"
 
@@ -274,7 +274,7 @@ async def bench_batch(args: argparse.Namespace) -> None:
         protocol, _ = await inproc.warmed_connection(
             batch_frame("inproc", i % QUEUES, i + 1, credentials=_credentials(args)) for i in range(200))
         count = max(1, args.count // 32)
-        _trace_write_us(inproc, 1)                      # (the warm-up's)
+        await _trace_write_us(inproc, 1)                # (the warm-up's)
         for round_index in range(args.rounds):
             # every message its own UNIQ_KEY, as a producer's: each one is a new key-index entry
             frames = [batch_frame("inproc", i % QUEUES, (round_index + 1) << 32 | i, credentials=_credentials(args))
@@ -288,7 +288,7 @@ async def bench_batch(args: argparse.Namespace) -> None:
                         await asyncio.sleep(0)
                 cpu = time.thread_time() - started
             print(f"round {round_index}: {cpu / count * 1e6:.1f} µs of broker CPU per SEND_BATCH of 32"
-                  f"{_trace_write_us(inproc, count, 'SEND_BATCH')}")
+                  f"{await _trace_write_us(inproc, count, 'SEND_BATCH')}")
 
     await _with_broker(body, args)
 
@@ -325,7 +325,7 @@ async def bench_wake_one(args: argparse.Namespace) -> None:
         for _ in range(1_000):                          # warm-up
             round_trip(False)
             await asyncio.sleep(0)
-        _trace_write_us(inproc, 1)                      # (the warm-up's)
+        await _trace_write_us(inproc, 1)                # (the warm-up's)
         for round_index in range(args.rounds):
             gc.collect()
             cpu = 0.0
@@ -335,7 +335,7 @@ async def bench_wake_one(args: argparse.Namespace) -> None:
                     await asyncio.sleep(0)              # the loop's callbacks (flushes) between round trips
             print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per SEND waking one "
                   f"held pull ({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'})"
-                  f"{_trace_write_us(inproc, args.count)}")
+                  f"{await _trace_write_us(inproc, args.count)}")
 
     await _with_broker(body, args)
 

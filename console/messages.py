@@ -15,7 +15,7 @@ from admin.message import find_by_id
 from admin.trace import gather_trace
 from client.admin_api import AdminAPI
 from protocol.codes import PullSysFlag
-from protocol.errors import QueryNotFound, TopicNotExist
+from protocol.errors import NoPermission, QueryNotFound, TopicNotExist
 from protocol.headers import PullMessageRequestHeader
 from protocol.message import MessageExt
 from protocol.model import ExpressionType, PullStatus
@@ -59,14 +59,19 @@ def body_preview(body: bytes) -> dict[str, Any]:
             "size": len(body)}
 
 
-async def trace(api: AdminAPI, endpoint: str, msg_id: str) -> list[dict[str, Any]]:
+async def trace(api: AdminAPI, endpoint: str, msg_id: str) -> tuple[list[dict[str, Any]], str]:
     """The trace timeline of the message with `msg_id` (its UNIQ_KEY, so that its retry, DLQ and
     resent copies are in it, or an offset msg id) across the cluster, as `rocketq admin message
-    trace` shows it (`admin.trace.gather_trace`), each entry with `where` ("topic:queue@offset")."""
-    timeline = await gather_trace(api, endpoint, msg_id=msg_id, max_entries=500)
+    trace` shows it (`admin.trace.gather_trace`), each entry with `where` ("topic:queue@offset"),
+    and "" or why there is none: a user without Get on Cluster (NO_PERMISSION) still sees the
+    message. Other errors raise as `console.cluster_data`'s."""
+    try:
+        timeline = await gather_trace(api, endpoint, msg_id=msg_id, max_entries=500)
+    except NoPermission as exc:
+        return [], f"the trace needs Get on Cluster: {exc.remark}"
     for entry in timeline:
         entry["where"] = describe(entry)
-    return timeline
+    return timeline, ""
 
 
 async def by_key(api: AdminAPI, endpoint: str, topic: str, key: str) -> list[MessageExt]:

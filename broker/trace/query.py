@@ -98,7 +98,7 @@ class TraceQueryProcessor:
 
     async def _trace(self, service: TraceService | None, wanted: str, topic: str, limit: int) -> list[Entry]:
         if service is not None:
-            service.flush()                       # the query sees every event recorded before it
+            await service.flush()                 # the query sees every event recorded before it
         clients = service.segments.client_ids() if service is not None else {}
         resolver = _Resolver(self._address, limit, self._store_time, clients)
         commit_log_offset = self._offset_of(wanted)

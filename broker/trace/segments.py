@@ -19,6 +19,7 @@ import contextlib
 import logging
 import mmap
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,7 +116,10 @@ def read_records(path: Path, size: int) -> Iterator[list[Any]]:
 
 
 class TraceSegments:
-    """Event-loop thread only (except the module's lookup functions over `snapshot`)."""
+    """One writer at a time (`load`, `append`, `enforce_retention`, `close`: the trace service runs
+    them in a worker thread, so a slow disk never holds up the event loop); `snapshot`,
+    `client_ids`, `total_bytes` and `segment_count` may be called meanwhile from another thread
+    (the loop): the segments' list and figures are guarded by a lock never held across I/O."""
 
     def __init__(self, directory: Path, *, segment_bytes: int, max_bytes: int, retention_ms: int,
                  now_ms: Callable[[], int]) -> None:
@@ -125,14 +129,17 @@ class TraceSegments:
         self._segments: list[Segment] = []
         self._file: Any = None          # the newest segment's file, open for appending
         self._packer = msgpack.Packer(use_bin_type=True)
+        self._lock = threading.Lock()
 
     @property
     def total_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
+        with self._lock:
+            return sum(s.size for s in self._segments)
 
     @property
     def segment_count(self) -> int:
-        return len(self._segments)
+        with self._lock:
+            return len(self._segments)
 
     def load(self) -> None:
         """Find the segments of an earlier run (rebuilding a missing summary by reading the file)."""
@@ -150,7 +157,8 @@ class TraceSegments:
             if summary is None:
                 summary, clients = {}, {}
                 _summarize(summary, clients, list(read_records(path, size)))
-            self._segments.append(Segment(path, size, int(path.stat().st_mtime * 1000), summary, True, clients))
+            with self._lock:
+                self._segments.append(Segment(path, size, int(path.stat().st_mtime * 1000), summary, True, clients))
 
     def append(self, records: Sequence[Sequence[Any]]) -> None:
         """Write `records` (one array) at the end of the newest segment (a new one when it is
@@ -163,9 +171,10 @@ class TraceSegments:
             segment = self._open_new()
         self._file.write(data)
         self._file.flush()
-        segment.size += len(data)
-        segment.last_ms = self._now_ms()
-        _summarize(segment.summary, segment.clients, records)
+        with self._lock:
+            segment.size += len(data)
+            segment.last_ms = self._now_ms()
+            _summarize(segment.summary, segment.clients, records)
         if segment.size >= self._segment_bytes:
             self._seal(segment)
             self.enforce_retention()            # the size bound holds at every new segment
@@ -179,7 +188,8 @@ class TraceSegments:
         path = self.directory / f"{now_ms:013d}{_SUFFIX}"
         self._file = open(path, "ab")       # noqa: SIM115 (kept open until sealed)
         segment = Segment(path, 0, now_ms, {}, False, {})
-        self._segments.append(segment)
+        with self._lock:
+            self._segments.append(segment)
         return segment
 
     def _seal(self, segment: Segment) -> None:
@@ -187,9 +197,11 @@ class TraceSegments:
             self._file.close()
             self._file = None
         segment.sealed = True
-        rows = [[t, q, lo, hi] for (t, q), (lo, hi) in segment.summary.items()]
+        with self._lock:
+            rows = [[t, q, lo, hi] for (t, q), (lo, hi) in segment.summary.items()]
+            clients = dict(segment.clients)
         tmp = segment.path.with_suffix(_SUMMARY + ".tmp")
-        tmp.write_bytes(msgpack.packb({"queues": rows, "clients": segment.clients}))
+        tmp.write_bytes(msgpack.packb({"queues": rows, "clients": clients}))
         os.replace(tmp, segment.path.with_suffix(_SUMMARY))
 
     def enforce_retention(self) -> int:
@@ -205,7 +217,8 @@ class TraceSegments:
                 break
             if not oldest.sealed:
                 self._seal(oldest)
-            self._segments.pop(0)
+            with self._lock:
+                self._segments.pop(0)
             for path in (oldest.path, oldest.path.with_suffix(_SUMMARY)):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
@@ -220,12 +233,14 @@ class TraceSegments:
     def client_ids(self) -> dict[str, str]:
         """"ip:port" -> the client id its connection heartbeated with, over every segment (newest wins)."""
         merged: dict[str, str] = {}
-        for segment in self._segments:
-            merged.update(segment.clients)
+        with self._lock:
+            for segment in self._segments:
+                merged.update(segment.clients)
         return merged
 
     def snapshot(self) -> list[SegmentView]:
-        return [SegmentView(s.path, s.size, {k: list(v) for k, v in s.summary.items()}) for s in self._segments]
+        with self._lock:
+            return [SegmentView(s.path, s.size, {k: list(v) for k, v in s.summary.items()}) for s in self._segments]
 
 
 _STORED_AT = {"S": 7, "B": 10, "D": 9}      # where a message record has its copy's commit-log offset

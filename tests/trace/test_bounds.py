@@ -59,7 +59,7 @@ async def test_the_trace_files_stay_within_max_bytes(tmp_path: Path, admin_api: 
         for i in range(600):
             await send(admin_api, broker.address, "orders", b"x", properties={"KEYS": f"k{i}"})
         assert broker.trace is not None
-        broker.trace.flush()
+        await broker.trace.flush()
         segments = broker.trace.segments
         files = sorted((tmp_path / "store" / "trace").glob("*.trace"))
         on_disk = sum(f.stat().st_size for f in files)

@@ -20,6 +20,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from protocol.headers import Header, Int32, header
+from protocol.message import (
+    PROPERTY_DLQ_RESENT_FROM,
+    PROPERTY_KEYS,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_UNIQ_KEY,
+)
 
 # Record kinds (the first item of a trace record on disk).
 SENT, BACK, DLQ = "S", "B", "D"                                              # message records
@@ -33,6 +40,10 @@ OTHER_KINDS = frozenset((SENT, BACK, DLQ, CLIENT))      # records that cover no 
 EVENTS = ("sent", "resent_from_dlq", "stored", "retry_stored", "popped", "delivered", "invisible_changed",
           "revived", "acked", "sent_back", "to_dlq", "consumed")
 _RANK = {name: rank for rank, name in enumerate(EVENTS)}
+
+# The properties a message record keeps (not the message's dict: one held per event until it is
+# written made the garbage collector's full passes more frequent), in this order.
+NOTED = (PROPERTY_UNIQ_KEY, PROPERTY_KEYS, PROPERTY_DLQ_RESENT_FROM, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC)
 
 MAX_QUERY_CHARS = 512           # a msg id or key longer than this is refused
 MAX_TRACE_ENTRIES = 10_000      # most entries one broker answers
@@ -48,6 +59,18 @@ class QueryMessageTraceRequestHeader(Header):
     key: str = ""
     topic: str = ""
     max_entries: Int32 = 1_000
+
+
+def noted(properties: Mapping[str, str]) -> tuple[str | None, ...]:
+    """The `NOTED` properties of a message, None where it has none."""
+    return tuple(properties.get(name) for name in NOTED)
+
+
+def as_properties(values: Any) -> dict[str, str]:
+    """The properties `noted` kept (a record read back), as a dict of those it had."""
+    if not isinstance(values, list | tuple):
+        return {}
+    return {name: value for name, value in zip(NOTED, values, strict=False) if isinstance(value, str) and value}
 
 
 def entry_key(entry: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -57,6 +57,7 @@ from protocol.trace import (
     SENT,
     SENT_BATCH,
     QueryMessageTraceRequestHeader,
+    as_properties,
 )
 
 TOOLS_CONSUMER = "TOOLS_CONSUMER"           # the admin's own reads: not deliveries
@@ -178,7 +179,7 @@ class TraceQueryProcessor:
 
 def _topics_of(record: list[Any]) -> set[str]:
     """The topics a message record concerns (its copy's, the one it was retried from)."""
-    kind, properties = record[0], record[-1]
+    kind, properties = record[0], as_properties(record[-1])
     topics = {record[4]} if kind == SENT else {record[7]} if kind == BACK else {record[3], record[6]}
     if isinstance(properties, dict) and PROPERTY_RETRY_TOPIC in properties:
         topics.add(properties[PROPERTY_RETRY_TOPIC])
@@ -221,7 +222,7 @@ class _Resolver:
         return identity
 
     def message_record(self, record: list[Any]) -> None:
-        kind, at_us, properties = record[0], int(record[1] * 1_000_000), record[-1]
+        kind, at_us, properties = record[0], int(record[1] * 1_000_000), as_properties(record[-1])
         uniq = properties.get(PROPERTY_UNIQ_KEY) or None
         if kind == SENT:
             _, _, addr, group, topic, queue_id, queue_offset, offset, _ = record

@@ -8,8 +8,9 @@ Records are the event tuples themselves, written by msgpack as arrays with no co
 kind (`protocol.trace`'s letter), the time (epoch seconds, a float), then the event's fields.
 A client is recorded by its connection's "ip:port"; the client id a connection heartbeats with is
 recorded once per connection (CLIENT), so a query names the client without a lookup per event.
-Message records end with the stored message's properties (what a query matches a msg id or key
-against: UNIQ_KEY, KEYS, ORIGIN_MESSAGE_ID, DLQ_RESENT_FROM); queue records carry (topic, queue_id)
+Message records end with the stored message's `protocol.trace.NOTED` properties (what a query
+matches a msg id or key against: UNIQ_KEY, KEYS, DLQ_RESENT_FROM, ORIGIN_MESSAGE_ID; and
+RETRY_TOPIC), as strings: no dict of the request is held until the write; queue records carry (topic, queue_id)
 and the queue offsets they cover at positions 2 to 4, resolved against a message's place at query
 time:
 - SENT: a message stored by SEND_MESSAGE (a resend from the DLQ too);
@@ -28,7 +29,23 @@ from typing import Any
 
 from broker.remoting.context import RequestContext
 from protocol.channel import Channel
-from protocol.trace import ACKED, BACK, CHANGED, CLIENT, COMMITTED, DLQ, POPPED, PULLED, REVIVED, SENT, SENT_BATCH
+from protocol.trace import (
+    ACKED,
+    BACK,
+    CHANGED,
+    CLIENT,
+    COMMITTED,
+    DLQ,
+    NOTED,
+    POPPED,
+    PULLED,
+    REVIVED,
+    SENT,
+    SENT_BATCH,
+    noted,
+)
+
+_UNIQ, _KEYS, _RESENT_FROM, _ORIGIN, _RETRY_TOPIC = NOTED
 
 
 class TraceRecorder:
@@ -60,8 +77,9 @@ class TraceRecorder:
         `queue_offset` -1: a delayed message, whose place is known once it is delivered."""
         queue = self._queue
         if len(queue) < self._max:
+            get = properties.get        # `NOTED`, inline: this runs for every send
             queue.append((SENT, time(), ctx.client_addr, group, topic, queue_id, queue_offset, commit_log_offset,
-                          properties))
+                          (get(_UNIQ), get(_KEYS), get(_RESENT_FROM), get(_ORIGIN), get(_RETRY_TOPIC))))
         else:
             self.dropped += 1
 
@@ -76,13 +94,13 @@ class TraceRecorder:
                   properties: dict[str, str]) -> None:
         """CONSUMER_SEND_MSG_BACK stored the copy at (`topic`, `queue_id`, `queue_offset`)."""
         self._add((BACK, time(), ctx.client_addr, group, origin_commit_log_offset, delay_level, to_dlq, topic,
-                   queue_id, queue_offset, commit_log_offset, properties))
+                   queue_id, queue_offset, commit_log_offset, noted(properties)))
 
     def pop_dlq(self, group: str, topic: str, queue_id: int, queue_offset: int, dlq_topic: str,
                 dlq_queue_id: int, dlq_queue_offset: int, commit_log_offset: int, properties: dict[str, str]) -> None:
         """POP moved a message never acknowledged to the group's DLQ."""
         self._add((DLQ, time(), group, topic, queue_id, queue_offset, dlq_topic, dlq_queue_id, dlq_queue_offset,
-                   commit_log_offset, properties))
+                   commit_log_offset, noted(properties)))
 
     def pulled(self, channel: Channel, group: str, topic: str, queue_id: int, from_offset: int,
                next_offset: int, count: int) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 import msgpack
 
 from protocol.message import PROPERTY_DLQ_RESENT_FROM, PROPERTY_KEYS, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_UNIQ_KEY
-from protocol.trace import CLIENT, COMMITTED, MESSAGE_KINDS, OTHER_KINDS, POPPED, PULLED, SENT_BATCH
+from protocol.trace import CLIENT, COMMITTED, MESSAGE_KINDS, OTHER_KINDS, POPPED, PULLED, SENT_BATCH, as_properties
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +275,7 @@ def find_message_records(views: list[SegmentView], wanted: str, limit: int, comm
         if budget < 0:
             break
         here = [record for record in read_records(view.path, view.size) if record[0] in MESSAGE_KINDS
-                and (matches(record[-1], wanted) if commit_log_offset is None
+                and (matches(as_properties(record[-1]), wanted) if commit_log_offset is None
                      else record[_STORED_AT[record[0]]] == commit_log_offset)]
         found = here + found
         if len(found) >= limit:

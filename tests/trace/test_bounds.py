@@ -74,10 +74,10 @@ def test_segments_past_retention_are_deleted(tmp_path: Path) -> None:
     segments = TraceSegments(tmp_path, segment_bytes=1_024, max_bytes=1 << 20, retention_ms=3_600_000,
                              now_ms=lambda: now[0])
     segments.load()
-    segments.append([["S", now[0] / 1000, "127.0.0.1:1", "pg", "t", 0, i, i, {"UNIQ_KEY": "old-id"}]
+    segments.append([["S", now[0] / 1000, "127.0.0.1:1", "pg", "t", 0, i, i, ["old-id", None, None, None, None]]
                      for i in range(40)])
     now[0] += 1_000
-    segments.append([["S", now[0] / 1000, "127.0.0.1:1", "pg", "t", 0, 40, 40, {"UNIQ_KEY": "new-id"}]])
+    segments.append([["S", now[0] / 1000, "127.0.0.1:1", "pg", "t", 0, 40, 40, ["new-id", None, None, None, None]]])
     segments.close()
     assert segments.segment_count >= 2
     now[0] += 3_600_000 - 500          # the old segments are past retention, the newest is not

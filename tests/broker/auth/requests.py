@@ -19,7 +19,6 @@ from protocol.bodies import (
 )
 from protocol.codes import PullSysFlag, RequestCode
 from protocol.command import RemotingCommand, request
-from protocol.trace import QueryMessageTraceRequestHeader
 from protocol.headers import (
     ConsumerGroupRequestHeader,
     ConsumerSendMsgBackRequestHeader,
@@ -58,6 +57,7 @@ from protocol.headers_v5 import (
 )
 from protocol.message import Message, encode_batch_body
 from protocol.signing import signing_key
+from protocol.trace import QueryMessageTraceRequestHeader
 from tests.helpers import pull_header
 
 TOPIC, GROUP = "t", "g"

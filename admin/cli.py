@@ -21,6 +21,7 @@ def register_commands() -> None:
     import admin.message
     import admin.offset
     import admin.topic
+    import admin.trace
     import admin.user  # noqa: F401
 
 

@@ -50,7 +50,7 @@ def _show(messages: list[MessageExt], as_json: bool, title: str) -> None:
          table(title, ["msg id", "topic", "queue", "offset", "tags", "keys", "stored", "body"], rows))
 
 
-async def _by_id(api: AdminAPI, address: str, msg_id: str, topic: str | None) -> list[MessageExt]:
+async def find_by_id(api: AdminAPI, address: str, msg_id: str, topic: str | None) -> list[MessageExt]:
     """RocketMQ's queryMsgById then queryMsgByUniqueKey: `msg_id` as an offset message id
     (VIEW_MESSAGE_BY_ID), kept only when the message found has that id, since a UNIQ_KEY is 32 hex
     digits too and decodes to some offset; else, with `topic`, as a UNIQ_KEY in the broker's key
@@ -93,7 +93,7 @@ def query(msg_id: str | None, key: str | None, topic: str | None, max_num: int, 
     if key is not None and topic is None:
         raise click.UsageError("--key needs --topic")
     if msg_id is not None:
-        found = run_admin(endpoints, lambda api, address: _by_id(api, address, msg_id, topic))
+        found = run_admin(endpoints, lambda api, address: find_by_id(api, address, msg_id, topic))
         _show(found, as_json, f"message {msg_id}")
         return
     assert key is not None and topic is not None

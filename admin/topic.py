@@ -44,8 +44,13 @@ def _queue_options(command: _F) -> _F:
     return command
 
 
-async def _write_topic(api: AdminAPI, address: str, topic: str, queues: int | None, read_queues: int | None,
-                       write_queues: int | None, perm: int | None, *, refuse_existing: bool) -> dict[str, object]:
+async def write_topic(api: AdminAPI, address: str, topic: str, queues: int | None, read_queues: int | None,
+                      write_queues: int | None, perm: int | None, *, refuse_existing: bool) -> dict[str, object]:
+    """Create or update `topic` on the broker at `address`: `queues` sets read and write queue
+    counts together, `read_queues` / `write_queues` one each; what is not given keeps the existing
+    value (4 queues, read and write, for a new topic). Returns the config written. Raises
+    `SystemError_` when `refuse_existing` and the topic exists, or the broker's refusal (mqadmin
+    `updateTopic`; the console's create form calls it too)."""
     existing = {c.topic: c for c in await api.get_all_topic_config(address)}.get(topic)
     if refuse_existing and existing is not None:
         raise SystemError_(f"topic {topic!r} already exists (use `topic update`)")
@@ -59,7 +64,7 @@ async def _write_topic(api: AdminAPI, address: str, topic: str, queues: int | No
 async def _write_topic_on_cluster(api: AdminAPI, address: str, cluster: str, topic: str, queues: int | None,
                                   read_queues: int | None, write_queues: int | None, perm: int | None, *,
                                   refuse_existing: bool) -> list[dict[str, object]]:
-    """`_write_topic` on the master of every broker of `cluster`, as a name server at `address`
+    """`write_topic` on the master of every broker of `cluster`, as a name server at `address`
     lists them (GET_BROKER_CLUSTER_INFO; a broker given as the endpoint lists itself). Each
     broker registers the change with its name servers at once."""
     info = await api.get_broker_cluster_info(address)
@@ -72,7 +77,7 @@ async def _write_topic_on_cluster(api: AdminAPI, address: str, cluster: str, top
         broker_address = info.broker_addr_table[name].broker_addrs.get(0)
         if broker_address is None:
             raise CommandError(f"broker {name!r} of cluster {cluster!r} has no master address")
-        result = await _write_topic(api, broker_address, topic, queues, read_queues, write_queues, perm,
+        result = await write_topic(api, broker_address, topic, queues, read_queues, write_queues, perm,
                                     refuse_existing=refuse_existing)
         results.append({"broker_name": name, "broker_addr": broker_address, **result})
     return results
@@ -91,7 +96,7 @@ def _write(endpoints: str, cluster: str | None, topic: str, queues: int | None, 
            write_queues: int | None, perm: int | None, as_json: bool, *, refuse_existing: bool) -> None:
     verb = "created" if refuse_existing else "updated"
     if cluster is None:
-        result = run_admin(endpoints, lambda api, address: _write_topic(
+        result = run_admin(endpoints, lambda api, address: write_topic(
             api, address, topic, queues, read_queues, write_queues, perm, refuse_existing=refuse_existing))
         _print_written(result, as_json, verb)
         return

@@ -36,6 +36,7 @@ from bench import (
     sql92,
     timer,
     tls,
+    trace,
     txn_send,
 )
 from bench.common import Options, run, wait_for_quiet
@@ -70,6 +71,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "timer": timer.timer,
     "ha_produce": ha.ha_produce,
     "ha_failover": ha_failover.ha_failover,
+    "trace_cost": trace.trace_cost,
 }
 
 

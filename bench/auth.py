@@ -113,21 +113,28 @@ def sender(kind: str, apis: list[ClientAPI], address: str, params: AuthParams) -
     return one
 
 
+async def warmed_sender(kind: str, apis: list[ClientAPI], address: str,
+                        params: AuthParams) -> tuple[Callable[[int], Awaitable[int]], int, int]:
+    """`sender(kind, ...)` after a warm-up of 8 requests per queue (jobs 0 .. 8 x queues - 1), the
+    requests a measured run makes and how many are in flight at once."""
+    call = sender(kind, apis, address, params)
+    warm = await drive(range(params.queues * 8), call, workers=params.queues, time_limit_s=10)
+    if warm.errors:
+        raise RuntimeError(f"warm-up sends failed: {warm.error_samples}")
+    if kind == "send_batch":
+        return call, params.batch_messages // BATCH_SIZE, params.batch_workers
+    return call, params.one_messages, params.one_workers
+
+
 async def measure(result: BenchResult, broker: BrokerProcess, kind: str, on: bool,
                   params: AuthParams) -> tuple[float, float, float]:
     """One run: messages/s, and broker and client CPU µs per message."""
     await prepare(broker.address, params, on)
     async with clients(broker.address, params.connections, PRODUCER if on else None) as apis:
-        call = sender(kind, apis, broker.address, params)
-        warm = await drive(range(params.queues * 8), call, workers=params.queues, time_limit_s=10)
-        if warm.errors:
-            raise RuntimeError(f"warm-up sends failed: {warm.error_samples}")
-        batched = kind == "send_batch"
-        count = params.batch_messages // BATCH_SIZE if batched else params.one_messages
+        call, count, workers = await warmed_sender(kind, apis, broker.address, params)
         meter = CpuMeter(broker)
         meter.start()
-        stats = await drive(range(count), call, workers=params.batch_workers if batched else params.one_workers,
-                            time_limit_s=params.time_limit_s)
+        stats = await drive(range(count), call, workers=workers, time_limit_s=params.time_limit_s)
         cpu = meter.stop()
     note_neighbours(result, f"auth.{kind}.{'on' if on else 'off'}", cpu)
     if stats.errors:

@@ -50,6 +50,7 @@ from client.api import send_message_fields
 from conf.auth import AuthConfig
 from conf.broker import BrokerConfig
 from conf.store import StoreConfig
+from conf.trace import TraceConfig
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.frame import encode_frame_bytes
@@ -151,6 +152,7 @@ class InProcess:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.trace_write_s = 0.0        # the trace's write CPU already reported
         self._next_port = 20_000
 
     def connect(self) -> tuple[asyncio.Protocol, DroppingTransport]:
@@ -181,9 +183,12 @@ async def _with_broker(body: Any, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="rocketq-inproc-") as directory:
         auth = AuthConfig(authentication_enabled=True, authorization_enabled=True,
                           max_nonces=16_777_216) if args.auth else AuthConfig()
+        # the trace's writes run between the measured reads; `_trace_write_us` reports their CPU
+        trace = TraceConfig(enabled=args.trace == "on")
         config = BrokerConfig(listen_port=0, metrics_port=0, max_requests_per_step=args.max_requests_per_step,
                               store=StoreConfig(path=Path(directory), flush_disk_type="ASYNC_FLUSH",
-                                                 key_index_max_entries=args.key_index_max_entries), auth=auth)
+                                                 key_index_max_entries=args.key_index_max_entries), auth=auth,
+                              trace=trace)
         async with Broker(config) as broker:
             store = broker.auth.store
             if args.auth and store is not None:     # a Normal user allowed Pub on the topic
@@ -237,6 +242,7 @@ async def bench_send(args: argparse.Namespace) -> None:
             send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{i:024X}", credentials=_credentials(args))
             for i in range(2_000))
         idle_s = args.idle_us / 1e6
+        await _trace_write_us(inproc, 1)                # (the warm-up's)
         for round_index in range(args.rounds):
             # every SEND its own UNIQ_KEY, as a producer's: each one is a new key-index entry
             frames = [send_frame("inproc", i % QUEUES, i + 1, uniq_key=f"7F000001{round_index + 1:08X}{i:016X}",
@@ -245,9 +251,21 @@ async def bench_send(args: argparse.Namespace) -> None:
                                             args.profile and round_index == args.rounds - 1)
             print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per SEND "
                   f"({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'}, "
-                  f"{transport.writes} writes so far)")
+                  f"{transport.writes} writes so far){await _trace_write_us(inproc, args.count)}")
 
     await _with_broker(body, args)
+
+
+async def _trace_write_us(inproc: InProcess, count: int, request_name: str = "SEND") -> str:
+    """", and N µs per SEND to write its trace events" (the trace service's CPU in its writes,
+    off the request path, since the last call: its periodic writes and one now); "" with the
+    trace off."""
+    trace = inproc.broker.trace
+    if trace is None:
+        return ""
+    await trace.flush()
+    spent_s, inproc.trace_write_s = trace.write_cpu_s - inproc.trace_write_s, trace.write_cpu_s
+    return f", and {spent_s / count * 1e6:.2f} µs per {request_name} to write its trace events"
 
 
 async def bench_batch(args: argparse.Namespace) -> None:
@@ -256,6 +274,7 @@ async def bench_batch(args: argparse.Namespace) -> None:
         protocol, _ = await inproc.warmed_connection(
             batch_frame("inproc", i % QUEUES, i + 1, credentials=_credentials(args)) for i in range(200))
         count = max(1, args.count // 32)
+        await _trace_write_us(inproc, 1)                # (the warm-up's)
         for round_index in range(args.rounds):
             # every message its own UNIQ_KEY, as a producer's: each one is a new key-index entry
             frames = [batch_frame("inproc", i % QUEUES, (round_index + 1) << 32 | i, credentials=_credentials(args))
@@ -268,7 +287,8 @@ async def bench_batch(args: argparse.Namespace) -> None:
                     if i & 63 == 63:
                         await asyncio.sleep(0)
                 cpu = time.thread_time() - started
-            print(f"round {round_index}: {cpu / count * 1e6:.1f} µs of broker CPU per SEND_BATCH of 32")
+            print(f"round {round_index}: {cpu / count * 1e6:.1f} µs of broker CPU per SEND_BATCH of 32"
+                  f"{await _trace_write_us(inproc, count, 'SEND_BATCH')}")
 
     await _with_broker(body, args)
 
@@ -305,6 +325,7 @@ async def bench_wake_one(args: argparse.Namespace) -> None:
         for _ in range(1_000):                          # warm-up
             round_trip(False)
             await asyncio.sleep(0)
+        await _trace_write_us(inproc, 1)                # (the warm-up's)
         for round_index in range(args.rounds):
             gc.collect()
             cpu = 0.0
@@ -313,7 +334,8 @@ async def bench_wake_one(args: argparse.Namespace) -> None:
                     cpu += round_trip(True)
                     await asyncio.sleep(0)              # the loop's callbacks (flushes) between round trips
             print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per SEND waking one "
-                  f"held pull ({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'})")
+                  f"held pull ({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'})"
+                  f"{await _trace_write_us(inproc, args.count)}")
 
     await _with_broker(body, args)
 
@@ -424,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key-index-max-entries", type=int, default=StoreConfig().key_index_max_entries,
                         help="the store's key_index_max_entries (default: its default; 0: no key index, "
                              "to see what indexing each message's UNIQ_KEY costs)")
+    parser.add_argument("--trace", choices=("on", "off"), default="on",
+                        help="the message trace ([trace] enabled; default on, as the broker's default)")
     args = parser.parse_args(argv)
     if (args.rounds < 1 or args.count < 1 or args.idle_us < 0 or args.max_requests_per_step < 0
             or args.key_index_max_entries < 0):

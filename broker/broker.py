@@ -42,6 +42,7 @@ from broker.topics.recovery import recover_topic_configs
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfigManager
+from broker.trace.service import TraceMetrics, TraceService
 from broker.transaction.bridge import TransactionBridge
 from broker.transaction.check_service import TransactionCheckService
 from broker.transaction.wiring import start_transactions
@@ -98,6 +99,8 @@ class Broker(Lifecycle):
         self.schedule: ScheduleService | None = None
         self.timer: TimerMessageStore | None = None
         self.pop_service: PopService | None = None
+        self.trace: TraceService | None = None      # the message trace (None: `trace.enabled` off)
+        self.metrics.add_collector(TraceMetrics(self.metrics.labels, lambda: self.trace))
         self.registration: NamesrvRegistration | None = None
         self.transactions: TransactionBridge | None = None
         self.transaction_check: TransactionCheckService | None = None
@@ -154,6 +157,11 @@ class Broker(Lifecycle):
             self.store = store
             await recover_topic_configs(self.topics, store.queue_keys(), store.get_max_offset,
                                         config.default_queue_nums)
+            if config.trace.enabled:
+                self.trace = TraceService(config.trace, config.store.path, self.clock.now_ms)
+                await self.trace.start()
+                self.offsets.on_commit = self.trace.recorder.committed
+                self.client_ids.on_admit = self.trace.recorder.client
             filters = self.filters
 
             def has_match(topic: str, queue_id: int, queue_offset: int, message_filter: MessageFilter) -> bool:
@@ -211,6 +219,7 @@ class Broker(Lifecycle):
                 config_dir=config.store.path / "config", max_in_flight=config.pop_max_in_flight_per_queue,
                 revive_interval_ms=config.pop_revive_interval_ms, persist_interval_ms=config.persist_interval_ms,
                 store_host=self._address, on_dlq=self.metrics.on_dlq)
+            self.pop_service.trace = self.trace.recorder if self.trace is not None else None
             if delivers:
                 await self.pop_service.start()
             self._housekeeping = HousekeepingService(
@@ -290,6 +299,10 @@ class Broker(Lifecycle):
         if self.pop_service is not None:        # snapshots the POP state
             await self.pop_service.stop()
             self.pop_service = None
+        if self.trace is not None:              # writes the events still waiting
+            self.offsets.on_commit = self.client_ids.on_admit = None
+            await self.trace.stop()
+            self.trace = None
         if self.store is not None:      # delivery offsets are persisted only up to what is on disk
             await self.store.flush()
         await self._persist.stop()

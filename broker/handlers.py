@@ -36,6 +36,8 @@ from broker.topics.retry_topics import RetryTopics
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.system_topics import SystemTopics
 from broker.topics.topic_config_manager import TopicConfigManager
+from broker.trace.query import TraceQueryProcessor
+from broker.trace.service import TraceService
 from broker.transaction.bridge import TransactionBridge
 from broker.transaction.processor import EndTransactionProcessor
 from conf.broker import BrokerConfig
@@ -61,6 +63,7 @@ class BrokerParts(Protocol):
     clock: Clock
     auth: ServerAuth
     started_at_ms: int
+    trace: TraceService | None
 
     @property
     def address(self) -> str: ...
@@ -75,17 +78,18 @@ def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
                    pop_service: PopService | None = None) -> dict[int, Handler]:
     """Request code -> handler: every processor of the broker, built over its managers and services."""
     config = broker.config
+    trace = broker.trace.recorder if broker.trace is not None else None
     system_topics = SystemTopics(cluster_name=config.cluster_name, broker_name=config.broker_name)
     send = SendMessageProcessor(store, broker.topics, broker.address, config.store.max_message_bytes,
                                 broker.metrics.on_stored, broker.retry_topics, broker.metrics.on_dlq,
                                 config.max_properties_bytes, transactions, timer=TimerSends(
                                     broker.clock.now_ms, config.timer_max_delay_sec * 1000),
-                                dedup=DedupSends(store.dedup, broker.clock.now_ms))
+                                dedup=DedupSends(store.dedup, broker.clock.now_ms), trace=trace)
     send_back = SendBackProcessor(store, broker.retry_topics, broker.address, broker.metrics.on_dlq,
-                                  config.max_properties_bytes)
+                                  config.max_properties_bytes, trace)
     pull = PullMessageProcessor(store, broker.topics, broker.groups, broker.consumers, broker.offsets, hold,
                                 config.long_polling, broker.metrics.on_pulled, filters=broker.filters,
-                                filter_support_retry=config.filter_support_retry)
+                                filter_support_retry=config.filter_support_retry, trace=trace)
     client = ClientManageProcessor(broker.consumers, broker.producers, broker.groups, broker.topics, broker.clock,
                                    broker._notify_enabled, broker.filters, broker.client_ids)
     consumer = ConsumerManageProcessor(broker.consumers, broker.offsets, broker.topics, store)
@@ -118,6 +122,8 @@ def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
         RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: consumer_admin.reset_offset,
         RequestCode.GET_BROKER_RUNTIME_INFO: runtime.get_broker_runtime_info,
         RequestCode.QUERY_MESSAGE: QueryMessageProcessor(store).query_message,
+        RequestCode.QUERY_MESSAGE_TRACE: TraceQueryProcessor(lambda: broker.trace, store, broker.topics,
+                                                                  broker.address).query,
         RequestCode.SEND_MESSAGE: send.process,
         RequestCode.SEND_BATCH_MESSAGE: send.process_batch,
         RequestCode.PULL_MESSAGE: pull.process,

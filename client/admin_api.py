@@ -5,6 +5,9 @@ the response code, `RequestTimeout` or `ConnectionClosed`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import msgpack
 
 from client.api import DEFAULT_TIMEOUT_MS, ClientAPI
 from protocol import headers_v5 as v5
@@ -40,6 +43,7 @@ from protocol.headers import (
 )
 from protocol.message import MessageExt, decode_message_batch
 from protocol.signing import signing_key
+from protocol.trace import QueryMessageTraceRequestHeader
 
 
 class AdminAPI(ClientAPI):
@@ -104,6 +108,17 @@ class AdminAPI(ClientAPI):
         header = QueryMessageRequestHeader(topic=topic, key=key, max_num=max_num)
         response = await self._call(address, request(RequestCode.QUERY_MESSAGE, header), timeout_ms)
         return decode_message_batch(response.body_bytes())
+
+    async def query_message_trace(self, address: str, *, msg_id: str = "", key: str = "", topic: str = "",
+                                  max_entries: int = 1_000,
+                                  timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[dict[str, Any]]:
+        """QUERY_MESSAGE_TRACE: the broker's trace entries (`protocol.trace`) for the messages with
+        msg id `msg_id` (a UNIQ_KEY or an offset msg id) or, instead, key `key`, of `topic` when
+        given; [] when it knows none. Raises `SystemError_` for a malformed query."""
+        header = QueryMessageTraceRequestHeader(msg_id=msg_id, key=key, topic=topic, max_entries=max_entries)
+        response = await self._call(address, request(RequestCode.QUERY_MESSAGE_TRACE, header), timeout_ms)
+        entries = msgpack.unpackb(response.body_bytes(), raw=False)
+        return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
     async def get_broker_runtime_info(self, address: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> BrokerRuntimeInfo:
         response = await self._call(address, request(RequestCode.GET_BROKER_RUNTIME_INFO), timeout_ms)

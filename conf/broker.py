@@ -11,6 +11,7 @@ from conf.auth import AuthConfig
 from conf.ranges import Range, check_ranges
 from conf.store import StoreConfig
 from conf.tls import TlsConfig
+from conf.trace import TraceConfig
 
 EventLoop = Literal["auto", "asyncio", "uvloop"]
 BrokerRole = Literal["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]
@@ -103,6 +104,7 @@ class BrokerConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
 
     def __post_init__(self) -> None:
         check_ranges(self, self.RANGES)

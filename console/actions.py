@@ -14,7 +14,7 @@ from starlette.responses import RedirectResponse, Response
 
 from admin.cluster import on_each_broker
 from admin.offset import parse_timestamp_ms
-from admin.topic import _write_topic as write_topic
+from admin.topic import write_topic
 from console import messages
 from console.pages import _safe_next, route
 from console.sessions import COOKIE_NAME, LoginFailed, Session, login

@@ -11,14 +11,16 @@ from typing import Any
 from admin.cluster import on_each_broker
 from admin.common import CommandError
 from admin.dlq import list_dead_letters, resend_dead_letters
-from admin.message import _by_id as find_by_id
+from admin.message import find_by_id
+from admin.trace import gather_trace
 from client.admin_api import AdminAPI
 from protocol.codes import PullSysFlag
-from protocol.errors import QueryNotFound, TopicNotExist
+from protocol.errors import NoPermission, QueryNotFound, TopicNotExist
 from protocol.headers import PullMessageRequestHeader
 from protocol.message import MessageExt
 from protocol.model import ExpressionType, PullStatus
 from protocol.topics import dlq_topic
+from protocol.trace import describe
 
 TOOLS_CONSUMER = "TOOLS_CONSUMER"
 MAX_RESULTS = 64            # the most messages one search shows (the broker's most per QUERY_MESSAGE)
@@ -55,6 +57,21 @@ def body_preview(body: bytes) -> dict[str, Any]:
         lines.append(f"{start:08x}  {chunk.hex(' '):<47}  {printable}")
     return {"text": text, "json": pretty, "hex": "\n".join(lines), "truncated": len(body) > PREVIEW_BYTES,
             "size": len(body)}
+
+
+async def trace(api: AdminAPI, endpoint: str, msg_id: str) -> tuple[list[dict[str, Any]], str]:
+    """The trace timeline of the message with `msg_id` (its UNIQ_KEY, so that its retry, DLQ and
+    resent copies are in it, or an offset msg id) across the cluster, as `rocketq admin message
+    trace` shows it (`admin.trace.gather_trace`), each entry with `where` ("topic:queue@offset"),
+    and "" or why there is none: a user without Get on Cluster (NO_PERMISSION) still sees the
+    message. Other errors raise as `console.cluster_data`'s."""
+    try:
+        timeline = await gather_trace(api, endpoint, msg_id=msg_id, max_entries=500)
+    except NoPermission as exc:
+        return [], f"the trace needs Get on Cluster: {exc.remark}"
+    for entry in timeline:
+        entry["where"] = describe(entry)
+    return timeline, ""
 
 
 async def by_key(api: AdminAPI, endpoint: str, topic: str, key: str) -> list[MessageExt]:

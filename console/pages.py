@@ -167,12 +167,18 @@ async def message_page(request: Request, session: Session) -> Response:
     endpoint, msg_id = state_of(request).settings.endpoint, request.path_params["msg_id"]
     topic = request.query_params.get("topic") or None
     found = await messages.by_id(session.api, endpoint, msg_id, topic)
-    if not found:
+    message = found[0] if found else None
+    timeline, trace_problem = await messages.trace(session.api, endpoint, msg_id if message is None else
+                                                   message.uniq_key or message.msg_id)
+    if message is None and not timeline:
         where = f" in topic {topic!r}" if topic else " (give ?topic=T to look a UNIQ_KEY up)"
         return render(request, session, "error.html", status_code=404, message=f"no message {msg_id}{where}")
-    message = found[0]
-    return render(request, session, "message.html", message=messages.summary(message),
-                  properties=sorted(message.properties.items()), preview=messages.body_preview(message.body))
+    if message is None:     # no longer stored (or a UNIQ_KEY without ?topic=): its trace alone
+        return render(request, session, "message.html", msg_id=msg_id, message=None, timeline=timeline,
+                      trace_problem=trace_problem)
+    return render(request, session, "message.html", msg_id=message.msg_id, message=messages.summary(message),
+                  properties=sorted(message.properties.items()), preview=messages.body_preview(message.body),
+                  timeline=timeline, trace_problem=trace_problem)
 
 
 @route

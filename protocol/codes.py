@@ -57,6 +57,7 @@ class RequestCode(IntEnum):
     CHANGE_MESSAGE_INVISIBLETIME = 200053
     NOTIFICATION = 200054
     BATCH_ACK_MESSAGE = 200151
+    QUERY_MESSAGE_TRACE = 200900    # rocketq's: the broker-recorded trace of a message (docs/operations/trace.md)
     # users and ACLs (RocketMQ 5.3's ACL 2.0 codes)
     AUTH_CREATE_USER = 3001
     AUTH_UPDATE_USER = 3002

@@ -30,7 +30,8 @@ Administration (RocketMQ's annotations; where RocketMQ leaves a code unchecked w
   GET_ALL_SUBSCRIPTIONGROUP_CONFIG: List on `Group:*`.
 - INVOKE_BROKER_TO_RESET_OFFSET: Update on the group and the topic.
 - GET_BROKER_RUNTIME_INFO, GET_BROKER_CLUSTER_INFO: Get on Cluster; VIEW_MESSAGE_BY_ID: Get on
-  Cluster (the id names no topic, so a topic's rights cannot cover it).
+  Cluster (the id names no topic, so a topic's rights cannot cover it); QUERY_MESSAGE_TRACE: Get on
+  Cluster (rocketq's; a trace spans topics, retry and DLQ topics and groups).
 - AUTH_*: Update on Cluster (changes) or Get on Cluster (reads).
 
 `tests/broker/auth/test_code_map.py` fails for any code the broker registers without an entry."""
@@ -155,5 +156,6 @@ BROKER_CODE_MAP: dict[int, RequirementBuilder] = {
     RequestCode.GET_BROKER_RUNTIME_INFO: fixed(("Cluster", "", GET)),
     RequestCode.GET_BROKER_CLUSTER_INFO: fixed(("Cluster", "", GET)),
     RequestCode.VIEW_MESSAGE_BY_ID: fixed(("Cluster", "", GET)),
+    RequestCode.QUERY_MESSAGE_TRACE: fixed(("Cluster", "", GET)),
     **AUTH_CODE_MAP,
 }

@@ -11,6 +11,7 @@ has in flight; max offset minus pull offset is what is ready and not pulled yet 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from broker.persist import DirtyState
@@ -25,6 +26,9 @@ class ConsumerOffsetManager(DirtyState):
     def __init__(self) -> None:
         self._table: dict[str, dict[int, int]] = {}
         self._pull_table: dict[tuple[str, str, int], int] = {}     # (group, topic, queue_id) → offset
+        # called with (client, group, topic, queue_id, previous offset or None, new offset) when a
+        # commit moves an offset (the message trace's COMMITTED records)
+        self.on_commit: Callable[[str, str, str, int, int | None, int], None] | None = None
         super().__init__()
 
     def commit(self, client: str, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
@@ -37,6 +41,8 @@ class ConsumerOffsetManager(DirtyState):
         if previous != queue_offset:
             queues[queue_id] = queue_offset
             self.touch()
+            if self.on_commit is not None:
+                self.on_commit(client, group, topic, queue_id, previous, queue_offset)
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         queues = self._table.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}")

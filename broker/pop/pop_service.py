@@ -24,6 +24,7 @@ from broker.processors.send_message import check_put
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageStatus
 from broker.topics.retry_topics import RetryTopics
+from broker.trace.recorder import TraceRecorder
 from protocol.message import (
     F_BODY,
     F_BORN_HOST,
@@ -63,6 +64,7 @@ class PopService(Service):
         self.next_ck_id = 1
         self._waiters: dict[tuple[str, str], set[asyncio.Future[None]]] = {}
         self.dlq_count = 0
+        self.trace: TraceRecorder | None = None     # the message trace (set by the broker when on)
 
     # -- load / persist --------------------------------------------------------------------------
 
@@ -136,6 +138,8 @@ class PopService(Service):
             self._journal.append(["ck", group, topic, queue_id, ck_id, deadline_ms, next_offset, offsets])
             self.next_ck_id += 1
         state.hand_out(offsets, ck_id, deadline_ms, next_offset)
+        if self.trace is not None and offsets:
+            self.trace.popped(group, topic, queue_id, [o for o, _ in offsets], deadline_ms)
         return ck_id
 
     def ack(self, group: str, topic: str, queue_id: int, queue_offset: int, ck_id: int) -> bool:
@@ -145,6 +149,8 @@ class PopService(Service):
         self._journal.append(["ack", group, topic, queue_id, ck_id, queue_offset])
         state.ack(queue_offset, ck_id)
         self.notify(group, topic)
+        if self.trace is not None:
+            self.trace.acked(group, topic, queue_id, queue_offset)
         return True
 
     def ack_batch(self, group: str, topic: str, acks: list[tuple[int, int, int]]) -> list[bool]:
@@ -178,6 +184,9 @@ class PopService(Service):
                 for in_flight, queue_offset, entry in taken:
                     in_flight[queue_offset] = entry
                 raise
+            if self.trace is not None:
+                for queue_id, _ck_id, queue_offset in valid:
+                    self.trace.acked(group, topic, queue_id, queue_offset)
             self.notify(group, topic)
         return current
 
@@ -191,6 +200,8 @@ class PopService(Service):
         self._journal.append(["chg", group, topic, queue_id, ck_id, queue_offset, new_ck_id, deadline_ms])
         self.next_ck_id += 1
         state.change(queue_offset, ck_id, new_ck_id, deadline_ms)
+        if self.trace is not None:
+            self.trace.changed(group, topic, queue_id, queue_offset, deadline_ms)
         return new_ck_id
 
     # -- held pops ------------------------------------------------------------------------------
@@ -258,6 +269,8 @@ class PopService(Service):
                         state.drop(queue_offset, entry.ck_id)
                     else:
                         state.revive(queue_offset, entry.ck_id)
+                        if self.trace is not None:
+                            self.trace.revived(group, topic, queue_id, queue_offset)
                     count += 1
             except BaseException:
                 state.earliest_ms = 0        # the rest is still due: look again next round
@@ -279,10 +292,14 @@ class PopService(Service):
         properties.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, make_msg_id(self._store_host, fields[F_COMMIT_LOG_OFFSET]))
         properties[PROPERTY_DLQ_REASON] = f"pop: not acknowledged after {reconsume_times} deliveries"
         dlq_topic, dlq_queue_id = self._retry.dlq_queue(group)
-        check_put(self._store.put_message(
+        stored = self._store.put_message(
             topic=dlq_topic, queue_id=dlq_queue_id, body=bytes(fields[F_BODY]), properties=properties,
             flag=fields[F_FLAG], born_timestamp=fields[F_BORN_TIMESTAMP], born_host=fields[F_BORN_HOST],
-            reconsume_times=reconsume_times, sys_flag=fields[F_SYS_FLAG]))
+            reconsume_times=reconsume_times, sys_flag=fields[F_SYS_FLAG])
+        check_put(stored)
+        if self.trace is not None:
+            self.trace.pop_dlq(group, topic, queue_id, queue_offset, dlq_topic, dlq_queue_id, stored.queue_offset,
+                               stored.commit_log_offsets[0], properties)
         self.dlq_count += 1
         self._on_dlq(group)
         log.info("pop: group %s message %s:%d@%d sent to %s after %d deliveries", group, topic, queue_id,

@@ -30,6 +30,7 @@ from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageResult, GetMessageStatus
 from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.topic_config_manager import TopicConfigManager
+from broker.trace.recorder import TraceRecorder
 from conf.broker import LongPollingConfig
 from protocol.channel import Channel
 from protocol.codes import FLAG_RESPONSE, PullSysFlag, ResponseCode
@@ -125,7 +126,9 @@ class PullMessageProcessor:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
                  consumers: ConsumerManager, offsets: ConsumerOffsetManager, hold_service: HoldService,
                  long_polling: LongPollingConfig, on_pulled: MessagesOut, *,
-                 filters: FilterManager | None = None, filter_support_retry: bool = False) -> None:
+                 filters: FilterManager | None = None, filter_support_retry: bool = False,
+                 trace: TraceRecorder | None = None) -> None:
+        self._trace = trace                     # None: the message trace is off
         self._store, self._topics, self._groups = store, topics, groups
         self._consumers, self._offsets, self._hold = consumers, offsets, hold_service
         self._long_polling = long_polling
@@ -188,6 +191,9 @@ class PullMessageProcessor:
                                        _AwaitedAnswer() if awaited else Deferred())
             if answered is not None:
                 return answered
+        if self._trace is not None and result.messages:
+            self._trace.pulled(ctx.channel, header.consumer_group, header.topic, header.queue_id, header.queue_offset,
+                               result.next_begin_offset, len(result.messages))
         return self._respond(request, header.consumer_group, header.topic, header.queue_id, result, code)
 
     def _hold_pull(self, channel: Channel, request: RemotingCommand, header: PullMessageRequestHeader,
@@ -222,6 +228,7 @@ class PullMessageProcessor:
         written: list[Deferred] = []      # answered on their connections here, settled in one pass
         pulled: dict[tuple[str, str], list[int]] = {}     # (group, topic) -> [messages, bytes]
         record_pull = self._offsets.record_pull
+        trace = self._trace
         for pull in cast(list[_HeldRequest], pulls):
             answered = pull.answered
             if answered.done():         # the dispatcher gave up on it (cancelled at a stop)
@@ -247,6 +254,9 @@ class PullMessageProcessor:
                 else:
                     counts[0] += len(result.messages)
                     counts[1] += result.total_bytes
+                if trace is not None:
+                    trace.pulled(pull.channel, pull.consumer_group, pull.topic, pull.queue_id, pull.queue_offset,
+                                 result.next_begin_offset, len(result.messages))
             response = RemotingCommand(code, pull.request.opaque, FLAG_RESPONSE, remark, fields, body)
             if woken and code == _SUCCESS:
                 channel = pull.channel

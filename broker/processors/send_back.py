@@ -16,6 +16,7 @@ from broker.retry_policy import decide, dlq_reason, max_reconsume_times_of
 from broker.store.message_store import MessageStore
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.system_topics import NOT_ALLOWED_SEND_TOPICS
+from broker.trace.recorder import TraceRecorder
 from protocol.command import RemotingCommand
 from protocol.errors import MessageIllegal, NoPermission, ServiceNotAvailable, SystemError_
 from protocol.headers import INT32_MAX, INT32_MIN, INT64_MAX, ConsumerSendMsgBackRequestHeader
@@ -48,8 +49,10 @@ class SendBackProcessor:
     """CONSUMER_SEND_MSG_BACK (36), RocketMQ `asyncConsumerSendMsgBack`."""
 
     def __init__(self, store: MessageStore, retry_topics: RetryTopics, store_host: str,
-                 on_dlq: DlqCounter, max_properties_bytes: int = MAX_PROPERTIES_BYTES) -> None:
+                 on_dlq: DlqCounter, max_properties_bytes: int = MAX_PROPERTIES_BYTES,
+                 trace: TraceRecorder | None = None) -> None:
         self._store, self._retry, self._store_host = store, retry_topics, store_host
+        self._trace = trace                     # None: the message trace is off
         self._on_dlq = on_dlq
         self._max_properties_bytes = max_properties_bytes
         self._checked_groups: set[str] = set()     # names that passed `require_group_name`
@@ -137,6 +140,9 @@ class SendBackProcessor:
             check_put(result)
             if to_dlq:
                 self._on_dlq(group)
+            if self._trace is not None:
+                self._trace.sent_back(ctx, group, commit_log_offset, decision.delay_level, to_dlq, topic, queue_id,
+                                      result.queue_offset, result.commit_log_offsets[0], properties)
             return request.response(), result.end_offset
         return answer_put(self._store, self._retry.topics, topic, put)
 

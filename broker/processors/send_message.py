@@ -23,6 +23,7 @@ from broker.timer.timer_send import TimerSends
 from broker.topics.retry_topics import RetryTopics
 from broker.topics.system_topics import require_sendable
 from broker.topics.topic_config_manager import TopicConfigManager
+from broker.trace.recorder import TraceRecorder
 from broker.transaction.bridge import TransactionBridge
 from protocol import native
 from protocol.codes import FLAG_RESPONSE, ResponseCode
@@ -144,9 +145,10 @@ class SendMessageProcessor:
                  max_message_bytes: int, on_stored: MessagesIn, retry_topics: RetryTopics,
                  on_dlq: DlqCounter, max_properties_bytes: int = MAX_PROPERTIES_BYTES,
                  transactions: TransactionBridge | None = None, timer: TimerSends | None = None,
-                 dedup: DedupSends | None = None) -> None:
+                 dedup: DedupSends | None = None, trace: TraceRecorder | None = None) -> None:
         self._store, self._topics, self._store_host = store, topics, store_host
         self._dedup = dedup or DedupSends(store.dedup, lambda: 0)   # DEDUP sends (store.dedup_window_ms)
+        self._trace = trace                     # None: the message trace is off
         self._transactions = transactions       # None: TRAN_MSG sends refused
         self._max_message_bytes = max_message_bytes
         self._max_properties_bytes = max_properties_bytes
@@ -216,6 +218,8 @@ class SendMessageProcessor:
             "msg_id": self._msg_id_prefix + f"{result.commit_log_offsets[0]:016X}",
             "queue_id": queue_id, "queue_offset": result.queue_offset})
         self._on_stored(topic, 1, len(body))
+        if self._trace is not None:
+            self._trace.sent(ctx, group, topic, queue_id, result.queue_offset, result.commit_log_offsets[0], properties)
         return answer_when_durable(self._store, result.end_offset, response)
 
     def _checked_sends(self) -> set[tuple[str, int, str]]:
@@ -273,6 +277,10 @@ class SendMessageProcessor:
                 msg_id=make_msg_id(self._store_host, result.commit_log_offsets[0]),
                 queue_id=header.queue_id, queue_offset=result.queue_offset))
             self._stored(topic, 1, len(body), dlq_group)
+            if self._trace is not None:     # a delayed message's place is known once delivered (-1)
+                self._trace.sent(ctx, header.producer_group, topic, queue_id, result.queue_offset if put_topic == topic
+                                 and PROPERTY_DELAY_TIME_LEVEL not in put_properties else -1,
+                                 result.commit_log_offsets[0], put_properties)
             return response, result.end_offset
         return answer_put(self._store, topics, topic, put, lambda: topics.for_send(topic, queue_id))
 
@@ -375,6 +383,8 @@ class SendMessageProcessor:
             check_put(result)
             self._dedup.remember(group, [item[0] for item in items], result, queue_id)
             self._on_stored(topic, len(items), body_bytes if items is messages else sum(len(i[2]) for i in items))
+            if self._trace is not None:
+                self._trace.sent_batch(ctx, group, topic, queue_id, result.queue_offset, len(items))
             return result
         return answer_put(self._store, topics, topic, put, lambda: topics.for_send(topic, queue_id))
 

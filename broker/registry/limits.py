@@ -9,6 +9,8 @@ touched, and the client retries at its next heartbeat (every 30 s). 0 turns a bo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from protocol.channel import Channel
 from protocol.errors import SystemBusy
 
@@ -40,6 +42,9 @@ class ClientIdTable:
         self._max = max_per_address
         self._by_host: dict[str, dict[str, int]] = {}          # host → client id → channels
         self._of_channel: dict[Channel, tuple[str, str]] = {}  # channel → (host, client id)
+        # called with (the channel's "ip:port", client id) when a channel starts heartbeating as a
+        # client id (the message trace's CLIENT records)
+        self.on_admit: Callable[[str, str], None] | None = None
 
     def client_ids(self, host: str) -> int:
         """Distinct client ids connected from `host`."""
@@ -66,6 +71,8 @@ class ClientIdTable:
             ids = self._by_host.setdefault(host, {})
         ids[client_id] = ids.get(client_id, 0) + 1
         self._of_channel[channel] = (host, client_id)
+        if self.on_admit is not None:
+            self.on_admit(channel.remote_address, client_id)
 
     def remove_channel(self, channel: Channel) -> None:
         known = self._of_channel.pop(channel, None)

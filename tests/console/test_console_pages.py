@@ -16,9 +16,11 @@ import pytest
 import pytest_asyncio
 
 from broker.broker import Broker
-from client import PushConsumer
+from client import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer
+from client.admin_api import AdminAPI
 from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
+from conf.client import ClientConfig
 from console.server import ConsoleServer
 from console.state import ConsoleSettings
 from protocol.message import MessageExt
@@ -27,6 +29,8 @@ from tests.client.test_push_consumer import OK, Collector, consumer, produce
 from tests.conftest import broker_config
 from tests.console.browser import chromium, screenshot_dir
 from tests.helpers import pull_header, send, wait_until
+from tests.trace.helpers import events as events_of
+from tests.trace.helpers import trace_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 TOPIC, GROUP, IDLE_GROUP = "orders", "billing", "audit"
@@ -170,4 +174,31 @@ async def test_a_message_is_found_by_key_and_its_body_shown(setup: Setup) -> Non
     assert '"total": 12.5' in await page.inner_text("#body-json")
     assert "7b 22 6f 72" in (await page.text_content("#body-hex") or "")   # in the closed Hex tab
     await page.screenshot(path=str(setup.shots / "console-message.png"), full_page=True)
+    await page.close()
+
+
+async def test_a_message_found_by_key_shows_its_trace_through_two_failures_and_the_dlq(setup: Setup) -> None:
+    address = setup.broker.address
+    member = PushConsumer("doomed", address, consume_from_where="CONSUME_FROM_FIRST_OFFSET", max_reconsume_times=2,
+                          client_config=ClientConfig(persist_offset_interval_ms=100))
+    member.subscribe("parcels")
+    member.register_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.RECONSUME_LATER)
+    remoting = RemotingClient()
+    try:
+        async with member, Producer("parcel-senders", address) as producer:
+            message = Message("parcels", b"fragile")
+            message.keys = "parcel-9"
+            uniq = (await producer.send(message)).uniq_keys[0]
+            # 1 delivery, 2 retries (300 + 400 ms), then the DLQ
+            await trace_until(AdminAPI(remoting), address, lambda t: "to_dlq" in events_of(t), msg_id=uniq)
+    finally:
+        await remoting.close()
+    page = await open_page(setup, "/messages?topic=parcels&key=parcel-9")
+    await page.click("#results a")
+    await page.wait_for_selector("table#trace")
+    events = [await cell.inner_text() for cell in await page.query_selector_all("table#trace td.event")]
+    assert events[:3] == ["sent", "stored", "delivered"] and events.count("sent_back") == 3
+    assert events.count("retry_stored") == 2 and events.count("to_dlq") == 1
+    assert "%DLQ%doomed" in await page.inner_text("table#trace")
+    await page.screenshot(path=str(setup.shots / "console-trace.png"), full_page=True)
     await page.close()

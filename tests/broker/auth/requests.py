@@ -57,6 +57,7 @@ from protocol.headers_v5 import (
 )
 from protocol.message import Message, encode_batch_body
 from protocol.signing import signing_key
+from protocol.trace import QueryMessageTraceRequestHeader
 from tests.helpers import pull_header
 
 TOPIC, GROUP = "t", "g"
@@ -120,6 +121,7 @@ def broker_requests(broker: Broker, msg_id: str, commit_log_offset: int) -> dict
         request(code.SEARCH_OFFSET_BY_TIMESTAMP, SearchOffsetRequestHeader(topic=TOPIC, queue_id=0, timestamp=0)),
         request(code.QUERY_MESSAGE, QueryMessageRequestHeader(topic=TOPIC, key="k")),
         request(code.VIEW_MESSAGE_BY_ID, ViewMessageByIdRequestHeader(msg_id=msg_id)),
+        request(code.QUERY_MESSAGE_TRACE, QueryMessageTraceRequestHeader(msg_id=msg_id)),
         request(code.UPDATE_AND_CREATE_TOPIC, CreateTopicRequestHeader(topic="new-topic", read_queue_nums=2,
                                                                        write_queue_nums=2)),
         request(code.DELETE_TOPIC_IN_BROKER, TopicRequestHeader(topic=TOPIC)),

@@ -1,0 +1,157 @@
+"""`TraceRecorder`: the request paths' side of the message trace. Each event is one tuple appended
+to a bounded deque (the processors call one method per event; nothing is looked up, encoded or
+written there); `drain` hands what waited to `TraceService` to write. Past `queue_max_events`
+waiting events new ones are dropped and counted (`dropped`), so a send or a pull never waits for
+the trace.
+
+Records are the event tuples themselves, written by msgpack as arrays with no conversion: the
+kind (`protocol.trace`'s letter), the time (epoch seconds, a float), then the event's fields.
+A client is recorded by its connection's "ip:port"; the client id a connection heartbeats with is
+recorded once per connection (CLIENT), so a query names the client without a lookup per event.
+Message records end with the stored message's `protocol.trace.NOTED` properties (what a query
+matches a msg id or key against: UNIQ_KEY, KEYS, DLQ_RESENT_FROM, ORIGIN_MESSAGE_ID; and
+RETRY_TOPIC), as strings: no dict of the request is held until the write; queue records carry (topic, queue_id)
+and the queue offsets they cover at positions 2 to 4, resolved against a message's place at query
+time:
+- SENT: a message stored by SEND_MESSAGE (a resend from the DLQ too);
+- SENT_BATCH: the messages of a SEND_BATCH_MESSAGE, as a queue record ([first, next) queue offsets):
+  one record per batch, nothing per message (a batched message is found through the store's key
+  index at query time; its own properties are in the store);
+- BACK: CONSUMER_SEND_MSG_BACK stored a retry (or DLQ) copy; DLQ: POP sent an unacked one to the DLQ;
+- PULLED: a pull returned [from, next) of a queue; COMMITTED: a group's offset moved old -> new;
+- POPPED, ACKED, CHANGED, REVIVED: POP hand-outs, acks, invisible-time changes and revivals."""
+
+from __future__ import annotations
+
+from collections import deque
+from time import time
+from typing import Any
+
+from broker.remoting.context import RequestContext
+from protocol.channel import Channel
+from protocol.trace import (
+    ACKED,
+    BACK,
+    CHANGED,
+    CLIENT,
+    COMMITTED,
+    DLQ,
+    NOTED,
+    POPPED,
+    PULLED,
+    REVIVED,
+    SENT,
+    SENT_BATCH,
+    noted,
+)
+
+_UNIQ, _KEYS, _RESENT_FROM, _ORIGIN, _RETRY_TOPIC = NOTED
+
+
+class TraceRecorder:
+    """One per broker; event-loop thread only."""
+
+    def __init__(self, max_events: int) -> None:
+        self._queue: deque[tuple[Any, ...]] = deque()
+        self._commits: dict[tuple[str, str, int], list[Any]] = {}     # (group, topic, queue_id) -> its COMMITTED
+        self._max = max_events
+        self.dropped = 0            # events not recorded: the queue was full
+        self.recorded = 0           # events drained into records
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    def _add(self, event: tuple[Any, ...]) -> None:
+        queue = self._queue
+        if len(queue) < self._max:
+            queue.append(event)
+        else:
+            self.dropped += 1
+
+    # -- the request paths (one call per event) ---------------------------------------------------
+
+    def sent(self, ctx: RequestContext, group: str, topic: str, queue_id: int, queue_offset: int,
+             commit_log_offset: int, properties: dict[str, str]) -> None:
+        """SEND_MESSAGE stored one message (`properties` as stored; not copied, not changed after);
+        `queue_offset` -1: a delayed message, whose place is known once it is delivered."""
+        queue = self._queue
+        if len(queue) < self._max:
+            get = properties.get        # `NOTED`, inline: this runs for every send
+            queue.append((SENT, time(), ctx.client_addr, group, topic, queue_id, queue_offset, commit_log_offset,
+                          (get(_UNIQ), get(_KEYS), get(_RESENT_FROM), get(_ORIGIN), get(_RETRY_TOPIC))))
+        else:
+            self.dropped += 1
+
+    def sent_batch(self, ctx: RequestContext, group: str, topic: str, queue_id: int, queue_offset: int,
+                   count: int) -> None:
+        """SEND_BATCH_MESSAGE stored `count` messages at queue offsets `queue_offset`.. (one record:
+        per message, a batch costs the broker ~3 µs, which a record each would add a third to)."""
+        self._add((SENT_BATCH, time(), topic, queue_id, queue_offset, queue_offset + count, group, ctx.client_addr))
+
+    def sent_back(self, ctx: RequestContext, group: str, origin_commit_log_offset: int, delay_level: int,
+                  to_dlq: bool, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int,
+                  properties: dict[str, str]) -> None:
+        """CONSUMER_SEND_MSG_BACK stored the copy at (`topic`, `queue_id`, `queue_offset`)."""
+        self._add((BACK, time(), ctx.client_addr, group, origin_commit_log_offset, delay_level, to_dlq, topic,
+                   queue_id, queue_offset, commit_log_offset, noted(properties)))
+
+    def pop_dlq(self, group: str, topic: str, queue_id: int, queue_offset: int, dlq_topic: str,
+                dlq_queue_id: int, dlq_queue_offset: int, commit_log_offset: int, properties: dict[str, str]) -> None:
+        """POP moved a message never acknowledged to the group's DLQ."""
+        self._add((DLQ, time(), group, topic, queue_id, queue_offset, dlq_topic, dlq_queue_id, dlq_queue_offset,
+                   commit_log_offset, noted(properties)))
+
+    def pulled(self, channel: Channel, group: str, topic: str, queue_id: int, from_offset: int,
+               next_offset: int, count: int) -> None:
+        """A pull returned `count` messages of [from_offset, next_offset) (fewer: a filter skipped some)."""
+        queue = self._queue
+        if len(queue) < self._max:
+            queue.append((PULLED, time(), topic, queue_id, from_offset, next_offset, group, channel.remote_address,
+                          count))
+        else:
+            self.dropped += 1
+
+    def committed(self, client_addr: str, group: str, topic: str, queue_id: int, old_offset: int | None,
+                  new_offset: int) -> None:
+        """The group's committed offset of the queue moved from `old_offset` (None: none yet).
+        Forward moves of one queue between two writes become one record (from the first old
+        offset to the last new one, at the last move's time): a consumer commits on every pull."""
+        key = (group, topic, queue_id)
+        pending = self._commits.get(key)
+        if pending is not None and new_offset >= pending[5] and (pending[4] is None or pending[4] <= pending[5]):
+            pending[1], pending[5], pending[7] = time(), new_offset, client_addr
+            return
+        if pending is not None:             # a move back (a reset) stands apart from the forward runs
+            self._add(tuple(pending))
+        self._commits[key] = [COMMITTED, time(), topic, queue_id, old_offset, new_offset, group, client_addr]
+
+    def popped(self, group: str, topic: str, queue_id: int, queue_offsets: list[int], deadline_ms: int) -> None:
+        self._add((POPPED, time(), topic, queue_id, queue_offsets, group, deadline_ms))
+
+    def acked(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+        self._add((ACKED, time(), topic, queue_id, queue_offset, group))
+
+    def changed(self, group: str, topic: str, queue_id: int, queue_offset: int, deadline_ms: int) -> None:
+        self._add((CHANGED, time(), topic, queue_id, queue_offset, group, deadline_ms))
+
+    def revived(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+        self._add((REVIVED, time(), topic, queue_id, queue_offset, group))
+
+    def client(self, client_addr: str, client_id: str) -> None:
+        """The connection from `client_addr` heartbeats as `client_id` (once per connection and id)."""
+        self._add((CLIENT, time(), client_addr, client_id))
+
+    # -- off the request paths -------------------------------------------------------------------
+
+    def drain(self) -> list[Any]:
+        """The waiting events as trace records (the event tuples themselves), oldest first; the
+        queue is empty after."""
+        queue, self._queue = self._queue, deque()
+        records: list[Any] = list(queue)
+        if self._commits:
+            records += self._commits.values()
+            self._commits = {}
+        self.recorded += len(records)
+        return records
+

@@ -1,0 +1,112 @@
+"""Message trace on the wire (QUERY_MESSAGE_TRACE, docs/protocol.md) and the timeline both the
+admin CLI and the console show. Pure: no I/O.
+
+A broker answers a trace query with a msgpack array of *entries*, one map per thing that happened
+to the message (and to its retry, DLQ and resent copies) on that broker:
+
+    {"at_ms": int (epoch ms), "at_us": int (epoch µs, the order), "event": str (one of EVENTS),
+     "broker": str (its address),
+     "msg_id": str (offset msg id of the copy concerned), "uniq_key": str, "topic": str,
+     "queue_id": int, "queue_offset": int, "group": str, "client_id": str, "client_addr": str,
+     "detail": str}
+
+(keys that do not apply are absent). `merge_timeline` joins the answers of every broker of a
+cluster into one timeline, oldest first. RocketMQ's trace (a trace topic written by client hooks)
+has the same shape of events: Pub, SubBefore/SubAfter, EndTransaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from protocol.headers import Header, Int32, header
+from protocol.message import (
+    PROPERTY_DLQ_RESENT_FROM,
+    PROPERTY_KEYS,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_UNIQ_KEY,
+)
+
+# Record kinds (the first item of a trace record on disk).
+SENT, BACK, DLQ = "S", "B", "D"                                              # message records
+PULLED, COMMITTED, POPPED, ACKED, CHANGED, REVIVED = "P", "C", "O", "A", "I", "R"   # queue records
+SENT_BATCH = "M"                                                             # a queue record too
+CLIENT = "H"                                                                 # a connection's client id
+MESSAGE_KINDS = frozenset((SENT, BACK, DLQ))
+OTHER_KINDS = frozenset((SENT, BACK, DLQ, CLIENT))      # records that cover no queue offsets
+
+# Timeline events, in the order they are listed when two have the same time.
+EVENTS = ("sent", "resent_from_dlq", "stored", "retry_stored", "popped", "delivered", "invisible_changed",
+          "revived", "acked", "sent_back", "to_dlq", "consumed")
+_RANK = {name: rank for rank, name in enumerate(EVENTS)}
+
+# The properties a message record keeps (not the message's dict: one held per event until it is
+# written made the garbage collector's full passes more frequent), in this order.
+NOTED = (PROPERTY_UNIQ_KEY, PROPERTY_KEYS, PROPERTY_DLQ_RESENT_FROM, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC)
+
+MAX_QUERY_CHARS = 512           # a msg id or key longer than this is refused
+MAX_TRACE_ENTRIES = 10_000      # most entries one broker answers
+
+
+@header
+class QueryMessageTraceRequestHeader(Header):
+    """QUERY_MESSAGE_TRACE: the trace of the messages whose msg id (UNIQ_KEY or offset msg id) is
+    `msg_id`, or, when `msg_id` is empty, that carry `key` among their KEYS; `topic` (optional)
+    keeps only messages of that topic (or retried from it). At most `max_entries` entries."""
+
+    msg_id: str = ""
+    key: str = ""
+    topic: str = ""
+    max_entries: Int32 = 1_000
+
+
+def noted(properties: Mapping[str, str]) -> tuple[str | None, ...]:
+    """The `NOTED` properties of a message, None where it has none."""
+    return tuple(properties.get(name) for name in NOTED)
+
+
+def as_properties(values: Any) -> dict[str, str]:
+    """The properties `noted` kept (a record read back), as a dict of those it had."""
+    if not isinstance(values, list | tuple):
+        return {}
+    return {name: value for name, value in zip(NOTED, values, strict=False) if isinstance(value, str) and value}
+
+
+def entry_key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two entries the same (a broker asked twice, by msg id then by UNIQ_KEY)."""
+    return (entry.get("broker"), entry.get("event"), entry.get("at_ms"), entry.get("msg_id"),
+            entry.get("group"), entry.get("topic"), entry.get("queue_id"), entry.get("queue_offset"))
+
+
+def merge_timeline(answers: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """One timeline from the brokers' answers: duplicates dropped (`entry_key`), sorted by time
+    (`at_us`, else `at_ms`), then by `EVENTS` order (a send before its store, a delivery before its
+    commit). Entries with an unknown event sort last at their time."""
+    seen: set[tuple[Any, ...]] = set()
+    merged: list[dict[str, Any]] = []
+    for answer in answers:
+        for entry in answer:
+            key = entry_key(entry)
+            if key not in seen:
+                seen.add(key)
+                merged.append(dict(entry))
+    merged.sort(key=lambda e: (e.get("at_us", e.get("at_ms", 0) * 1000), _RANK.get(e.get("event", ""), len(EVENTS))))
+    return merged
+
+
+def uniq_keys(entries: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The UNIQ_KEYs of the messages in `entries` (to ask every broker for their copies)."""
+    return {e["uniq_key"] for e in entries if e.get("uniq_key")}
+
+
+def describe(entry: Mapping[str, Any]) -> str:
+    """One line for `entry`'s place: "orders:1@42" (topic, queue, queue offset) when it has one."""
+    if "topic" not in entry:
+        return ""
+    where = f"{entry['topic']}"
+    if "queue_id" in entry:
+        where += f":{entry['queue_id']}"
+    if "queue_offset" in entry:
+        where += f"@{entry['queue_offset']}"
+    return where

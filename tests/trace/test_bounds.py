@@ -1,0 +1,142 @@
+"""The trace under hostile queries and its bounds: malformed QUERY_MESSAGE_TRACE requests are
+answered with a clear error (the broker goes on serving), a key matching thousands of messages
+answers at most `max_entries`, the trace files stay within `trace.max_bytes` and are deleted past
+`trace.retention_hours`, and a full event queue drops (and counts) instead of waiting."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.broker import Broker
+from broker.trace.recorder import TraceRecorder
+from broker.trace.segments import TraceSegments, find_message_records, find_queue_records
+from client.admin_api import AdminAPI
+from conf.trace import TraceConfig
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import request
+from protocol.trace import merge_timeline
+from tests.conftest import broker_config
+from tests.helpers import free_port, scrape_metrics, send
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    ({}, "exactly one of msg_id or key"),
+    ({"msg_id": "a", "key": "b"}, "exactly one of msg_id or key"),
+    ({"msg_id": "x" * 100_000}, "at most 512"),
+    ({"key": "k", "topic": "t" * 600}, "topic is 600 characters"),
+    ({"msg_id": "a", "max_entries": 0}, "max_entries 0 is outside 1..10000"),
+    ({"msg_id": "a", "max_entries": 2**40}, "max_entries"),
+    ({"msg_id": 12345}, "msg_id"),
+    ({"msg_id": ["a"], "key": {"b": 1}}, "msg_id"),
+])
+async def test_a_hostile_query_is_answered_with_a_clear_error(broker: Broker, admin_api: AdminAPI,
+                                                              fields: dict[str, Any], says: str) -> None:
+    response = await admin_api.remoting.invoke(broker.address, request(RequestCode.QUERY_MESSAGE_TRACE, fields), 5_000)
+    assert response.code in (ResponseCode.SYSTEM_ERROR, ResponseCode.MESSAGE_ILLEGAL)
+    assert says in (response.remark or ""), response.remark
+    sent = await send(admin_api, broker.address, "orders", b"still served")
+    assert [e["event"] for e in await admin_api.query_message_trace(broker.address, msg_id=sent.msg_id)] == [
+        "sent", "stored"]
+
+
+async def test_a_key_of_thousands_of_messages_answers_at_most_max_entries(broker: Broker, admin_api: AdminAPI) -> None:
+    for _ in range(2_000):
+        await send(admin_api, broker.address, "orders", b"common", properties={"KEYS": "everyone"})
+    found = await admin_api.query_message_trace(broker.address, key="everyone", max_entries=50)
+    assert len(found) == 50 and all(e["event"] in ("sent", "stored") for e in found)
+
+
+async def test_the_trace_files_stay_within_max_bytes(tmp_path: Path, admin_api: AdminAPI) -> None:
+    trace = TraceConfig(max_bytes=16_384, segment_bytes=2_048, flush_interval_ms=10)
+    async with Broker(broker_config(tmp_path, trace=trace)) as broker:
+        for i in range(600):
+            await send(admin_api, broker.address, "orders", b"x", properties={"KEYS": f"k{i}"})
+        assert broker.trace is not None
+        await broker.trace.flush()
+        segments = broker.trace.segments
+        files = sorted((tmp_path / "store" / "trace").glob("*.trace"))
+        on_disk = sum(f.stat().st_size for f in files)
+        assert on_disk <= 16_384 + 4_096 and segments.total_bytes == on_disk and len(files) >= 3
+        oldest = await admin_api.query_message_trace(broker.address, key="k0")
+        assert [e["event"] for e in oldest] == ["stored"], "its records were deleted: only the store knows it"
+        assert len(await admin_api.query_message_trace(broker.address, key="k599")) == 2
+
+
+def test_segments_past_retention_are_deleted(tmp_path: Path) -> None:
+    now = [1_000_000]
+    segments = TraceSegments(tmp_path, segment_bytes=1_024, max_bytes=1 << 20, retention_ms=3_600_000,
+                             now_ms=lambda: now[0])
+    segments.load()
+    segments.append([["S", now[0] / 1000, "127.0.0.1:1", "pg", "t", 0, i, i, ["old-id", None, None, None, None]]
+                     for i in range(40)])
+    now[0] += 1_000
+    segments.append([["S", now[0] / 1000, "127.0.0.1:1", "pg", "t", 0, 40, 40, ["new-id", None, None, None, None]]])
+    segments.close()
+    assert segments.segment_count >= 2
+    now[0] += 3_600_000 - 500          # the old segments are past retention, the newest is not
+    assert segments.enforce_retention() >= 1
+    views = segments.snapshot()
+    assert find_message_records(views, "old-id", 100) == [] and len(find_message_records(views, "new-id", 10)) == 1
+    now[0] += 3_600_000
+    segments.enforce_retention()
+    assert segments.segment_count == 0 and list(tmp_path.iterdir()) == []
+
+
+async def test_a_full_event_queue_drops_and_counts_instead_of_waiting(tmp_path: Path, admin_api: AdminAPI) -> None:
+    port = free_port()
+    trace = TraceConfig(queue_max_events=10, flush_interval_ms=60_000)
+    async with Broker(broker_config(tmp_path, trace=trace, metrics_port=port)) as broker:
+        for _ in range(30):
+            await send(admin_api, broker.address, "orders", b"x")
+        assert broker.trace is not None and broker.trace.recorder.dropped == 20
+        text = await asyncio.to_thread(scrape_metrics, port)
+        assert 'rocketq_trace_dropped_total{cluster="DefaultCluster",node_id="broker-a"} 20.0' in text
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 5)), max_size=40),
+       st.sets(st.integers(0, 45), max_size=5), st.integers(64, 600))
+def test_queue_records_found_are_exactly_those_covering_an_offset(tmp_path_factory: pytest.TempPathFactory,
+                                                                   pulls: list[tuple[int, int, int]],
+                                                                   offsets: set[int], segment_bytes: int) -> None:
+    """Whatever the segment size (summaries per file), a lookup finds exactly the pull records whose
+    [from, next) covers a wanted offset of their queue, in order."""
+    segments = TraceSegments(tmp_path_factory.mktemp("seg"), segment_bytes=segment_bytes, max_bytes=1 << 30,
+                             retention_ms=1 << 40, now_ms=lambda: 1)
+    segments.load()
+    records: list[list[Any]] = [["P", i, "t", queue_id, start, start + length, "g", "127.0.0.1:1", length]
+               for i, (queue_id, start, length) in enumerate(pulls)]
+    for record in records:
+        segments.append([record])
+    segments.close()
+    wanted = {("t", 1): offsets}
+    found = find_queue_records(segments.snapshot(), wanted, 10_000)
+    assert found == [r for r in records if r[3] == 1 and any(r[4] <= o < r[5] for o in offsets)]
+
+
+@given(st.lists(st.lists(st.fixed_dictionaries({"at_ms": st.integers(0, 5), "event": st.sampled_from(
+    ["sent", "stored", "delivered", "consumed", "other"]), "broker": st.sampled_from(["a", "b"])}), max_size=6),
+    max_size=4))
+def test_a_merged_timeline_is_sorted_and_has_each_entry_once(answers: list[list[dict[str, Any]]]) -> None:
+    merged = merge_timeline(answers + answers)
+    assert [e["at_ms"] for e in merged] == sorted(e["at_ms"] for e in merged)
+    assert len({msgpack.packb(sorted(e.items())) for e in merged}) == len(merged)
+    assert {msgpack.packb(sorted(e.items())) for a in answers for e in a} == {
+        msgpack.packb(sorted(e.items())) for e in merged}
+
+
+def test_commits_between_two_writes_become_one_record_per_forward_run() -> None:
+    recorder = TraceRecorder(max_events=100)
+    for old, new in ((None, 1), (1, 2), (2, 5), (5, 2), (2, 3), (3, 4)):
+        recorder.committed("10.0.0.1:5", "g", "t", 0, old, new)
+    recorder.committed("10.0.0.1:5", "g", "t", 1, 7, 9)
+    records = recorder.drain()
+    assert [(r[3], r[4], r[5]) for r in records] == [(0, None, 5), (0, 5, 2), (0, 2, 4), (1, 7, 9)]
+    assert recorder.drain() == [] and recorder.recorded == 4

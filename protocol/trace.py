@@ -81,18 +81,21 @@ def entry_key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def merge_timeline(answers: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """One timeline from the brokers' answers: duplicates dropped (`entry_key`), sorted by time
-    (`at_us`, else `at_ms`), then by `EVENTS` order (a send before its store, a delivery before its
-    commit). Entries with an unknown event sort last at their time."""
+    (`at_us`, else `at_ms`), then by answer (one broker's entries of an instant together), then by
+    `EVENTS` order (a send before its store, a delivery before its commit). Entries with an unknown
+    event sort last at their time."""
     seen: set[tuple[Any, ...]] = set()
-    merged: list[dict[str, Any]] = []
-    for answer in answers:
+    ranked: list[tuple[int, int, int, dict[str, Any]]] = []
+    for index, answer in enumerate(answers):
         for entry in answer:
             key = entry_key(entry)
             if key not in seen:
                 seen.add(key)
-                merged.append(dict(entry))
-    merged.sort(key=lambda e: (e.get("at_us", e.get("at_ms", 0) * 1000), _RANK.get(e.get("event", ""), len(EVENTS))))
-    return merged
+                ranked.append((entry.get("at_us", entry.get("at_ms", 0) * 1000), index,
+                               _RANK.get(entry.get("event", ""), len(EVENTS)), dict(entry)))
+    # at one time (store times have ms precision), one answer's entries stay together in their order
+    ranked.sort(key=lambda r: r[:3])
+    return [entry for *_, entry in ranked]
 
 
 def uniq_keys(entries: Iterable[Mapping[str, Any]]) -> set[str]:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from bench.inproc import DroppingTransport
 from bench.inproc import main as inproc_main
+from bench.inproc_harness import DroppingTransport
 from broker.broker import Broker
 from client.api import ClientAPI
 from protocol.codes import RequestCode, ResponseCode

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.inproc import send_frame
+from bench.inproc_harness import send_frame
 from broker.broker import Broker
 from conf import BrokerConfig, ConfigError, load
 from conf.store import FlushDiskType

@@ -11,7 +11,7 @@ from typing import Any, cast
 import msgpack
 import pytest
 
-from bench.inproc import DroppingTransport
+from bench.inproc_harness import DroppingTransport
 from protocol.channel import Channel
 from protocol.channel_protocol import ChannelProtocol, connect
 from protocol.codes import RequestCode, ResponseCode

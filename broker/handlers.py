@@ -36,7 +36,7 @@ from broker.topics.subscription_group_manager import SubscriptionGroupManager
 from broker.topics.system_topics import SystemTopics
 from broker.topics.topic_config_manager import TopicConfigManager
 from broker.transaction.bridge import TransactionBridge
-from broker.transaction.processor import EndTransactionProcessor
+from broker.transaction.processor import EndTransactionBatchProcessor, EndTransactionProcessor
 from conf.broker import BrokerConfig
 from protocol.clock import Clock
 from protocol.codes import RequestCode
@@ -137,7 +137,8 @@ def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
         RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
         RequestCode.LOCK_BATCH_MQ: locks.lock_batch_mq,
         RequestCode.UNLOCK_BATCH_MQ: locks.unlock_batch_mq,
-        **({RequestCode.END_TRANSACTION: EndTransactionProcessor(transactions).process}
+        **({RequestCode.END_TRANSACTION: EndTransactionProcessor(transactions).process,
+            RequestCode.END_TRANSACTION_BATCH: EndTransactionBatchProcessor(transactions).process}
            if transactions is not None else {}),
         **auth_handlers(broker.auth),
     }

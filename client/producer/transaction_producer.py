@@ -16,6 +16,13 @@ answers with `check_local_transaction`. Listener methods may be plain (run in a 
 the event loop) or `async def` (awaited on it); one raising, or returning something other than a
 `LocalTransactionState`, counts as UNKNOW (as RocketMQ logs and treats a thrown exception).
 
+Concurrent transactions share requests (`Coalescer`, issue #38): the half messages of one topic
+sent in the same event-loop step go as one SEND_BATCH_MESSAGE (each keeps its own UNIQ_KEY, its
+transaction id, and gets its own half offset), and the ends to one broker resolved in the same
+step as one END_TRANSACTION_BATCH with a result per transaction; a lone transaction goes out as
+before, one loop iteration later. A batch the broker refuses as MESSAGE_ILLEGAL (one message over
+a limit) is sent again one message at a time, so only that message's caller gets the error.
+
 Where we differ from RocketMQ: END_TRANSACTION is a request, not one-way, so a refusal is logged
 with its reason; UNKNOW sends nothing (RocketMQ sends a one-way "not type" the broker ignores); a
 check for a transaction whose previous check is still running here is ignored, so a listener
@@ -30,19 +37,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from client.api import SendStatus
+from client.api import SendResult, SendStatus
 from client.errors import ClientStateError
+from client.producer.coalescer import Coalescer
 from client.producer.producer import Producer
 from protocol.channel import Channel
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
-from protocol.errors import MQError
+from protocol.errors import MessageIllegal, MissingHeaderField, MQError, error_for
 from protocol.headers_v5 import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from protocol.message import PROPERTY_UNIQ_KEY, Message, MessageExt, decode_message_batch, msg_id_commit_log_offset
 from protocol.model import MessageQueue
-from protocol.transaction import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED, LocalTransactionState
+from protocol.transaction import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_PREPARED,
+    EndEntry,
+    LocalTransactionState,
+)
 
 log = logging.getLogger(__name__)
+HALF_BATCH_MAX_MESSAGES = 256           # half messages in one SEND_BATCH_MESSAGE
+HALF_BATCH_MAX_BYTES = 1024 * 1024      # their bodies' bytes (a run is cut before it passes this)
+END_BATCH_MAX_ENTRIES = 1024            # ends in one END_TRANSACTION_BATCH (the broker's bound)
 
 
 class TransactionListener(Protocol):
@@ -101,6 +117,11 @@ class TransactionProducer(Producer):
         self._idle: asyncio.Event | None = None
         self._checking: set[tuple[str, int]] = set()
         self._check_tasks: set[asyncio.Task[None]] = set()
+        self._halves: Coalescer[str, Message, SendResult] = Coalescer(
+            self._send_halves, max_items=HALF_BATCH_MAX_MESSAGES, max_bytes=HALF_BATCH_MAX_BYTES,
+            size=lambda half: len(half.body))
+        self._ends: Coalescer[str, EndEntry, None] = Coalescer(
+            self._send_ends, max_items=END_BATCH_MAX_ENTRIES, max_bytes=END_BATCH_MAX_ENTRIES, size=lambda _: 1)
 
     async def start(self) -> None:
         if self._instance is not None:
@@ -148,9 +169,10 @@ class TransactionProducer(Producer):
         properties[PROPERTY_TRANSACTION_PREPARED] = "true"
         properties[PROPERTY_PRODUCER_GROUP] = self.producer_group
         half = Message(message.topic, message.body, message.tags, message.keys, properties, 0, message.flag)
+        self._validate(half)            # this caller's own errors, before its half joins a batch
         self._in_flight += 1
         try:
-            result = await self.send(half)
+            result = await self._halves.submit(message.topic, half)
             if result.status is SendStatus.SEND_OK:
                 state = await _decide(self.listener.execute_local_transaction, message, arg)
             else:
@@ -168,16 +190,43 @@ class TransactionProducer(Producer):
 
     async def _end(self, queue: MessageQueue, offset_msg_id: str, half_offset: int, transaction_id: str,
                    state: LocalTransactionState) -> None:
-        header = EndTransactionRequestHeader(
-            producer_group=self.producer_group, topic=queue.topic, tran_state_table_offset=half_offset,
-            commit_log_offset=msg_id_commit_log_offset(offset_msg_id), commit_or_rollback=state.commit_or_rollback,
-            from_transaction_check=False, msg_id=transaction_id, transaction_id=transaction_id)
+        entry = (queue.topic, half_offset, msg_id_commit_log_offset(offset_msg_id), state.commit_or_rollback,
+                 transaction_id)
         try:
-            await self._require_instance().api.end_transaction(self._address_of(queue), header,
-                                                               self.send_msg_timeout_ms)
+            await self._ends.submit(self._address_of(queue), entry)
         except MQError as exc:
             log.warning("end of transaction %s (%s) not accepted: %s; the broker will check it back",
                         transaction_id, state.name, exc)
+
+    async def _send_halves(self, topic: str, halves: list[Message]) -> list[SendResult | BaseException]:
+        """The half messages of `topic` coalesced in one loop step: one SEND_BATCH_MESSAGE (`send` for
+        a lone one); each result as `send` would return it for that half."""
+        if len(halves) == 1:
+            return [await self.send(halves[0])]
+        try:
+            batch = await self.send_batch(halves)
+        except MessageIllegal:          # one message refused refuses the batch: each goes on its own
+            return await asyncio.gather(*(self.send(half) for half in halves), return_exceptions=True)
+        ids, keys = batch.msg_ids, batch.uniq_keys
+        if len(ids) != len(halves) or len(keys) != len(halves):
+            raise MissingHeaderField("msg_ids", f"{len(halves)} ids", ids)
+        return [SendResult(batch.status, ids[i], batch.queue_id, batch.queue_offset + i, topic, batch.broker_name,
+                           (ids[i],), (keys[i],)) for i in range(len(halves))]
+
+    async def _send_ends(self, address: str, entries: list[EndEntry]) -> list[BaseException | None]:
+        """The ends for one broker coalesced in one loop step: one END_TRANSACTION_BATCH
+        (END_TRANSACTION for a lone one); each entry's refusal raised to its own caller."""
+        api = self._require_instance().api
+        if len(entries) == 1:
+            topic, half_offset, commit_log_offset, action, transaction_id = entries[0]
+            await api.end_transaction(address, EndTransactionRequestHeader(
+                producer_group=self.producer_group, topic=topic, tran_state_table_offset=half_offset,
+                commit_log_offset=commit_log_offset, commit_or_rollback=action, from_transaction_check=False,
+                msg_id=transaction_id, transaction_id=transaction_id), self.send_msg_timeout_ms)
+            return [None]
+        codes, remarks = await api.end_transaction_batch(address, self.producer_group, entries,
+                                                         self.send_msg_timeout_ms)
+        return [None if code == 0 else error_for(code, remark) for code, remark in zip(codes, remarks, strict=True)]
 
     # -- check-backs ---------------------------------------------------------------------------------
 

@@ -267,16 +267,19 @@ class TransactionBridge:
         self._topics.for_send(topic, queue_id)
         return topic, queue_id, properties
 
-    def commit_run(self, topic: str, queue_id: int, run: list[tuple[int, dict[str, str], int, bytes,
-                                                                   tuple[int, str, int]]]) -> int:
+    def commit_run(self, topic: str, queue_id: int, origin: tuple[int, str, int],
+                   run: list[tuple[int, dict[str, str], int, bytes]]) -> int:
         """Commit validated halves (`validate`, then `real_message`) whose real messages go to one
-        queue: `run` items are (half_offset, real properties, flag, body, origin); the messages
-        written as one append (sys_flag COMMIT, each with its own origin), then the halves resolved
-        as `end` resolves them. Returns the commit-log end; raises `ServiceNotAvailable` when the
-        store refuses (nothing changed then)."""
-        result = self._store.put_scheduled(
-            topic=topic, queue_id=queue_id, messages=[(properties, flag, body) for _, properties, flag, body, _ in run],
-            origins=[(*origin, TRANSACTION_COMMIT_TYPE) for *_, origin in run])
+        queue and share one origin (born_timestamp, born_host, reconsume_times: the halves of one
+        batch do): `run` items are (half_offset, real properties, flag, body); the messages
+        written as one append with sys_flag COMMIT, then the halves resolved as `end` resolves
+        them. Returns the commit-log end; raises `ServiceNotAvailable` when the store refuses
+        (nothing changed then)."""
+        born_timestamp, born_host, reconsume_times = origin
+        result = self._store.put_checked_messages(
+            topic=topic, queue_id=queue_id, messages=[(properties, flag, body) for _, properties, flag, body in run],
+            born_timestamp=born_timestamp, born_host=born_host, reconsume_times=reconsume_times,
+            sys_flag=TRANSACTION_COMMIT_TYPE)
         _check(result, "the committed messages")
         self._on_stored(topic, len(run), sum(len(item[3]) for item in run))
         for item in run:

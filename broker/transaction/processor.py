@@ -61,8 +61,9 @@ class EndTransactionBatchProcessor:
     answered SUCCESS with one (code, remark) per entry, in order (`BatchAckResultBody`'s shape):
     an entry END_TRANSACTION would refuse (unknown or resolved half, wrong group, topic or
     offsets, a half named twice in the batch, a real topic gone) gets that refusal's code and
-    changes nothing; the others are resolved. The commits of one real queue are written as one
-    append, the op record of the whole batch as one (`TransactionBridge.flush_ops`). Refused whole,
+    changes nothing; the others are resolved. The commits of one real queue (and origin) are
+    written as one append, then the op record of the whole batch (`TransactionBridge.flush_ops`)
+    before the answer: a kill -9 once the answer is out does not bring them back. Refused whole,
     with nothing changed: a malformed body (`decode_end_batch`: more than 1,024 entries, not
     msgpack, a mistyped entry, an offset out of range: MESSAGE_ILLEGAL) or header (SYSTEM_ERROR)."""
 
@@ -74,8 +75,9 @@ class EndTransactionBatchProcessor:
         entries = decode_end_batch(request.body_bytes())
         bridge = self._bridge
         codes, remarks = [0] * len(entries), [""] * len(entries)
-        runs: dict[tuple[str, int], list[tuple[int, dict[str, str], int, bytes, tuple[int, str, int]]]] = {}
-        run_entries: dict[tuple[str, int], list[int]] = {}
+        # commits by (real topic, queue id, origin): each run is one append
+        runs: dict[tuple[str, int, tuple[int, str, int]], list[tuple[int, dict[str, str], int, bytes]]] = {}
+        run_entries: dict[tuple[str, int, tuple[int, str, int]], list[int]] = {}
         named: set[int] = set()
         for index, (topic, half_offset, commit_log_offset, action, _) in enumerate(entries):
             try:
@@ -87,17 +89,18 @@ class EndTransactionBatchProcessor:
                                                                     action)
                 if action == TRANSACTION_COMMIT_TYPE:
                     real_topic, queue_id, real_properties = bridge.real_message(properties)
-                    runs.setdefault((real_topic, queue_id), []).append(
-                        (half_offset, real_properties, flag, body, origin))
-                    run_entries.setdefault((real_topic, queue_id), []).append(index)
+                    key = (real_topic, queue_id, origin)
+                    runs.setdefault(key, []).append((half_offset, real_properties, flag, body))
+                    run_entries.setdefault(key, []).append(index)
                 elif action == TRANSACTION_ROLLBACK_TYPE:
                     bridge.roll_back(half_offset)
             except ResponseError as exc:
                 codes[index], remarks[index] = int(exc.code), exc.remark
         for key, run in runs.items():
             try:
-                bridge.commit_run(key[0], key[1], run)
+                bridge.commit_run(key[0], key[1], key[2], run)
             except ResponseError as exc:
                 for index in run_entries[key]:
                     codes[index], remarks[index] = int(exc.code), exc.remark
+        bridge.flush_ops()      # the batch's one op record, before its answer (after its commits)
         return request.response(body=encode_batch_ack_result(codes, remarks))

@@ -257,14 +257,19 @@ class TransactionBridge:
         self._on_stored(topic, 1, len(body))
         return result.end_offset
 
-    def real_message(self, half_properties: dict[str, str]) -> tuple[str, int, dict[str, str]]:
+    def real_message(self, half_properties: dict[str, str],
+                     checked: set[tuple[str, int]] | None = None) -> tuple[str, int, dict[str, str]]:
         """(topic, queue_id, properties) of the message a commit writes; raises what
-        `TopicConfigManager.for_send` raises when that topic is gone or read-only."""
+        `TopicConfigManager.for_send` raises when that topic is gone or read-only. `checked`:
+        (topic, queue_id) pairs already checked in this loop step (skipped; the pair is added)."""
         properties = dict(half_properties)
         topic = properties.pop(PROPERTY_REAL_TOPIC)
         queue_id = int(properties.pop(PROPERTY_REAL_QUEUE_ID))
         properties.pop(PROPERTY_TRANSACTION_CHECK_TIMES, None)
-        self._topics.for_send(topic, queue_id)
+        if checked is None or (topic, queue_id) not in checked:
+            self._topics.for_send(topic, queue_id)
+            if checked is not None:
+                checked.add((topic, queue_id))
         return topic, queue_id, properties
 
     def commit_run(self, topic: str, queue_id: int, origin: tuple[int, str, int],

@@ -79,6 +79,7 @@ class EndTransactionBatchProcessor:
         runs: dict[tuple[str, int, tuple[int, str, int]], list[tuple[int, dict[str, str], int, bytes]]] = {}
         run_entries: dict[tuple[str, int, tuple[int, str, int]], list[int]] = {}
         named: set[int] = set()
+        checked: set[tuple[str, int]] = set()       # real queues that took a send just now
         for index, (topic, half_offset, commit_log_offset, action, _) in enumerate(entries):
             try:
                 if half_offset in named:
@@ -88,7 +89,7 @@ class EndTransactionBatchProcessor:
                 _, properties, flag, body, origin = bridge.validate(group, topic, half_offset, commit_log_offset,
                                                                     action)
                 if action == TRANSACTION_COMMIT_TYPE:
-                    real_topic, queue_id, real_properties = bridge.real_message(properties)
+                    real_topic, queue_id, real_properties = bridge.real_message(properties, checked)
                     key = (real_topic, queue_id, origin)
                     runs.setdefault(key, []).append((half_offset, real_properties, flag, body))
                     run_entries.setdefault(key, []).append(index)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from client.api import SendResult, SendStatus
+from client.api import SendStatus
 from client.errors import ClientStateError
 from client.producer.coalescer import Coalescer
 from client.producer.producer import Producer
@@ -46,7 +46,16 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
 from protocol.errors import MessageIllegal, MissingHeaderField, MQError, error_for
 from protocol.headers_v5 import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
-from protocol.message import PROPERTY_UNIQ_KEY, Message, MessageExt, decode_message_batch, msg_id_commit_log_offset
+from protocol.message import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    Message,
+    MessageExt,
+    decode_message_batch,
+    msg_id_commit_log_offset,
+)
 from protocol.model import MessageQueue
 from protocol.transaction import (
     PROPERTY_PRODUCER_GROUP,
@@ -59,6 +68,10 @@ log = logging.getLogger(__name__)
 HALF_BATCH_MAX_MESSAGES = 256           # half messages in one SEND_BATCH_MESSAGE
 HALF_BATCH_MAX_BYTES = 1024 * 1024      # their bodies' bytes (a run is cut before it passes this)
 END_BATCH_MAX_ENTRIES = 1024            # ends in one END_TRANSACTION_BATCH (the broker's bound)
+Sent = tuple[SendStatus, str, int, int, str, str]
+"""A half message's send: (status, msg_id, queue_id, queue_offset (its half offset), broker_name,
+transaction_id (its UNIQ_KEY))."""
+_SEND_OK, _ROLLBACK, _UNKNOW = SendStatus.SEND_OK, LocalTransactionState.ROLLBACK_MESSAGE, LocalTransactionState.UNKNOW
 
 
 class TransactionListener(Protocol):
@@ -81,11 +94,24 @@ class TransactionSendResult:
     local_transaction_state: LocalTransactionState
 
 
+_IS_ASYNC: dict[Any, bool] = {}        # listener function → `async def`? (inspect costs ~1 µs a call)
+
+
+def _is_async(method: Callable[..., Any]) -> bool:
+    function = getattr(method, "__func__", method)
+    known = _IS_ASYNC.get(function)
+    if known is None:
+        known = inspect.iscoroutinefunction(method)
+        if len(_IS_ASYNC) < 1024:
+            _IS_ASYNC[function] = known
+    return known
+
+
 async def _decide(method: Callable[..., Any], *args: Any) -> LocalTransactionState:
     """Run a listener method (a plain one in a worker thread); UNKNOW if it raises or returns
     anything but a `LocalTransactionState`."""
     try:
-        if inspect.iscoroutinefunction(method):
+        if _is_async(method):
             state = await method(*args)
         else:
             state = await asyncio.to_thread(method, *args)
@@ -117,7 +143,7 @@ class TransactionProducer(Producer):
         self._idle: asyncio.Event | None = None
         self._checking: set[tuple[str, int]] = set()
         self._check_tasks: set[asyncio.Task[None]] = set()
-        self._halves: Coalescer[str, Message, SendResult] = Coalescer(
+        self._halves: Coalescer[str, Message, Sent] = Coalescer(
             self._send_halves, max_items=HALF_BATCH_MAX_MESSAGES, max_bytes=HALF_BATCH_MAX_BYTES,
             size=lambda half: len(half.body))
         self._ends: Coalescer[str, EndEntry, None] = Coalescer(
@@ -165,53 +191,58 @@ class TransactionProducer(Producer):
         self._require_instance()
         if message.delay_level > 0:
             raise ValueError("a transactional message cannot have a delay level")
-        properties = dict(message.properties or {})
+        # the half's wire properties: the message's, TAGS and KEYS (what `send` would add), TRAN_MSG, PGROUP
+        properties = dict(message.properties) if message.properties else {}
+        if message.tags:
+            properties[PROPERTY_TAGS] = message.tags
+        if message.keys:
+            keys = message.keys
+            properties[PROPERTY_KEYS] = keys if isinstance(keys, str) else KEY_SEPARATOR.join(keys)
         properties[PROPERTY_TRANSACTION_PREPARED] = "true"
         properties[PROPERTY_PRODUCER_GROUP] = self.producer_group
-        half = Message(message.topic, message.body, message.tags, message.keys, properties, 0, message.flag)
+        half = Message(message.topic, message.body, None, None, properties, 0, message.flag)
         self._validate(half)            # this caller's own errors, before its half joins a batch
         self._in_flight += 1
         try:
-            result = await self._halves.submit(message.topic, half)
-            if result.status is SendStatus.SEND_OK:
+            status, msg_id, queue_id, half_offset, broker_name, transaction_id = await self._halves.submit(
+                message.topic, half)
+            if status is _SEND_OK:
                 state = await _decide(self.listener.execute_local_transaction, message, arg)
             else:
-                state = LocalTransactionState.ROLLBACK_MESSAGE
-            transaction_id = result.uniq_keys[0] if result.uniq_keys else ""
-            queue = MessageQueue(message.topic, result.broker_name, result.queue_id)
-            if state is not LocalTransactionState.UNKNOW:
-                await self._end(queue, result.msg_id, result.queue_offset, transaction_id, state)
-            return TransactionSendResult(result.status, result.msg_id, queue, result.queue_offset, transaction_id,
-                                         state)
+                state = _ROLLBACK
+            queue = MessageQueue(message.topic, broker_name, queue_id)
+            if state is not _UNKNOW:
+                entry = (message.topic, half_offset, msg_id_commit_log_offset(msg_id), state.commit_or_rollback,
+                         transaction_id)
+                try:
+                    await self._ends.submit(self._address_of(queue), entry)
+                except MQError as exc:
+                    log.warning("end of transaction %s (%s) not accepted: %s; the broker will check it back",
+                                transaction_id, state.name, exc)
+            return TransactionSendResult(status, msg_id, queue, half_offset, transaction_id, state)
         finally:
             self._in_flight -= 1
             if self._in_flight == 0 and self._idle is not None:
                 self._idle.set()
 
-    async def _end(self, queue: MessageQueue, offset_msg_id: str, half_offset: int, transaction_id: str,
-                   state: LocalTransactionState) -> None:
-        entry = (queue.topic, half_offset, msg_id_commit_log_offset(offset_msg_id), state.commit_or_rollback,
-                 transaction_id)
-        try:
-            await self._ends.submit(self._address_of(queue), entry)
-        except MQError as exc:
-            log.warning("end of transaction %s (%s) not accepted: %s; the broker will check it back",
-                        transaction_id, state.name, exc)
-
-    async def _send_halves(self, topic: str, halves: list[Message]) -> list[SendResult | BaseException]:
+    async def _send_halves(self, topic: str, halves: list[Message]) -> list[Sent | BaseException]:
         """The half messages of `topic` coalesced in one loop step: one SEND_BATCH_MESSAGE (`send` for
-        a lone one); each result as `send` would return it for that half."""
+        a lone one); each one's `Sent` as `send` would answer for that half."""
         if len(halves) == 1:
-            return [await self.send(halves[0])]
+            one = await self.send(halves[0])
+            return [(one.status, one.msg_id, one.queue_id, one.queue_offset, one.broker_name,
+                     one.uniq_keys[0] if one.uniq_keys else "")]
         try:
             batch = await self.send_batch(halves)
         except MessageIllegal:          # one message refused refuses the batch: each goes on its own
-            return await asyncio.gather(*(self.send(half) for half in halves), return_exceptions=True)
+            singles = await asyncio.gather(*(self._send_halves(topic, [half]) for half in halves),
+                                           return_exceptions=True)
+            return [one if isinstance(one, BaseException) else one[0] for one in singles]
         ids, keys = batch.msg_ids, batch.uniq_keys
         if len(ids) != len(halves) or len(keys) != len(halves):
             raise MissingHeaderField("msg_ids", f"{len(halves)} ids", ids)
-        return [SendResult(batch.status, ids[i], batch.queue_id, batch.queue_offset + i, topic, batch.broker_name,
-                           (ids[i],), (keys[i],)) for i in range(len(halves))]
+        status, queue_id, first, broker_name = batch.status, batch.queue_id, batch.queue_offset, batch.broker_name
+        return [(status, ids[i], queue_id, first + i, broker_name, keys[i]) for i in range(len(halves))]
 
     async def _send_ends(self, address: str, entries: list[EndEntry]) -> list[BaseException | None]:
         """The ends for one broker coalesced in one loop step: one END_TRANSACTION_BATCH

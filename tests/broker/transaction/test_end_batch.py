@@ -177,9 +177,16 @@ async def test_kill_9_after_batched_halves_and_ends(tmp_path: Path) -> None:
     """A commit whose answer came before the crash is delivered (at least once: its op record may
     be lost with the process, and its check-back commits it again); a rollback never is; a half
     left UNKNOW is settled by its check-back after the restart."""
-    store, port = tmp_path / "store", free_port()
-    proc = BrokerSubprocess(store, settings={"transaction_check_interval_ms": "600000"}, listen_port=port)
-    await proc.start()
+    store = tmp_path / "store"
+    for attempt in range(3):    # the free port may be taken by another test's process meanwhile
+        port = free_port()
+        proc = BrokerSubprocess(store, settings={"transaction_check_interval_ms": "600000"}, listen_port=port)
+        try:
+            await proc.start()
+            break
+        except RuntimeError:
+            if attempt == 2:
+                raise
     remoting = RemotingClient()
     api = ClientAPI(remoting)
     jobs = [(f"{'c' if i % 2 == 0 else 'r'}-{i}".encode(), [COMMIT, ROLLBACK, UNKNOW][i % 3]) for i in range(60)]

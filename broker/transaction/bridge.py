@@ -21,7 +21,12 @@ event-loop step are written as one op record naming them all (RocketMQ 5's
 `TransactionalOpBatchService` batches them the same way, over `transactionOpBatchInterval`), after
 that step's committed messages, so an op record is never in the log before the real message it
 resolves. A kill -9 between the two leaves the half pending after the restart: its check-back
-decides it again (at least once, as a power loss before the fsync already could)."""
+decides it again (at least once, as a power loss before the fsync already could).
+
+Batches (issue #38, ours): `prepare_batch` stores the halves of a transactional SEND_BATCH_MESSAGE
+as one append; END_TRANSACTION_BATCH (`processor.EndTransactionBatchProcessor`) checks each entry
+with `validate`, writes the commits of one queue with `commit_run` (one append) and the batch's op
+record with `flush_ops` before answering."""
 
 from __future__ import annotations
 

@@ -14,8 +14,9 @@ from broker.persist import Durable
 from broker.processors.batch_body import MAX_BATCH_MESSAGES as MAX_BATCH_MESSAGES
 from broker.processors.batch_body import BatchItems as BatchItems
 from broker.processors.batch_body import _read_batch_body as _read_batch_body  # its C twin, for tests
-from broker.processors.batch_body import decode_batch, half_batch
+from broker.processors.batch_body import decode_batch as decode_batch
 from broker.processors.batch_body import decode_batch_py as decode_batch_py
+from broker.processors.batch_body import half_batch
 from broker.processors.validate import check_message_size, require_group_name, require_topic_name
 from broker.remoting.context import RequestContext
 from broker.remoting.dispatcher import Deferred

@@ -21,7 +21,9 @@ sent in the same event-loop step go as one SEND_BATCH_MESSAGE (each keeps its ow
 transaction id, and gets its own half offset), and the ends to one broker resolved in the same
 step as one END_TRANSACTION_BATCH with a result per transaction; a lone transaction goes out as
 before, one loop iteration later. A batch the broker refuses as MESSAGE_ILLEGAL (one message over
-a limit) is sent again one message at a time, so only that message's caller gets the error.
+a limit) is sent again one message at a time, so only that message's caller gets the error; one
+answered FLUSH_DISK_TIMEOUT raises `FlushDiskTimeout` to each caller (the halves stay pending and
+are checked back), where a lone half answered so is rolled back at once.
 
 Where we differ from RocketMQ: END_TRANSACTION is a request, not one-way, so a refusal is logged
 with its reason; UNKNOW sends nothing (RocketMQ sends a one-way "not type" the broker ignores); a

@@ -67,7 +67,7 @@ from protocol.transaction import (
 )
 
 log = logging.getLogger(__name__)
-HALF_BATCH_MAX_MESSAGES = 256           # half messages in one SEND_BATCH_MESSAGE
+HALF_BATCH_MAX_MESSAGES = 64            # half messages in one SEND_BATCH_MESSAGE (more: less pipelining)
 HALF_BATCH_MAX_BYTES = 1024 * 1024      # their bodies' bytes (a run is cut before it passes this)
 END_BATCH_MAX_ENTRIES = 1024            # ends in one END_TRANSACTION_BATCH (the broker's bound)
 Sent = tuple[SendStatus, str, int, int, str, str]

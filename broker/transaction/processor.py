@@ -2,8 +2,9 @@
 END_TRANSACTION_BATCH (700037, ours): many of them in one request, each answered on its own.
 
 Answered as soon as the commit's records are written, not after their fsync: RocketMQ's producers
-send it one-way and never wait; ours wait for the answer (so a refusal reaches them) but not for the
-disk. What is written survives a kill -9 (it is in the page cache); on a power loss before the
+send it one-way and never wait; ours do not wait either but read the answer in the background (so a
+refusal is logged), and wait for the answers still due when they stop; the broker does not wait for
+the disk. What is written survives a kill -9 (it is in the page cache); on a power loss before the
 fsync the half message is pending again after the restart and its check-back decides it once more
 (the op record follows the real message in the commit log, so it is never durable without it)."""
 

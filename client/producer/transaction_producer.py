@@ -25,10 +25,16 @@ a limit) is sent again one message at a time, so only that message's caller gets
 answered FLUSH_DISK_TIMEOUT raises `FlushDiskTimeout` to each caller (the halves stay pending and
 are checked back), where a lone half answered so is rolled back at once.
 
-Where we differ from RocketMQ: END_TRANSACTION is a request, not one-way, so a refusal is logged
-with its reason; UNKNOW sends nothing (RocketMQ sends a one-way "not type" the broker ignores); a
-check for a transaction whose previous check is still running here is ignored, so a listener
-slower than the check interval runs once per transaction at a time."""
+The end is sent without waiting for its answer, like RocketMQ's one-way END_TRANSACTION
+(`endTransactionOneway`): `send_message_in_transaction` returns once the end is handed to the
+coalescer, and the answer arrives in the background. Where we differ from RocketMQ: the end is
+still a request, so a refusal (or no answer within `send_msg_timeout_ms`) is logged with its reason
+(the broker's check-back resolves the transaction, as for a lost one-way end); `shutdown` waits for
+the ends not yet answered (up to `send_msg_timeout_ms`), so a stop right after sends drops none; at
+most `MAX_UNANSWERED_ENDS` wait for their answer (RocketMQ's one-way semaphore), past that a caller
+waits for its own end's answer; UNKNOW sends nothing (RocketMQ sends a one-way "not type" the
+broker ignores); a check for a transaction whose previous check is still running here is ignored,
+so a listener slower than the check interval runs once per transaction at a time."""
 
 from __future__ import annotations
 
@@ -70,6 +76,7 @@ log = logging.getLogger(__name__)
 HALF_BATCH_MAX_MESSAGES = 64            # half messages in one SEND_BATCH_MESSAGE (more: less pipelining)
 HALF_BATCH_MAX_BYTES = 1024 * 1024      # their bodies' bytes (a run is cut before it passes this)
 END_BATCH_MAX_ENTRIES = 1024            # ends in one END_TRANSACTION_BATCH (the broker's bound)
+MAX_UNANSWERED_ENDS = 65_535            # ends sent and not yet answered (RocketMQ's clientOnewaySemaphoreValue)
 Sent = tuple[SendStatus, str, int, int, str, str]
 """A half message's send: (status, msg_id, queue_id, queue_offset (its half offset), broker_name,
 transaction_id (its UNIQ_KEY))."""
@@ -145,6 +152,7 @@ class TransactionProducer(Producer):
         self._idle: asyncio.Event | None = None
         self._checking: set[tuple[str, int]] = set()
         self._check_tasks: set[asyncio.Task[None]] = set()
+        self._unanswered: set[asyncio.Future[None]] = set()    # ends sent, answer not yet in
         self._halves: Coalescer[str, Message, Sent] = Coalescer(
             self._send_halves, max_items=HALF_BATCH_MAX_MESSAGES, max_bytes=HALF_BATCH_MAX_BYTES,
             size=lambda half: len(half.body))
@@ -160,7 +168,8 @@ class TransactionProducer(Producer):
 
     async def shutdown(self) -> None:
         """Take no more sends or checks, wait up to `shutdown_timeout_ms` for those in flight
-        (cancelling checks still running then: the broker checks again), then `Producer.shutdown`."""
+        (cancelling checks still running then: the broker checks again) and up to
+        `send_msg_timeout_ms` for the answers of ends already sent, then `Producer.shutdown`."""
         if self._instance is None:
             return
         self._closing = True
@@ -172,6 +181,11 @@ class TransactionProducer(Producer):
             except TimeoutError:
                 log.warning("%d transactions still running after %d ms; shutting down", self._in_flight,
                             self.shutdown_timeout_ms)
+        if self._unanswered:
+            _, unanswered = await asyncio.wait(set(self._unanswered), timeout=self.send_msg_timeout_ms / 1000)
+            if unanswered:
+                log.warning("%d ends of transaction not answered within %d ms; the broker will check them back",
+                            len(unanswered), self.send_msg_timeout_ms)
         if self._check_tasks:
             _, pending = await asyncio.wait(self._check_tasks, timeout=self.shutdown_timeout_ms / 1000)
             for task in pending:
@@ -186,8 +200,10 @@ class TransactionProducer(Producer):
     async def send_message_in_transaction(self, message: Message, arg: Any = None) -> TransactionSendResult:
         """Send `message` as a half message, run `execute_local_transaction(message, arg)`, then
         commit or roll back (a send answered other than SEND_OK rolls back without running the
-        listener, as RocketMQ). Raises what `send` raises for the half message; an END_TRANSACTION
-        that fails is logged, not raised (the broker checks the transaction back)."""
+        listener, as RocketMQ). Returns once the END_TRANSACTION is handed over, without waiting for
+        its answer (RocketMQ's one-way end; past `MAX_UNANSWERED_ENDS` unanswered ends it waits).
+        Raises what `send` raises for the half message; an END_TRANSACTION refused or unanswered is
+        logged, not raised (the broker checks the transaction back)."""
         if self._closing:
             raise ClientStateError("transaction producer is shutting down")
         self._require_instance()
@@ -216,16 +232,33 @@ class TransactionProducer(Producer):
             if state is not _UNKNOW:
                 entry = (message.topic, half_offset, msg_id_commit_log_offset(msg_id), state.commit_or_rollback,
                          transaction_id)
-                try:
-                    await self._ends.submit(self._address_of(queue), entry)
-                except MQError as exc:
-                    log.warning("end of transaction %s (%s) not accepted: %s; the broker will check it back",
-                                transaction_id, state.name, exc)
+                ending = self._ends.submit(self._address_of(queue), entry)
+                self._unanswered.add(ending)
+                ending.add_done_callback(lambda done: self._answered(done, transaction_id, state))
+                if len(self._unanswered) > MAX_UNANSWERED_ENDS:
+                    await asyncio.wait((ending,))       # too many unanswered: this one waits for its answer
             return TransactionSendResult(status, msg_id, queue, half_offset, transaction_id, state)
         finally:
             self._in_flight -= 1
             if self._in_flight == 0 and self._idle is not None:
                 self._idle.set()
+
+    def _answered(self, ending: asyncio.Future[None], transaction_id: str, state: LocalTransactionState) -> None:
+        """An end's answer came in (or never will): a refusal or failure is logged, not raised."""
+        self._unanswered.discard(ending)
+        if ending.cancelled():
+            log.warning("end of transaction %s (%s) cancelled; the broker will check it back", transaction_id,
+                        state.name)
+            return
+        exc = ending.exception()
+        if exc is None:
+            return
+        if isinstance(exc, MQError):
+            log.warning("end of transaction %s (%s) not accepted: %s; the broker will check it back",
+                        transaction_id, state.name, exc)
+        else:
+            log.error("end of transaction %s (%s) failed; the broker will check it back", transaction_id,
+                      state.name, exc_info=exc)
 
     async def _send_halves(self, topic: str, halves: list[Message]) -> list[Sent | BaseException]:
         """The half messages of `topic` coalesced in one loop step: one SEND_BATCH_MESSAGE (`send` for

@@ -2,11 +2,15 @@
 and their ends as one END_TRANSACTION_BATCH, and still each transaction's outcome is its own:
 mixed COMMIT / ROLLBACK / UNKNOW (then a check-back) each delivered once or never, a message the
 broker refuses failing only its own caller, a slow listener next to a fast one, a graceful stop
-with transactions in flight, and a batched end by a user without Pub refused."""
+with transactions in flight, and a batched end by a user without Pub refused. Ends are sent
+without waiting for their answer (RocketMQ's one-way end): a refused one is logged and checked
+back, a stop right after many sends leaves no half pending, and past `MAX_UNANSWERED_ENDS` a
+caller waits for its own end's answer."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,7 +23,9 @@ from client import LocalTransactionState, Message, MessageExt, NoPermission, Tra
 from client.admin_api import AdminAPI
 from client.api import ClientAPI
 from client.errors import ClientStateError
+from client.producer import transaction_producer
 from client.remoting.remoting_client import RemotingClient
+from protocol.codes import Perm
 from protocol.errors import MessageIllegal
 from protocol.message import parse_msg_id
 from protocol.model import PullStatus
@@ -134,7 +140,9 @@ async def test_a_slow_listener_next_to_fast_ones(txn_broker: Broker, client_api:
                                       for i in range(100)))
         assert not any(task.done() for task in slow), "the fast ones did not wait for the slow ones"
         assert [r.local_transaction_state for r in fast] == [COMMIT if i % 2 else ROLLBACK for i in range(100)]
-        assert txn_broker.transactions is not None and txn_broker.transactions.table.pending_count == 10
+        assert txn_broker.transactions is not None
+        await wait_until(lambda: txn_broker.transactions.table.pending_count == 10, 5.0,  # type: ignore[union-attr]
+                         "the fast ones' ends reached the broker (sent without waiting for the answer)")
         listener.release.set()
         await asyncio.gather(*slow)
     expected = Counter([b"slow-%d" % i for i in range(10)] + [b"c-%d" % i for i in range(1, 100, 2)])
@@ -191,3 +199,64 @@ async def test_a_batched_end_needs_pub_on_every_topic(tmp_path: Path) -> None:
             await remoting.close()
         assert broker.transactions.table.pending_count == 2, "nothing resolved"
         assert broker.store.get_max_offset("orders", 0) == 0 and broker.store.get_max_offset("other", 0) == 0
+
+
+async def test_a_refused_end_is_logged_and_checked_back(txn_broker: Broker, client_api: ClientAPI,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """The real topic turns read-only while the local transaction runs: the commit the caller got
+    back is refused by the broker after the call returned; the refusal is logged and the half, still
+    pending, is committed by its check-back once the topic is writable again."""
+    caplog.set_level(logging.WARNING, logger="client.producer.transaction_producer")
+    await client_api.create_topic(txn_broker.address, "ro", queue_nums=1)
+
+    class ReadOnlyMeanwhile(ByArg):
+        async def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
+            await client_api.create_topic(txn_broker.address, "ro", queue_nums=1, perm=Perm.READ)
+            return await super().execute_local_transaction(message, arg)
+
+    listener = ReadOnlyMeanwhile()
+    assert txn_broker.transactions is not None and txn_broker.store is not None
+    async with TransactionProducer("ropg", txn_broker.address, listener) as producer:
+        result = await producer.send_message_in_transaction(Message("ro", b"u-c-late"), COMMIT)
+        assert result.local_transaction_state is COMMIT
+        await wait_until(lambda: any("not accepted" in r.getMessage() and result.transaction_id in r.getMessage()
+                                     for r in caplog.records), 5.0, "the refused end logged")
+        assert txn_broker.transactions.table.pending_count == 1, "the refusal changed nothing"
+        assert txn_broker.store.get_max_offset("ro", 0) == 0
+        await client_api.create_topic(txn_broker.address, "ro", queue_nums=1)
+        await wait_until(lambda: txn_broker.store.get_max_offset("ro", 0) == 1, 10.0,  # type: ignore[union-attr]
+                         "committed by the check-back")
+    assert listener.checked[b"u-c-late"] >= 1
+    assert await bodies_in(client_api, txn_broker.address, "ro", 1) == Counter([b"u-c-late"])
+
+
+async def test_a_stop_right_after_many_sends_leaves_no_half_pending(txn_broker: Broker,
+                                                                    client_api: ClientAPI) -> None:
+    await client_api.create_topic(txn_broker.address, "burst", queue_nums=4)
+    jobs = [(b"c-%d" % i if i % 3 else b"r-%d" % i, COMMIT if i % 3 else ROLLBACK) for i in range(600)]
+    producer = TransactionProducer("bupg", txn_broker.address, ByArg())
+    await producer.start()
+    sends = asyncio.gather(*(producer.send_message_in_transaction(Message("burst", body), state)
+                             for body, state in jobs))
+    await wait_until(lambda: bool(producer._unanswered), 5.0, "ends handed over")
+    stopping = asyncio.create_task(producer.shutdown())      # while the last transactions still run
+    results = await sends
+    assert producer._unanswered, "the calls returned before their ends were answered"
+    await stopping
+    assert not producer._unanswered
+    assert txn_broker.transactions is not None and txn_broker.transactions.table.pending_count == 0, \
+        "every end reached the broker before the connections closed"
+    assert [r.local_transaction_state for r in results] == [state for _, state in jobs]
+    assert await bodies_in(client_api, txn_broker.address, "burst", 4) == Counter(b for b, s in jobs if s is COMMIT)
+
+
+async def test_past_the_unanswered_bound_a_caller_waits_for_its_answer(
+        txn_broker: Broker, client_api: ClientAPI, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transaction_producer, "MAX_UNANSWERED_ENDS", 0)
+    await client_api.create_topic(txn_broker.address, "bound", queue_nums=1)
+    assert txn_broker.transactions is not None and txn_broker.store is not None
+    async with TransactionProducer("bopg", txn_broker.address, ByArg()) as producer:
+        for i in range(3):
+            await producer.send_message_in_transaction(Message("bound", b"c-%d" % i), COMMIT)
+            assert not producer._unanswered and txn_broker.transactions.table.pending_count == 0
+            assert txn_broker.store.get_max_offset("bound", 0) == i + 1

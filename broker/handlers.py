@@ -39,7 +39,7 @@ from broker.topics.topic_config_manager import TopicConfigManager
 from broker.trace.query import TraceQueryProcessor
 from broker.trace.service import TraceService
 from broker.transaction.bridge import TransactionBridge
-from broker.transaction.processor import EndTransactionProcessor
+from broker.transaction.processor import EndTransactionBatchProcessor, EndTransactionProcessor
 from conf.broker import BrokerConfig
 from protocol.clock import Clock
 from protocol.codes import RequestCode
@@ -145,7 +145,8 @@ def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
         RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
         RequestCode.LOCK_BATCH_MQ: locks.lock_batch_mq,
         RequestCode.UNLOCK_BATCH_MQ: locks.unlock_batch_mq,
-        **({RequestCode.END_TRANSACTION: EndTransactionProcessor(transactions).process}
+        **({RequestCode.END_TRANSACTION: EndTransactionProcessor(transactions).process,
+            RequestCode.END_TRANSACTION_BATCH: EndTransactionBatchProcessor(transactions).process}
            if transactions is not None else {}),
         **auth_handlers(broker.auth),
     }

@@ -30,6 +30,7 @@ from client.producer.selector import SelectMessageQueueByHash, SelectMessageQueu
 from client.producer.transaction_producer import TransactionListener, TransactionProducer, TransactionSendResult
 from protocol.errors import (
     ConnectionClosed,
+    FlushDiskTimeout,
     FlushSlaveTimeout,
     MQError,
     NoPermission,
@@ -49,7 +50,8 @@ __all__ = [
     "AllocateMachineRoomNearby", "AllocateMessageQueueAveragely", "AllocateMessageQueueAveragelyByCircle",
     "AllocateMessageQueueByConfig", "AllocateMessageQueueByMachineRoom", "AllocateMessageQueueConsistentHash",
     "ClientStateError", "ConnectionClosed", "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus",
-    "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "Credentials", "FlushSlaveTimeout",
+    "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "Credentials", "FlushDiskTimeout",
+    "FlushSlaveTimeout",
     "LocalTransactionState", "MQError", "Message", "MessageExt", "MessageModel", "MessageQueue",
     "MessageSelector", "MessageView", "NoPermission", "Producer", "PullConsumer", "PullResult", "PushConsumer",
     "ReceiptHandleExpired", "RequestTimeout", "ResponseError", "SelectMessageQueueByHash",

@@ -7,7 +7,7 @@ Each method sends one request to a broker address and returns typed values, or r
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -22,12 +22,13 @@ from protocol.bodies import (
     LockBatchResponseBody,
     TopicList,
     TopicRouteData,
+    decode_batch_ack_result,
     decode_body,
     encode_body,
 )
 from protocol.codes import Perm, RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
-from protocol.errors import error_for
+from protocol.errors import MissingHeaderField, error_for
 from protocol.headers import (
     ConsumerGroupRequestHeader,
     CreateSubscriptionGroupRequestHeader,
@@ -48,9 +49,10 @@ from protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
     ViewMessageByIdRequestHeader,
 )
-from protocol.headers_v5 import EndTransactionRequestHeader
+from protocol.headers_v5 import EndTransactionBatchRequestHeader, EndTransactionRequestHeader
 from protocol.message import PROPERTY_UNIQ_KEY, MessageExt, decode_message_batch
 from protocol.model import MessageQueue, PullStatus
+from protocol.transaction import EndEntry, encode_end_batch
 
 DEFAULT_TIMEOUT_MS = 3_000
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
@@ -221,6 +223,18 @@ class ClientAPI:
         """END_TRANSACTION; raises the broker's refusal (`SystemError_` for an unknown or resolved
         half message)."""
         await self._call(address, request(RequestCode.END_TRANSACTION, header), timeout_ms)
+
+    async def end_transaction_batch(self, address: str, producer_group: str, entries: Sequence[EndEntry],
+                                    timeout_ms: int = DEFAULT_TIMEOUT_MS) -> tuple[list[int], list[str]]:
+        """END_TRANSACTION_BATCH (ours): END_TRANSACTION of each entry; (codes, remarks), one per
+        entry in order (0 SUCCESS). Raises the broker's refusal of the whole request, and
+        `MissingHeaderField` for an answer whose entry count differs."""
+        header = EndTransactionBatchRequestHeader(producer_group=producer_group)
+        cmd = request(RequestCode.END_TRANSACTION_BATCH, header, encode_end_batch(entries))
+        codes, remarks = decode_batch_ack_result((await self._call(address, cmd, timeout_ms)).body_bytes())
+        if len(codes) != len(entries) or len(remarks) != len(entries):
+            raise MissingHeaderField("body", f"{len(entries)} codes and remarks", codes)
+        return codes, remarks
 
     # -- consuming ---------------------------------------------------------------------------------
 

@@ -69,6 +69,8 @@ class RequestCode(IntEnum):
     AUTH_DELETE_ACL = 3008
     AUTH_GET_ACL = 3009
     AUTH_LIST_ACL = 3010
+    # rocketq's own codes: 700000 + the RocketMQ code they extend (RocketMQ uses none above 200156)
+    END_TRANSACTION_BATCH = 700037      # END_TRANSACTION (37) of many half messages in one request
 
 
 class ResponseCode(IntEnum):

@@ -88,6 +88,15 @@ class EndTransactionRequestHeader(Header):
 
 
 @header
+class EndTransactionBatchRequestHeader(Header):
+    """END_TRANSACTION_BATCH (700037, ours), producer → broker: END_TRANSACTION for each entry of
+    the body (`protocol.transaction.encode_end_batch`), all of `producer_group`."""
+
+    producer_group: str
+    from_transaction_check: bool = False
+
+
+@header
 class CheckTransactionStateRequestHeader(Header):
     """CHECK_TRANSACTION_STATE (39), broker → producer, one-way (RocketMQ
     `CheckTransactionStateRequestHeader`); the body is the half message as a stored array (its real

@@ -295,14 +295,14 @@ def offset_msg_ids(prefix: str, commit_log_offsets: list[int]) -> list[str]:
 def msg_id_commit_log_offset(msg_id: str) -> int:
     """The commit_log_offset of an offset message id (`parse_msg_id`'s second half, without
     formatting the address); `ValueError` if malformed."""
-    if len(msg_id) != 32 or not all(c in _HEX_DIGITS for c in msg_id):
+    if len(msg_id) != 32 or not _HEX_DIGITS.issuperset(msg_id):
         raise ValueError(f"message id {msg_id!r} is not 32 hex digits")
     return int(msg_id[16:], 16)
 
 
 def parse_msg_id(msg_id: str) -> tuple[str, int]:
     """(store "ip:port", commit_log_offset) of an offset message id; `ValueError` if malformed."""
-    if len(msg_id) != 32 or not all(c in _HEX_DIGITS for c in msg_id):
+    if len(msg_id) != 32 or not _HEX_DIGITS.issuperset(msg_id):
         raise ValueError(f"message id {msg_id!r} is not 32 hex digits")
     raw = bytes.fromhex(msg_id)
     ip, port, commit_log_offset = _MSG_ID.unpack(raw)

@@ -10,7 +10,8 @@ Producing and consuming, as RocketMQ:
   ACK_MESSAGE, BATCH_ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, NOTIFICATION the same (RocketMQ 5.3's
   `@RocketMQAction`).
 - QUERY_CONSUMER_OFFSET: Sub or Get on the topic and the group; UPDATE_CONSUMER_OFFSET: Sub or Update.
-- END_TRANSACTION: Pub on its (real) topic, as RocketMQ 5.3's `EndTransactionRequestHeader`.
+- END_TRANSACTION: Pub on its (real) topic, as RocketMQ 5.3's `EndTransactionRequestHeader`;
+  END_TRANSACTION_BATCH (ours): Pub on each entry's topic, as END_TRANSACTION would need.
 - CONSUMER_SEND_MSG_BACK, GET_CONSUMER_LIST_BY_GROUP (Sub or Get), UNREGISTER_CLIENT (its
   consumer group, if any): Sub on the group.
 - HEART_BEAT, CHECK_CLIENT_CONFIG: Sub on each consumer group and each subscribed topic (retry
@@ -67,7 +68,8 @@ from auth.requirements import (
 from protocol.bodies import CheckClientRequestBody, HeartbeatData, LockBatchBody, decode_body
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
-from protocol.errors import MissingHeaderField
+from protocol.errors import MissingHeaderField, ResponseError
+from protocol.transaction import decode_end_batch
 
 T = TypeVar("T")
 
@@ -89,6 +91,20 @@ def _subscribed(group: str, topics: Iterable[str]) -> list[Requirement]:
 def send(request: RemotingCommand) -> list[Requirement]:
     """Pub on the topic; a retry topic `%RETRY%g`: Sub on Group g."""
     return topic_for(field(request, "topic"), PUB, SUB)
+
+
+def end_transaction_batch(request: RemotingCommand) -> list[Requirement]:
+    """Pub on every entry's topic (a retry topic: Pub on its group, as END_TRANSACTION)."""
+    try:
+        entries = decode_end_batch(request.body_bytes())
+    except ResponseError as exc:
+        raise ResourceUnknown(f"the body names no resource ({exc.remark})") from None
+    required: list[Requirement] = []
+    for topic in dict.fromkeys(entry[0] for entry in entries):
+        if not topic:
+            raise ResourceUnknown("an entry names no topic")
+        required += topic_for(topic, PUB, PUB)
+    return required
 
 
 def heart_beat(request: RemotingCommand) -> list[Requirement]:
@@ -127,6 +143,7 @@ BROKER_CODE_MAP: dict[int, RequirementBuilder] = {
     RequestCode.UPDATE_CONSUMER_OFFSET: on_group_and_topic(("Sub", "Update")),
     RequestCode.CONSUMER_SEND_MSG_BACK: on_group(SUB, "group"),
     RequestCode.END_TRANSACTION: on_topic(PUB),
+    RequestCode.END_TRANSACTION_BATCH: end_transaction_batch,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: on_group(SUB_OR_GET),
     RequestCode.HEART_BEAT: heart_beat,
     RequestCode.UNREGISTER_CLIENT: unregister_client,

@@ -8,11 +8,15 @@ is stored and answered once it is (`answer_put`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, cast
-
-import msgpack
+from typing import Protocol
 
 from broker.persist import Durable
+from broker.processors.batch_body import MAX_BATCH_MESSAGES as MAX_BATCH_MESSAGES
+from broker.processors.batch_body import BatchItems as BatchItems
+from broker.processors.batch_body import _read_batch_body as _read_batch_body  # its C twin, for tests
+from broker.processors.batch_body import decode_batch as decode_batch
+from broker.processors.batch_body import decode_batch_py as decode_batch_py
+from broker.processors.batch_body import half_batch
 from broker.processors.dedup_sends import DedupSends
 from broker.processors.validate import check_message_size, require_group_name, require_topic_name
 from broker.remoting.context import RequestContext
@@ -25,13 +29,10 @@ from broker.topics.system_topics import require_sendable
 from broker.topics.topic_config_manager import TopicConfigManager
 from broker.trace.recorder import TraceRecorder
 from broker.transaction.bridge import TransactionBridge
-from protocol import native
 from protocol.codes import FLAG_RESPONSE, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import MessageIllegal, NoPermission, ServiceNotAvailable, SystemError_
 from protocol.headers import (
-    INT32_MAX,
-    INT32_MIN,
     INT64_MAX,
     SendBatchMessageRequestHeader,
     SendMessageRequestHeader,
@@ -52,9 +53,6 @@ from protocol.transaction import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_P
 
 MessagesIn = Callable[[str, int, int], None]   # (topic, message count, bytes)
 DlqCounter = Callable[[str], None]             # (consumer_group) per message sent to a DLQ
-MAX_BATCH_MESSAGES = 1024
-_speedups = native.speedups()
-_read_batch_body = _speedups.read_batch_body if _speedups is not None else None
 _MAX_CHECKED_SENDS = 65_536     # (topic, queue_id, group) triples remembered as checked
 _SUCCESS = int(ResponseCode.SUCCESS)
 
@@ -361,9 +359,21 @@ class SendMessageProcessor:
             if topics.is_durable(topic) and len(self._checked_sends()) < _MAX_CHECKED_SENDS:
                 self._checked.add((topic, queue_id, group))
 
+        transactions = self._transactions if half_batch(messages) else None
+        if transactions is None and PROPERTY_TRANSACTION_PREPARED in messages[0][0]:
+            raise NoPermission("this broker does not take transactional messages")
+
         def put() -> tuple[RemotingCommand, int]:
             # checked: the topic name and queue (above, or for this topic-config version), and the
             # items (`decode_batch`: non-empty, each message within max_message_bytes, no DELAY)
+            if transactions is not None:    # half messages, checked back on the group that sent them
+                result = transactions.prepare_batch(topic=topic, queue_id=queue_id, messages=messages,
+                                                    producer_group=group, born_timestamp=born_timestamp,
+                                                    born_host=ctx.client_addr)
+                check_put(result)
+                return RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
+                    "msg_ids": offset_msg_ids(self._msg_id_prefix, result.commit_log_offsets),
+                    "queue_id": queue_id, "queue_offset": result.queue_offset}), result.end_offset
             fresh, originals = self._dedup.split(group, messages)
             if originals is not None:       # some stored before (DEDUP): answered as they were
                 offsets, answer_queue_id, queue_offset, end_offset = self._dedup.answer_batch(
@@ -387,61 +397,6 @@ class SendMessageProcessor:
                 self._trace.sent_batch(ctx, group, topic, queue_id, result.queue_offset, len(items))
             return result
         return answer_put(self._store, topics, topic, put, lambda: topics.for_send(topic, queue_id))
-
-
-BatchItems = list[tuple[dict[str, str], int, bytes]]
-
-
-def decode_batch(raw: bytes, max_message_bytes: int,
-                 max_properties_bytes: int = MAX_PROPERTIES_BYTES) -> tuple[BatchItems, int]:
-    """A SEND_BATCH_MESSAGE body's (properties, flag, body) items and their total body bytes;
-    raises `MessageIllegal` naming the first bad item: not [map str→str, int32, bin], a DELAY,
-    properties over `max_properties_bytes`, body and properties over `max_message_bytes` (each
-    message is checked as a single send is). A plainly well-formed body is read and checked in C
-    when `protocol._speedups` was built (`read_batch_body`: the same items); anything else by
-    `decode_batch_py`, which names what is wrong."""
-    if _read_batch_body is not None:
-        plain = _read_batch_body(raw, MAX_BATCH_MESSAGES, max_message_bytes, max_properties_bytes)
-        if plain is not None:
-            return cast(tuple[BatchItems, int], plain)
-    return decode_batch_py(raw, max_message_bytes, max_properties_bytes)
-
-
-def decode_batch_py(raw: bytes, max_message_bytes: int,
-                    max_properties_bytes: int = MAX_PROPERTIES_BYTES) -> tuple[BatchItems, int]:
-    """`decode_batch` in Python: every check, item by item."""
-    try:
-        value: Any = msgpack.unpackb(raw, raw=False)
-    except Exception as exc:
-        raise MessageIllegal(f"batch body is not msgpack: {exc.__class__.__name__}") from None
-    if not isinstance(value, list) or not value:
-        raise MessageIllegal("batch body must be a non-empty array of [properties, flag, body]")
-    if len(value) > MAX_BATCH_MESSAGES:
-        raise MessageIllegal(f"a batch holds at most {MAX_BATCH_MESSAGES} messages, got {len(value)}")
-    max_bytes = max_message_bytes
-    body_bytes = 0
-    for i, item in enumerate(value):       # a tight loop: this runs for every batched message
-        if type(item) is not list or len(item) != 3:
-            raise MessageIllegal(f"batch message {i} must be [map str→str, int, bin]")
-        properties, flag, body = item
-        if type(properties) is not dict or type(flag) is not int or type(body) is not bytes:
-            raise MessageIllegal(f"batch message {i} must be [map str→str, int, bin]")
-        if not INT32_MIN <= flag <= INT32_MAX:
-            raise MessageIllegal(f"batch message {i} flag {flag} is outside its range {INT32_MIN}..{INT32_MAX}")
-        for key, text in properties.items():
-            if type(key) is not str or type(text) is not str:
-                raise MessageIllegal(f"batch message {i} must be [map str→str, int, bin]")
-        if PROPERTY_DELAY_TIME_LEVEL in properties:
-            raise MessageIllegal(f"batch message {i} has a DELAY level: delayed messages are sent one "
-                                 f"at a time, not in a batch (as RocketMQ)")
-        if (PROPERTY_TIMER_DELIVER_MS in properties or PROPERTY_TIMER_DELAY_MS in properties
-                or PROPERTY_TIMER_DELAY_SEC in properties):
-            raise MessageIllegal(f"batch message {i} is a timer message (TIMER_DELIVER_MS, TIMER_DELAY_MS or "
-                                 f"TIMER_DELAY_SEC): timer messages are sent one at a time, not in a batch")
-        check_message_size(len(body), properties, max_bytes, max_properties_bytes, f"batch message {i}")
-        body_bytes += len(body)
-    # Each item is a 3-element list; the store unpacks it like the tuple it is typed as.
-    return cast(BatchItems, value), body_bytes
 
 
 def _check_delay_level(text: str) -> None:

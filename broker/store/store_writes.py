@@ -121,19 +121,21 @@ class StoreWrites:
         return self._put(topic, queue_id, messages, born_timestamp, born_host, 0, 0)
 
     def put_checked_messages(self, *, topic: str, queue_id: int, messages: list[tuple[dict[str, str], int, bytes]],
-                             born_timestamp: int, born_host: str) -> PutMessageResult:
+                             born_timestamp: int, born_host: str, reconsume_times: int = 0,
+                             sys_flag: int = 0) -> PutMessageResult:
         """`put_messages` for a caller that has already checked the batch as `_put` would: at least
         one message, a topic name matching `^[%|a-zA-Z0-9_-]+$`, `0 <= queue_id` and every body of
         at most `max_message_bytes` (the broker's SEND_BATCH_MESSAGE, whose body `decode_batch`
         and whose topic and queue the send processor checked). Only the store's own state is
         checked (running, the disk guard's refusal): the statuses and record bytes are
-        `put_messages`'s."""
+        `put_messages`'s. `reconsume_times` and `sys_flag` are every message's (the transaction
+        bridge writes commits with sys_flag COMMIT this way)."""
         refused = self._not_writable()
         if refused is not None:
             return refused
         if len(messages) == 1:
-            return self._put_one(topic, queue_id, messages[0], born_timestamp, born_host, 0, 0)
-        return self._put_run(topic, queue_id, messages, born_timestamp, born_host, 0, 0, None)
+            return self._put_one(topic, queue_id, messages[0], born_timestamp, born_host, reconsume_times, sys_flag)
+        return self._put_run(topic, queue_id, messages, born_timestamp, born_host, reconsume_times, sys_flag, None)
 
     def put_scheduled(self, *, topic: str, queue_id: int, messages: Sequence[tuple[dict[str, str], int, bytes]],
                       origins: Sequence[tuple[int, str, int, int]]) -> PutMessageResult:

@@ -21,7 +21,12 @@ event-loop step are written as one op record naming them all (RocketMQ 5's
 `TransactionalOpBatchService` batches them the same way, over `transactionOpBatchInterval`), after
 that step's committed messages, so an op record is never in the log before the real message it
 resolves. A kill -9 between the two leaves the half pending after the restart: its check-back
-decides it again (at least once, as a power loss before the fsync already could)."""
+decides it again (at least once, as a power loss before the fsync already could).
+
+Batches (issue #38, ours): `prepare_batch` stores the halves of a transactional SEND_BATCH_MESSAGE
+as one append; END_TRANSACTION_BATCH (`processor.EndTransactionBatchProcessor`) checks each entry
+with `validate`, writes the commits of one queue with `commit_run` (one append) and the batch's op
+record with `flush_ops` before answering."""
 
 from __future__ import annotations
 
@@ -133,14 +138,36 @@ class TransactionBridge:
                                                  properties=half_properties, flag=flag, born_timestamp=born_timestamp,
                                                  born_host=born_host, reconsume_times=reconsume_times)
         if result.ok:
-            commit_log_offset = result.commit_log_offsets[0]
-            self.table.add_half(result.queue_offset, commit_log_offset, self._now_ms())
-            cache = self._cache
-            if len(cache) >= HALF_CACHE_LIMIT:
-                del cache[next(iter(cache))]
-            cache[result.queue_offset] = (commit_log_offset, half_properties, flag, body,
-                                          (born_timestamp, born_host, reconsume_times))
+            self._remember(result.queue_offset, result.commit_log_offsets[0], half_properties, flag, body,
+                           (born_timestamp, born_host, reconsume_times), self._now_ms())
         return result
+
+    def prepare_batch(self, *, topic: str, queue_id: int, messages: list[tuple[dict[str, str], int, bytes]],
+                      producer_group: str, born_timestamp: int, born_host: str) -> PutMessageResult:
+        """`prepare` of many half messages (a SEND_BATCH_MESSAGE whose messages are all TRAN_MSG):
+        one append to the half queue, consecutive half offsets from the result's
+        `queue_offset`, each message pending and cached as `prepare`'s, its PGROUP
+        `producer_group`. Checked as `prepare`'s (`put_checked_messages`'s terms)."""
+        extra = {PROPERTY_PRODUCER_GROUP: producer_group, PROPERTY_REAL_TOPIC: topic,
+                 PROPERTY_REAL_QUEUE_ID: str(queue_id)}
+        halves = [({**properties, **extra}, flag, body) for properties, flag, body in messages]
+        result = self._store.put_checked_messages(topic=TRANS_HALF_TOPIC, queue_id=0, messages=halves,
+                                                  born_timestamp=born_timestamp, born_host=born_host)
+        if result.ok:
+            now_ms, origin, first = self._now_ms(), (born_timestamp, born_host, 0), result.queue_offset
+            for index, (commit_log_offset, (properties, flag, body)) in enumerate(
+                    zip(result.commit_log_offsets, halves, strict=True)):
+                self._remember(first + index, commit_log_offset, properties, flag, body, origin, now_ms)
+        return result
+
+    def _remember(self, half_offset: int, commit_log_offset: int, properties: dict[str, str], flag: int,
+                  body: bytes, origin: tuple[int, str, int], now_ms: int) -> None:
+        """A stored half: pending in the table, and cached for its commit (oldest evicted first)."""
+        self.table.add_half(half_offset, commit_log_offset, now_ms)
+        cache = self._cache
+        if len(cache) >= HALF_CACHE_LIMIT:
+            del cache[next(iter(cache))]
+        cache[half_offset] = (commit_log_offset, properties, flag, body, origin)
 
     def half_message(self, commit_log_offset: int) -> list[Any] | None:
         """The stored fields of the half at `commit_log_offset`, None when there is none there."""
@@ -180,6 +207,17 @@ class TransactionBridge:
     def resolve(self, producer_group: str, topic: str, half_offset: int, commit_log_offset: int, action: int) -> int:
         """`end` with the header's fields (`producer_group`, `topic`, `tran_state_table_offset`,
         `commit_log_offset`, `commit_or_rollback`) as they are."""
+        _, properties, flag, body, origin = self.validate(producer_group, topic, half_offset, commit_log_offset, action)
+        if action == TRANSACTION_NOT_TYPE:
+            return 0
+        end_offset = self._commit(properties, flag, body, origin) if action == TRANSACTION_COMMIT_TYPE else 0
+        self._resolve_later(half_offset)
+        return end_offset
+
+    def validate(self, producer_group: str, topic: str, half_offset: int, commit_log_offset: int,
+                 action: int) -> CachedHalf:
+        """The pending half an END_TRANSACTION names, changing nothing; raises `SystemError_` as
+        `end` does."""
         if action not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_NOT_TYPE):
             raise SystemError_(f"commit_or_rollback must be 8 (commit), 12 (rollback) or 0 (unknown), got {action}")
         state = self.table.state(half_offset)
@@ -195,18 +233,14 @@ class TransactionBridge:
         cached = self._cache.get(half_offset)
         if cached is None or cached[0] != half.commit_log_offset:
             cached = self._read_back(half.commit_log_offset)
-        _, properties, flag, body, origin = cached
+        properties = cached[1]
         if properties.get(PROPERTY_PRODUCER_GROUP) != producer_group:
             raise SystemError_(f"the half message at transaction offset {half_offset} belongs to producer group "
                                f"{properties.get(PROPERTY_PRODUCER_GROUP)!r}, not {producer_group!r}")
         if properties.get(PROPERTY_REAL_TOPIC) != topic:
             raise SystemError_(f"the half message at transaction offset {half_offset} is for topic "
                                f"{properties.get(PROPERTY_REAL_TOPIC)!r}, not {topic!r}")
-        if action == TRANSACTION_NOT_TYPE:
-            return 0
-        end_offset = self._commit(properties, flag, body, origin) if action == TRANSACTION_COMMIT_TYPE else 0
-        self._resolve_later(half_offset)
-        return end_offset
+        return cached
 
     def _read_back(self, commit_log_offset: int) -> CachedHalf:
         fields = self.half_message(commit_log_offset)
@@ -218,11 +252,7 @@ class TransactionBridge:
                                                                                          reconsume_times)
 
     def _commit(self, half_properties: dict[str, str], flag: int, body: bytes, origin: tuple[int, str, int]) -> int:
-        properties = dict(half_properties)
-        topic = properties.pop(PROPERTY_REAL_TOPIC)
-        queue_id = int(properties.pop(PROPERTY_REAL_QUEUE_ID))
-        properties.pop(PROPERTY_TRANSACTION_CHECK_TIMES, None)
-        self._topics.for_send(topic, queue_id)          # raises when the topic is gone or read-only
+        topic, queue_id, properties = self.real_message(half_properties)
         born_timestamp, born_host, reconsume_times = origin
         # checked at its send (topic name, size, no DELAY) and its queue just now: the checked one-message put
         result = self._store.put_checked_message(topic=topic, queue_id=queue_id, body=body, properties=properties,
@@ -231,6 +261,44 @@ class TransactionBridge:
         _check(result, "the committed message")
         self._on_stored(topic, 1, len(body))
         return result.end_offset
+
+    def real_message(self, half_properties: dict[str, str],
+                     checked: set[tuple[str, int]] | None = None) -> tuple[str, int, dict[str, str]]:
+        """(topic, queue_id, properties) of the message a commit writes; raises what
+        `TopicConfigManager.for_send` raises when that topic is gone or read-only. `checked`:
+        (topic, queue_id) pairs already checked in this loop step (skipped; the pair is added)."""
+        properties = dict(half_properties)
+        topic = properties.pop(PROPERTY_REAL_TOPIC)
+        queue_id = int(properties.pop(PROPERTY_REAL_QUEUE_ID))
+        properties.pop(PROPERTY_TRANSACTION_CHECK_TIMES, None)
+        if checked is None or (topic, queue_id) not in checked:
+            self._topics.for_send(topic, queue_id)
+            if checked is not None:
+                checked.add((topic, queue_id))
+        return topic, queue_id, properties
+
+    def commit_run(self, topic: str, queue_id: int, origin: tuple[int, str, int],
+                   run: list[tuple[int, dict[str, str], int, bytes]]) -> int:
+        """Commit validated halves (`validate`, then `real_message`) whose real messages go to one
+        queue and share one origin (born_timestamp, born_host, reconsume_times: the halves of one
+        batch do): `run` items are (half_offset, real properties, flag, body); the messages
+        written as one append with sys_flag COMMIT, then the halves resolved as `end` resolves
+        them. Returns the commit-log end; raises `ServiceNotAvailable` when the store refuses
+        (nothing changed then)."""
+        born_timestamp, born_host, reconsume_times = origin
+        result = self._store.put_checked_messages(
+            topic=topic, queue_id=queue_id, messages=[(properties, flag, body) for _, properties, flag, body in run],
+            born_timestamp=born_timestamp, born_host=born_host, reconsume_times=reconsume_times,
+            sys_flag=TRANSACTION_COMMIT_TYPE)
+        _check(result, "the committed messages")
+        self._on_stored(topic, len(run), sum(len(item[3]) for item in run))
+        for item in run:
+            self._resolve_later(item[0])
+        return result.end_offset
+
+    def roll_back(self, half_offset: int) -> None:
+        """Roll back a validated half (`validate`): resolved as `end` resolves it."""
+        self._resolve_later(half_offset)
 
     def _resolve_later(self, half_offset: int) -> None:
         """Resolve `half_offset` in the table now and write its "d" op record with the others of

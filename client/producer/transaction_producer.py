@@ -16,10 +16,25 @@ answers with `check_local_transaction`. Listener methods may be plain (run in a 
 the event loop) or `async def` (awaited on it); one raising, or returning something other than a
 `LocalTransactionState`, counts as UNKNOW (as RocketMQ logs and treats a thrown exception).
 
-Where we differ from RocketMQ: END_TRANSACTION is a request, not one-way, so a refusal is logged
-with its reason; UNKNOW sends nothing (RocketMQ sends a one-way "not type" the broker ignores); a
-check for a transaction whose previous check is still running here is ignored, so a listener
-slower than the check interval runs once per transaction at a time."""
+Concurrent transactions share requests (`Coalescer`, issue #38): the half messages of one topic
+sent in the same event-loop step go as one SEND_BATCH_MESSAGE (each keeps its own UNIQ_KEY, its
+transaction id, and gets its own half offset), and the ends to one broker resolved in the same
+step as one END_TRANSACTION_BATCH with a result per transaction; a lone transaction goes out as
+before, one loop iteration later. A batch the broker refuses as MESSAGE_ILLEGAL (one message over
+a limit) is sent again one message at a time, so only that message's caller gets the error; one
+answered FLUSH_DISK_TIMEOUT raises `FlushDiskTimeout` to each caller (the halves stay pending and
+are checked back), where a lone half answered so is rolled back at once.
+
+The end is sent without waiting for its answer, like RocketMQ's one-way END_TRANSACTION
+(`endTransactionOneway`): `send_message_in_transaction` returns once the end is handed to the
+coalescer, and the answer arrives in the background. Where we differ from RocketMQ: the end is
+still a request, so a refusal (or no answer within `send_msg_timeout_ms`) is logged with its reason
+(the broker's check-back resolves the transaction, as for a lost one-way end); `shutdown` waits for
+the ends not yet answered (up to `send_msg_timeout_ms`), so a stop right after sends drops none; at
+most `MAX_UNANSWERED_ENDS` wait for their answer (RocketMQ's one-way semaphore), past that a caller
+waits for its own end's answer; UNKNOW sends nothing (RocketMQ sends a one-way "not type" the
+broker ignores); a check for a transaction whose previous check is still running here is ignored,
+so a listener slower than the check interval runs once per transaction at a time."""
 
 from __future__ import annotations
 
@@ -32,17 +47,40 @@ from typing import Any, Protocol
 
 from client.api import SendStatus
 from client.errors import ClientStateError
+from client.producer.coalescer import Coalescer
 from client.producer.producer import Producer
 from protocol.channel import Channel
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
-from protocol.errors import MQError
+from protocol.errors import MessageIllegal, MissingHeaderField, MQError, error_for
 from protocol.headers_v5 import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
-from protocol.message import PROPERTY_UNIQ_KEY, Message, MessageExt, decode_message_batch, msg_id_commit_log_offset
+from protocol.message import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    Message,
+    MessageExt,
+    decode_message_batch,
+    msg_id_commit_log_offset,
+)
 from protocol.model import MessageQueue
-from protocol.transaction import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED, LocalTransactionState
+from protocol.transaction import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_PREPARED,
+    EndEntry,
+    LocalTransactionState,
+)
 
 log = logging.getLogger(__name__)
+HALF_BATCH_MAX_MESSAGES = 64            # half messages in one SEND_BATCH_MESSAGE (more: less pipelining)
+HALF_BATCH_MAX_BYTES = 1024 * 1024      # their bodies' bytes (a run is cut before it passes this)
+END_BATCH_MAX_ENTRIES = 1024            # ends in one END_TRANSACTION_BATCH (the broker's bound)
+MAX_UNANSWERED_ENDS = 65_535            # ends sent and not yet answered (RocketMQ's clientOnewaySemaphoreValue)
+Sent = tuple[SendStatus, str, int, int, str, str]
+"""A half message's send: (status, msg_id, queue_id, queue_offset (its half offset), broker_name,
+transaction_id (its UNIQ_KEY))."""
+_SEND_OK, _ROLLBACK, _UNKNOW = SendStatus.SEND_OK, LocalTransactionState.ROLLBACK_MESSAGE, LocalTransactionState.UNKNOW
 
 
 class TransactionListener(Protocol):
@@ -65,11 +103,24 @@ class TransactionSendResult:
     local_transaction_state: LocalTransactionState
 
 
+_IS_ASYNC: dict[Any, bool] = {}        # listener function → `async def`? (inspect costs ~1 µs a call)
+
+
+def _is_async(method: Callable[..., Any]) -> bool:
+    function = getattr(method, "__func__", method)
+    known = _IS_ASYNC.get(function)
+    if known is None:
+        known = inspect.iscoroutinefunction(method)
+        if len(_IS_ASYNC) < 1024:
+            _IS_ASYNC[function] = known
+    return known
+
+
 async def _decide(method: Callable[..., Any], *args: Any) -> LocalTransactionState:
     """Run a listener method (a plain one in a worker thread); UNKNOW if it raises or returns
     anything but a `LocalTransactionState`."""
     try:
-        if inspect.iscoroutinefunction(method):
+        if _is_async(method):
             state = await method(*args)
         else:
             state = await asyncio.to_thread(method, *args)
@@ -101,6 +152,12 @@ class TransactionProducer(Producer):
         self._idle: asyncio.Event | None = None
         self._checking: set[tuple[str, int]] = set()
         self._check_tasks: set[asyncio.Task[None]] = set()
+        self._unanswered: set[asyncio.Future[None]] = set()    # ends sent, answer not yet in
+        self._halves: Coalescer[str, Message, Sent] = Coalescer(
+            self._send_halves, max_items=HALF_BATCH_MAX_MESSAGES, max_bytes=HALF_BATCH_MAX_BYTES,
+            size=lambda half: len(half.body))
+        self._ends: Coalescer[str, EndEntry, None] = Coalescer(
+            self._send_ends, max_items=END_BATCH_MAX_ENTRIES, max_bytes=END_BATCH_MAX_ENTRIES, size=lambda _: 1)
 
     async def start(self) -> None:
         if self._instance is not None:
@@ -111,7 +168,8 @@ class TransactionProducer(Producer):
 
     async def shutdown(self) -> None:
         """Take no more sends or checks, wait up to `shutdown_timeout_ms` for those in flight
-        (cancelling checks still running then: the broker checks again), then `Producer.shutdown`."""
+        (cancelling checks still running then: the broker checks again) and up to
+        `send_msg_timeout_ms` for the answers of ends already sent, then `Producer.shutdown`."""
         if self._instance is None:
             return
         self._closing = True
@@ -123,6 +181,11 @@ class TransactionProducer(Producer):
             except TimeoutError:
                 log.warning("%d transactions still running after %d ms; shutting down", self._in_flight,
                             self.shutdown_timeout_ms)
+        if self._unanswered:
+            _, unanswered = await asyncio.wait(set(self._unanswered), timeout=self.send_msg_timeout_ms / 1000)
+            if unanswered:
+                log.warning("%d ends of transaction not answered within %d ms; the broker will check them back",
+                            len(unanswered), self.send_msg_timeout_ms)
         if self._check_tasks:
             _, pending = await asyncio.wait(self._check_tasks, timeout=self.shutdown_timeout_ms / 1000)
             for task in pending:
@@ -137,47 +200,99 @@ class TransactionProducer(Producer):
     async def send_message_in_transaction(self, message: Message, arg: Any = None) -> TransactionSendResult:
         """Send `message` as a half message, run `execute_local_transaction(message, arg)`, then
         commit or roll back (a send answered other than SEND_OK rolls back without running the
-        listener, as RocketMQ). Raises what `send` raises for the half message; an END_TRANSACTION
-        that fails is logged, not raised (the broker checks the transaction back)."""
+        listener, as RocketMQ). Returns once the END_TRANSACTION is handed over, without waiting for
+        its answer (RocketMQ's one-way end; past `MAX_UNANSWERED_ENDS` unanswered ends it waits).
+        Raises what `send` raises for the half message; an END_TRANSACTION refused or unanswered is
+        logged, not raised (the broker checks the transaction back)."""
         if self._closing:
             raise ClientStateError("transaction producer is shutting down")
         self._require_instance()
         if message.delay_level > 0:
             raise ValueError("a transactional message cannot have a delay level")
-        properties = dict(message.properties or {})
+        # the half's wire properties: the message's, TAGS and KEYS (what `send` would add), TRAN_MSG, PGROUP
+        properties = dict(message.properties) if message.properties else {}
+        if message.tags:
+            properties[PROPERTY_TAGS] = message.tags
+        if message.keys:
+            keys = message.keys
+            properties[PROPERTY_KEYS] = keys if isinstance(keys, str) else KEY_SEPARATOR.join(keys)
         properties[PROPERTY_TRANSACTION_PREPARED] = "true"
         properties[PROPERTY_PRODUCER_GROUP] = self.producer_group
-        half = Message(message.topic, message.body, message.tags, message.keys, properties, 0, message.flag)
+        half = Message(message.topic, message.body, None, None, properties, 0, message.flag)
+        self._validate(half)            # this caller's own errors, before its half joins a batch
         self._in_flight += 1
         try:
-            result = await self.send(half)
-            if result.status is SendStatus.SEND_OK:
+            status, msg_id, queue_id, half_offset, broker_name, transaction_id = await self._halves.submit(
+                message.topic, half)
+            if status is _SEND_OK:
                 state = await _decide(self.listener.execute_local_transaction, message, arg)
             else:
-                state = LocalTransactionState.ROLLBACK_MESSAGE
-            transaction_id = result.uniq_keys[0] if result.uniq_keys else ""
-            queue = MessageQueue(message.topic, result.broker_name, result.queue_id)
-            if state is not LocalTransactionState.UNKNOW:
-                await self._end(queue, result.msg_id, result.queue_offset, transaction_id, state)
-            return TransactionSendResult(result.status, result.msg_id, queue, result.queue_offset, transaction_id,
-                                         state)
+                state = _ROLLBACK
+            queue = MessageQueue(message.topic, broker_name, queue_id)
+            if state is not _UNKNOW:
+                entry = (message.topic, half_offset, msg_id_commit_log_offset(msg_id), state.commit_or_rollback,
+                         transaction_id)
+                ending = self._ends.submit(self._address_of(queue), entry)
+                self._unanswered.add(ending)
+                ending.add_done_callback(lambda done: self._answered(done, transaction_id, state))
+                if len(self._unanswered) > MAX_UNANSWERED_ENDS:
+                    await asyncio.wait((ending,))       # too many unanswered: this one waits for its answer
+            return TransactionSendResult(status, msg_id, queue, half_offset, transaction_id, state)
         finally:
             self._in_flight -= 1
             if self._in_flight == 0 and self._idle is not None:
                 self._idle.set()
 
-    async def _end(self, queue: MessageQueue, offset_msg_id: str, half_offset: int, transaction_id: str,
-                   state: LocalTransactionState) -> None:
-        header = EndTransactionRequestHeader(
-            producer_group=self.producer_group, topic=queue.topic, tran_state_table_offset=half_offset,
-            commit_log_offset=msg_id_commit_log_offset(offset_msg_id), commit_or_rollback=state.commit_or_rollback,
-            from_transaction_check=False, msg_id=transaction_id, transaction_id=transaction_id)
-        try:
-            await self._require_instance().api.end_transaction(self._address_of(queue), header,
-                                                               self.send_msg_timeout_ms)
-        except MQError as exc:
+    def _answered(self, ending: asyncio.Future[None], transaction_id: str, state: LocalTransactionState) -> None:
+        """An end's answer came in (or never will): a refusal or failure is logged, not raised."""
+        self._unanswered.discard(ending)
+        if ending.cancelled():
+            log.warning("end of transaction %s (%s) cancelled; the broker will check it back", transaction_id,
+                        state.name)
+            return
+        exc = ending.exception()
+        if exc is None:
+            return
+        if isinstance(exc, MQError):
             log.warning("end of transaction %s (%s) not accepted: %s; the broker will check it back",
                         transaction_id, state.name, exc)
+        else:
+            log.error("end of transaction %s (%s) failed; the broker will check it back", transaction_id,
+                      state.name, exc_info=exc)
+
+    async def _send_halves(self, topic: str, halves: list[Message]) -> list[Sent | BaseException]:
+        """The half messages of `topic` coalesced in one loop step: one SEND_BATCH_MESSAGE (`send` for
+        a lone one); each one's `Sent` as `send` would answer for that half."""
+        if len(halves) == 1:
+            one = await self.send(halves[0])
+            return [(one.status, one.msg_id, one.queue_id, one.queue_offset, one.broker_name,
+                     one.uniq_keys[0] if one.uniq_keys else "")]
+        try:
+            batch = await self.send_batch(halves)
+        except MessageIllegal:          # one message refused refuses the batch: each goes on its own
+            singles = await asyncio.gather(*(self._send_halves(topic, [half]) for half in halves),
+                                           return_exceptions=True)
+            return [one if isinstance(one, BaseException) else one[0] for one in singles]
+        ids, keys = batch.msg_ids, batch.uniq_keys
+        if len(ids) != len(halves) or len(keys) != len(halves):
+            raise MissingHeaderField("msg_ids", f"{len(halves)} ids", ids)
+        status, queue_id, first, broker_name = batch.status, batch.queue_id, batch.queue_offset, batch.broker_name
+        return [(status, ids[i], queue_id, first + i, broker_name, keys[i]) for i in range(len(halves))]
+
+    async def _send_ends(self, address: str, entries: list[EndEntry]) -> list[BaseException | None]:
+        """The ends for one broker coalesced in one loop step: one END_TRANSACTION_BATCH
+        (END_TRANSACTION for a lone one); each entry's refusal raised to its own caller."""
+        api = self._require_instance().api
+        if len(entries) == 1:
+            topic, half_offset, commit_log_offset, action, transaction_id = entries[0]
+            await api.end_transaction(address, EndTransactionRequestHeader(
+                producer_group=self.producer_group, topic=topic, tran_state_table_offset=half_offset,
+                commit_log_offset=commit_log_offset, commit_or_rollback=action, from_transaction_check=False,
+                msg_id=transaction_id, transaction_id=transaction_id), self.send_msg_timeout_ms)
+            return [None]
+        codes, remarks = await api.end_transaction_batch(address, self.producer_group, entries,
+                                                         self.send_msg_timeout_ms)
+        return [None if code == 0 else error_for(code, remark) for code, remark in zip(codes, remarks, strict=True)]
 
     # -- check-backs ---------------------------------------------------------------------------------
 

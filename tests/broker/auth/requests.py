@@ -46,6 +46,7 @@ from protocol.headers_v5 import (
     ChangeInvisibleTimeRequestHeader,
     CreateUserRequestHeader,
     DeleteAclRequestHeader,
+    EndTransactionBatchRequestHeader,
     EndTransactionRequestHeader,
     GetAclRequestHeader,
     ListAclsRequestHeader,
@@ -58,6 +59,7 @@ from protocol.headers_v5 import (
 from protocol.message import Message, encode_batch_body
 from protocol.signing import signing_key
 from protocol.trace import QueryMessageTraceRequestHeader
+from protocol.transaction import encode_end_batch
 from tests.helpers import pull_header
 
 TOPIC, GROUP = "t", "g"
@@ -99,6 +101,8 @@ def broker_requests(broker: Broker, msg_id: str, commit_log_offset: int) -> dict
         request(code.END_TRANSACTION, EndTransactionRequestHeader(
             producer_group="pg", topic=TOPIC, tran_state_table_offset=0, commit_log_offset=commit_log_offset,
             commit_or_rollback=8)),
+        request(code.END_TRANSACTION_BATCH, EndTransactionBatchRequestHeader(producer_group="pg"),
+                encode_end_batch([(TOPIC, 0, commit_log_offset, 8, "")])),
         request(code.GET_CONSUMER_LIST_BY_GROUP, consumer_group),
         request(code.POP_MESSAGE, PopMessageRequestHeader(consumer_group=GROUP, topic=TOPIC, queue_id=0,
                                                           max_msg_nums=1, invisible_time=60_000)),

@@ -1,0 +1,95 @@
+"""`Coalescer`: calls made in the same event-loop step, per key, sent as one request (group commit
+for requests). The transaction producer sends the half messages of concurrent transactions as one
+SEND_BATCH_MESSAGE and their ends as one END_TRANSACTION_BATCH this way.
+
+Nothing waits for a timer (no Nagle delay): the first call of a step schedules a flush with
+`loop.call_soon`, which runs once every task made ready in that step has had its turn, so a lone
+call goes out one loop iteration later, and concurrent ones share a request. A run is cut when it
+reaches `max_items` or would pass `max_bytes`: the run so far goes out at once, the call starts the
+next one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Coalescer(Generic[K, T, R]):
+    """`submit(key, item)` returns a future of the item's own result. `send(key, items)` sends a
+    run of items of one key and returns one result per item, in order: a value, or an exception
+    raised to that item's caller only; an exception `send` raises (or a result list of the wrong
+    length) is raised to every caller of the run. Each future is resolved exactly once (one whose
+    caller gave up, cancelled, is skipped). `size(item)` is counted against `max_bytes`."""
+
+    def __init__(self, send: Callable[[K, list[T]], Awaitable[Sequence[R | BaseException]]], *, max_items: int,
+                 max_bytes: int, size: Callable[[T], int]) -> None:
+        if max_items < 1 or max_bytes < 1:
+            raise ValueError("max_items and max_bytes must be at least 1")
+        self._send, self._size = send, size
+        self.max_items, self.max_bytes = max_items, max_bytes
+        self._runs: dict[K, tuple[list[T], list[asyncio.Future[R]], list[int]]] = {}
+        self._scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.requests = 0               # runs sent, for tests and metrics
+
+    def submit(self, key: K, item: T) -> asyncio.Future[R]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+        size = self._size(item)
+        run = self._runs.get(key)
+        if run is not None and run[2][0] + size > self.max_bytes:
+            del self._runs[key]         # this item would pass max_bytes: the run so far goes now
+            self._start(key, run[0], run[1])
+            run = None
+        if run is None:
+            run = self._runs[key] = ([], [], [0])
+        items, futures, total = run
+        items.append(item)
+        futures.append(future)
+        total[0] += size
+        if len(items) >= self.max_items or total[0] >= self.max_bytes:
+            del self._runs[key]
+            self._start(key, items, futures)
+        elif not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        runs, self._runs = self._runs, {}
+        for key, (items, futures, _) in runs.items():
+            self._start(key, items, futures)
+
+    def _start(self, key: K, items: list[T], futures: list[asyncio.Future[R]]) -> None:
+        self.requests += 1
+        task = asyncio.get_running_loop().create_task(self._run(key, items, futures))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, key: K, items: list[T], futures: list[asyncio.Future[R]]) -> None:
+        try:
+            results = await self._send(key, items)
+            if len(results) != len(items):
+                raise RuntimeError(f"{len(results)} results for {len(items)} coalesced calls")
+        except asyncio.CancelledError:
+            for future in futures:
+                future.cancel()
+            raise
+        except Exception as exc:
+            for future in futures:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for future, result in zip(futures, results, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)

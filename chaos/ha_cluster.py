@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import signal
 import socket
 import sys
@@ -31,19 +32,24 @@ NAME = "broker-a"
 
 
 def free_port_pair() -> int:
-    """A port p on 127.0.0.1 with p + 1 free too (a broker's HA port, a controller's Raft port)."""
-    while True:
-        with socket.socket() as first:
-            first.bind(("127.0.0.1", 0))
-            port = int(first.getsockname()[1])
-            if port >= 65_000:
-                continue
-            with socket.socket() as second:
-                try:
-                    second.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
+    """A port p on 127.0.0.1 with p + 1 free too (a broker's HA port, a controller's Raft port),
+    drawn below Linux's ephemeral range (32768-60999): a port bind(0) hands out can be taken by an
+    outgoing connection's local end before the daemon meant for it binds it, or rebinds it after a
+    restart (seen: "address already in use")."""
+    for _ in range(1_000):
+        port = random.randrange(20_000, 32_000)
+        if _bindable(port) and _bindable(port + 1):
             return port
+    raise OSError("no free pair of ports in 20000-32000 on 127.0.0.1")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import random
-import socket
 import urllib.request
 from collections.abc import Callable
 
 from broker.broker import Broker
+from chaos.ha_cluster import free_port_pair
 from client.api import ClientAPI, SendResult
 from protocol.codes import PullSysFlag
 from protocol.command import RemotingCommand
@@ -42,25 +41,8 @@ async def send(api: ClientAPI, address: str, topic: str = "t", body: bytes = b"x
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now, and the one above it (a master's default `ha_listen_port`
     is `listen_port + 1`), for an endpoint whose port 0 means "off" (`metrics_port`) or a broker
-    restarted on its port. Drawn below Linux's ephemeral range (32768-60999): a port the kernel
-    hands out with bind(0) can be taken by any outgoing connection's local end before the server
-    it was meant for binds it (seen: "address already in use" starting a subprocess broker)."""
-    for _ in range(200):
-        port = random.randrange(20_000, 32_000)
-        if _bindable(port) and _bindable(port + 1):
-            return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
+    restarted on its port; below the kernel's ephemeral range (`chaos.ha_cluster.free_port_pair`)."""
+    return free_port_pair()
 
 
 def scrape_metrics(port: int) -> str:

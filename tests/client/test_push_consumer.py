@@ -216,13 +216,9 @@ async def test_flow_control_bounds_a_slow_consumers_cache(broker: Broker, client
 
 
 async def test_consumer_survives_a_broker_restart(tmp_path: Path) -> None:
-    import socket
-
     from tests.conftest import broker_config
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = broker_config(tmp_path, listen_port=port)
+    from tests.helpers import free_port
+    config = broker_config(tmp_path, listen_port=free_port())   # restarted on it: below the ephemeral range
     keys = Collector()
     async with Broker(config) as first_run:
         address = first_run.address

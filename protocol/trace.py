@@ -81,21 +81,26 @@ def entry_key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def merge_timeline(answers: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """One timeline from the brokers' answers: duplicates dropped (`entry_key`), sorted by time
-    (`at_us`, else `at_ms`), then by answer (one broker's entries of an instant together), then by
-    `EVENTS` order (a send before its store, a delivery before its commit). Entries with an unknown
-    event sort last at their time."""
+    (`at_us`, else `at_ms`), then by broker (the broker with the earliest entry first, else the
+    one that appears first in `answers`: one broker's entries of an instant stay together), then
+    by `EVENTS` order (a send before its store, a delivery before its commit), then as they came.
+    Entries with an unknown event sort last at their time. Merging a merged timeline again keeps
+    its order (`gather_trace` feeds the first round's timeline back with the second round's)."""
     seen: set[tuple[Any, ...]] = set()
-    ranked: list[tuple[int, int, int, dict[str, Any]]] = []
-    for index, answer in enumerate(answers):
+    first: dict[Any, tuple[int, int]] = {}      # broker -> (its earliest time, its first appearance)
+    found: list[tuple[int, Any, int, dict[str, Any]]] = []
+    for answer in answers:
         for entry in answer:
             key = entry_key(entry)
             if key not in seen:
                 seen.add(key)
-                ranked.append((entry.get("at_us", entry.get("at_ms", 0) * 1000), index,
-                               _RANK.get(entry.get("event", ""), len(EVENTS)), dict(entry)))
-    # at one time (store times have ms precision), one answer's entries stay together in their order
-    ranked.sort(key=lambda r: r[:3])
-    return [entry for *_, entry in ranked]
+                at_us, broker = entry.get("at_us", entry.get("at_ms", 0) * 1000), entry.get("broker")
+                earliest, appearance = first.get(broker, (at_us, len(first)))
+                first[broker] = (min(earliest, at_us), appearance)
+                found.append((at_us, broker, _RANK.get(entry.get("event", ""), len(EVENTS)), dict(entry)))
+    # at one time (store times have ms precision), one broker's entries stay together
+    found.sort(key=lambda r: (r[0], first[r[1]], r[2]))
+    return [entry for *_, entry in found]
 
 
 def uniq_keys(entries: Iterable[Mapping[str, Any]]) -> set[str]:

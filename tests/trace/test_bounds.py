@@ -130,6 +130,7 @@ def test_a_merged_timeline_is_sorted_and_has_each_entry_once(answers: list[list[
     assert len({msgpack.packb(sorted(e.items())) for e in merged}) == len(merged)
     assert {msgpack.packb(sorted(e.items())) for a in answers for e in a} == {
         msgpack.packb(sorted(e.items())) for e in merged}
+    assert merge_timeline([merged]) == merged, "a merged timeline merged again keeps its order"
 
 
 def test_commits_between_two_writes_become_one_record_per_forward_run() -> None:

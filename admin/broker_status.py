@@ -1,5 +1,7 @@
 """`rocketq admin broker status` (mqadmin `brokerStatus`): version, uptime, store sizes and disk use,
-held pulls, connections, counts, and the config keys that differ from the defaults."""
+messages in and out (per second over the last ~10 s, RocketMQ's putTps / getTransferedTps, and
+totals since the start), held pulls, connections, counts, and the config keys that differ from
+the defaults."""
 
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ def status_tables(info: BrokerRuntimeInfo) -> list[Table]:
         ["store", f"{info.store_path}: {format_bytes(info.store_bytes)} on disk"],
         ["disk", f"{info.disk_used_ratio:.1%} used, {format_bytes(info.disk_free_bytes)} free of "
                  f"{format_bytes(info.disk_total_bytes)}"],
+        ["messages in / out", f"{info.put_tps:.1f} / {info.get_tps:.1f} msg/s, "
+                              f"{info.msg_put_total} / {info.msg_get_total} since the start"],
         ["held pulls", str(info.held_pulls)],
         ["connections", str(info.connections)],
         ["topics / groups", f"{info.topic_count} / {info.group_count}"],
@@ -44,9 +48,9 @@ def status_tables(info: BrokerRuntimeInfo) -> list[Table]:
 @broker_group.command("status", epilog=example_epilog("rocketq admin broker status -n 127.0.0.1:9876"))
 @command_options
 def status(endpoints: str, as_json: bool) -> None:
-    """Version, uptime, store and disk, held pulls, connections, config changed from defaults;
-    through a name server (e.g. --endpoints 127.0.0.1:9876) a block per broker of the cluster
-    (with --json, a list)."""
+    """Version, uptime, store and disk, messages in/out per second, held pulls, connections, config
+    changed from defaults; through a name server (e.g. --endpoints 127.0.0.1:9876) a block per
+    broker of the cluster (with --json, a list)."""
     found = run_admin(endpoints, lambda api, address: on_each_broker(api, address, api.get_broker_runtime_info))
     infos = found.values()
     show(as_json, [dataclasses.asdict(i) for i in infos] if found.via_name_server else dataclasses.asdict(infos[0]),

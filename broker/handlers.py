@@ -101,10 +101,12 @@ def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
     consumer_admin = ConsumerAdminProcessor(store, broker.topics, broker.consumers, broker.offsets, config.broker_name,
                                             broker.clock.now_ms, broker.clock.monotonic_ms)
     runtime = RuntimeInfoProcessor(config, store, broker.topics, broker.groups, broker.address, broker.started_at_ms,
-                                   broker.clock.now_ms, lambda: hold.held_count, broker._connection_count)
+                                   broker.clock.now_ms, lambda: hold.held_count, broker._connection_count,
+                                   lambda: (broker.metrics.put_total, broker.metrics.get_total))
     pop_handlers: dict[int, Handler] = {}
     if pop_service is not None:
-        pop = PopMessageProcessor(store, broker.topics, broker.groups, pop_service, hold, config.broker_name)
+        pop = PopMessageProcessor(store, broker.topics, broker.groups, pop_service, hold, config.broker_name,
+                                  on_popped=broker.metrics.on_popped)
         pop_handlers = {RequestCode.POP_MESSAGE: pop.pop_message, RequestCode.ACK_MESSAGE: pop.ack_message,
                         RequestCode.BATCH_ACK_MESSAGE: pop.batch_ack_message,
                         RequestCode.CHANGE_MESSAGE_INVISIBLETIME: pop.change_invisible_time,

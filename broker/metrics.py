@@ -116,6 +116,8 @@ class BrokerMetrics(MetricsEndpoint):
             common, registry=None))
         self._state: BrokerStateCollector | None = None
         self._store_path = store_path
+        self.put_total = 0      # messages stored by sends since the start (GET_BROKER_RUNTIME_INFO)
+        self.get_total = 0      # messages handed out by pulls and pops since the start
         self._render_lock = asyncio.Lock()
 
     @property
@@ -153,11 +155,17 @@ class BrokerMetrics(MetricsEndpoint):
         row = self.messages_in.row((topic,))
         row[0] += count
         row[1] += size_bytes
+        self.put_total += count
 
     def on_pulled(self, group: str, topic: str, count: int, size_bytes: int) -> None:
         row = self.messages_out.row((topic, group))
         row[0] += count
         row[1] += size_bytes
+        self.get_total += count
+
+    def on_popped(self, count: int) -> None:
+        """Messages a POP_MESSAGE handed out (counted in `get_total`; rocketmq_messages_out counts pulls)."""
+        self.get_total += count
 
     def observe_request(self, request_code: int, response_code: int, seconds: float) -> None:
         """One handled request: a cached label pair for served codes; an unserved request code is

@@ -129,37 +129,65 @@ async def group_json(request: Request, session: Session) -> Response:
     return _json(request, await _group(request, session))
 
 
-def _epoch_ms(value: str) -> int | None:
-    """A form's time: epoch ms or an ISO date-time (local time; the browser's datetime-local)."""
+MAX_TIME_MS = 253_402_300_799_999      # 9999-12-31T23:59:59.999Z: the latest time a search takes
+
+
+def _epoch_ms(value: str, name: str) -> int | None:
+    """A form's time: epoch ms or an ISO date-time (local time: the browser's datetime-local), in
+    0..`MAX_TIME_MS`; None when empty. Raises `ValueError` saying what is wrong (shown, a 400)."""
+    value = value.strip()
     if not value:
         return None
-    if value.isdigit():
-        return int(value)
+    out_of_range = ValueError(f"{name} must be between 1970-01-01 and 9999-12-31, not {value[:40]!r}")
     try:
-        return int(datetime.fromisoformat(value).timestamp() * 1000)
+        when = int(value) if value.isdigit() else datetime.fromisoformat(value)
     except ValueError:
-        return None
+        raise ValueError(f"{name} must be a date and time (YYYY-MM-DDTHH:MM:SS) or epoch milliseconds, "
+                         f"not {value[:40]!r}") from None
+    try:
+        epoch_ms = when if isinstance(when, int) else int(when.timestamp() * 1000)
+    except (ValueError, OverflowError, OSError):
+        raise out_of_range from None
+    if not 0 <= epoch_ms <= MAX_TIME_MS:
+        raise out_of_range
+    return epoch_ms
+
+
+def _time_range(begin: str, end: str) -> tuple[int | None, int | None]:
+    """The search's (begin, end) in epoch ms (None: not given). Raises `ValueError` for a bad time
+    or an end before the begin."""
+    begin_ms, end_ms = _epoch_ms(begin, "the range's start"), _epoch_ms(end, "the range's end")
+    if begin_ms is not None and end_ms is not None and end_ms < begin_ms:
+        raise ValueError("the end of the time range is before its start")
+    return begin_ms, end_ms
 
 
 @route
 async def messages_page(request: Request, session: Session) -> Response:
-    """/messages?topic=T&key=K, ?msg_id=ID[&topic=T], or ?topic=T&begin=TIME&end=TIME."""
+    """/messages?topic=T&key=K, ?msg_id=ID[&topic=T], or ?topic=T&begin=TIME&end=TIME (TIME: epoch
+    ms or YYYY-MM-DDTHH:MM:SS local; a missing begin is 1970, a missing end now). A bad time or an
+    end before the begin is the page with why (400), never an error page."""
     endpoint, params = state_of(request).settings.endpoint, request.query_params
     topic, key, msg_id = (params.get(name, "").strip() for name in ("topic", "key", "msg_id"))
-    begin, end = _epoch_ms(params.get("begin", "")), _epoch_ms(params.get("end", ""))
+    form: dict[str, Any] = {"topic": topic, "key": key, "msg_id": msg_id, "begin": params.get("begin", ""),
+            "end": params.get("end", "")}
+    try:
+        begin, end = _time_range(form["begin"], form["end"])
+    except ValueError as exc:
+        return render(request, session, "messages.html", status_code=400, results=[], searched=False,
+                      problem=str(exc), **form)
     found, searched, problem = [], False, ""
     if msg_id:
         found, searched = await messages.by_id(session.api, endpoint, msg_id, topic or None), True
     elif topic and key:
         found, searched = await messages.by_key(session.api, endpoint, topic, key), True
     elif topic and (begin is not None or end is not None):
-        found = await messages.by_time(session.api, endpoint, topic, begin or 0, end or _now_ms())
+        found = await messages.by_time(session.api, endpoint, topic, begin or 0, _now_ms() if end is None else end)
         searched = True
     elif params:
         problem = "give a message id, or a topic with a key or a time range"
     return render(request, session, "messages.html", results=[messages.summary(m) for m in found],
-                  searched=searched, problem=problem, topic=topic, key=key, msg_id=msg_id,
-                  begin=params.get("begin", ""), end=params.get("end", ""))
+                  searched=searched, problem=problem, **form)
 
 
 @route

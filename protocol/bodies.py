@@ -287,6 +287,10 @@ class BrokerRuntimeInfo:
     topic_count: int
     group_count: int
     config_diff: dict[str, list[str]]   # dotted key → [default, value], for keys not at default
+    msg_put_total: int = 0              # messages stored by sends since the broker started
+    msg_get_total: int = 0              # messages handed out by pulls and pops since it started
+    put_tps: float = 0.0                # messages stored per second, over the last ~10 s
+    get_tps: float = 0.0                # messages handed out per second, over the last ~10 s
 
 
 @body

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import msgpack
@@ -100,8 +100,10 @@ def _require_range(name: str, value: int, low: int, high: int) -> None:
 
 class PopMessageProcessor:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, groups: SubscriptionGroupManager,
-                 pop: PopService, hold: HoldService, broker_name: str) -> None:
+                 pop: PopService, hold: HoldService, broker_name: str,
+                 on_popped: Callable[[int], None] | None = None) -> None:
         self._store, self._topics, self._groups = store, topics, groups
+        self._on_popped = on_popped         # messages handed out (the broker's get total)
         self._pop, self._hold, self._broker_name = pop, hold, broker_name
         self._rotation = itertools.count()
 
@@ -222,7 +224,11 @@ class PopMessageProcessor:
             else:
                 handles += map(prefix.__add__, map(str, new_offsets))      # (C loops)
                 times += ["0"] * len(new_offsets)
-        return (pop_at_ms, handles, times, out) if out else None
+        if not out:
+            return None
+        if self._on_popped is not None:
+            self._on_popped(len(out))
+        return pop_at_ms, handles, times, out
 
     async def _hold_until_change(self, group: str, topic: str, queues: list[int],
                                  message_filter: MessageFilter | None, timeout_ms: int) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from itsdangerous import BadSignature, TimestampSigner
 
+from admin.cluster import name_server_brokers
 from admin.common import Connection
 from client.admin_api import AdminAPI
 from protocol.bodies import HeartbeatData
@@ -107,43 +108,86 @@ class LoginFailed(Exception):
     """The broker did not accept the user name and password (or the user is disabled)."""
 
 
-async def authentication_on(connection: Connection, address: str) -> bool:
-    """Whether the broker or name server at `address` refuses an unsigned request (HEART_BEAT with
-    no groups: nothing to authorize, so only authentication can refuse it). Raises what the
-    admin client raises when `address` cannot be reached."""
-    remoting = dataclasses.replace(connection, access_key="", secret_key="").remoting_client()
+async def _refuses(api: AdminAPI, address: str) -> bool | None:
+    """Whether the server at `address` refuses `api`'s HEART_BEAT with no groups (nothing to
+    authorize: only authentication can refuse it); None when it is a name server (which answers
+    REQUEST_CODE_NOT_SUPPORTED, after checking the signature when its own authentication is on)."""
     try:
-        await AdminAPI(remoting).send_heartbeat(address, HeartbeatData(client_id=LOGIN_CLIENT_ID))
+        await api.send_heartbeat(address, HeartbeatData(client_id=LOGIN_CLIENT_ID))
     except NoPermission:
         return True
     except RequestCodeNotSupported:
+        return None
+    return False
+
+
+async def _listed_brokers(api: AdminAPI, name_server: str) -> list[str] | None:
+    """The address of every broker the name server lists; None when it refuses `api` (its
+    authentication is on and the signature is wrong)."""
+    try:
+        return [address for _, address in await name_server_brokers(api, name_server)]
+    except NoPermission:
+        return None
+
+
+async def authentication_on(connection: Connection, address: str) -> bool:
+    """Whether the broker at `address` refuses an unsigned request, or, `address` being a name
+    server, whether it or any broker it lists does (the brokers hold the users; the name server
+    may have authentication off). Raises what the admin client raises when a server cannot be
+    reached."""
+    api = AdminAPI(dataclasses.replace(connection, access_key="", secret_key="").remoting_client())
+    try:
+        refused = await _refuses(api, address)
+        if refused is not None:
+            return refused
+        brokers = await _listed_brokers(api, address)
+        if brokers is None:
+            return True
+        for broker in brokers:
+            if await _refuses(api, broker):
+                return True
         return False
     finally:
-        await remoting.close()
-    return False
+        await api.remoting.close()
+
+
+async def _prove(api: AdminAPI, address: str) -> str:
+    """Prove `api`'s user name and password by a signed request to the broker at `address`, or,
+    `address` being a name server, to every broker it lists (each must accept it: a user one of
+    them does not know cannot read the cluster). Returns a broker that accepted. Raises
+    `LoginFailed`."""
+    refused = await _refuses(api, address)
+    if refused is False:
+        return address
+    brokers = None if refused else await _listed_brokers(api, address)
+    if brokers is None:
+        raise LoginFailed("wrong user name or password")
+    if not brokers:
+        raise LoginFailed(f"cannot check the password: the name server at {address} lists no broker")
+    for broker in brokers:
+        if await _refuses(api, broker):
+            raise LoginFailed("wrong user name or password")
+    return brokers[0]
 
 
 async def login(connection: Connection, address: str, username: str, password: str) -> tuple[AdminAPI, bool]:
     """Check `username`/`password` by a request signed with the key derived from them (a
     HEART_BEAT with no groups, which any authenticated user may send) to the broker at
-    `address`, then ask the user's own record (AUTH_GET_USER) whether it is `Super`: a user the
-    broker does not let read it is treated as Normal. Returns the user's admin client (the caller
-    closes it) and whether the user may act. Raises `LoginFailed`."""
+    `address`, or to every broker the name server at `address` lists (`_prove`), then ask a
+    broker that accepted for the user's own record (AUTH_GET_USER) whether it is `Super`: a user
+    the broker does not let read it is treated as Normal (RocketMQ's dashboard: read-only).
+    Returns the user's admin client (the caller closes it) and whether the user may act. Raises
+    `LoginFailed`, or what the admin client raises when a server cannot be reached."""
     if not username:
         raise LoginFailed("give a user name")
     api = AdminAPI(dataclasses.replace(connection, access_key=username, secret_key=password).remoting_client())
     try:
-        await api.send_heartbeat(address, HeartbeatData(client_id=LOGIN_CLIENT_ID))
-    except NoPermission:
-        await api.remoting.close()
-        raise LoginFailed("wrong user name or password") from None
-    except RequestCodeNotSupported:
-        pass                                  # a name server: the request was authenticated first
+        broker = await _prove(api, address)
+        try:
+            user = await api.get_user(broker, username)
+        except NoPermission:
+            return api, False
     except BaseException:
         await api.remoting.close()
         raise
-    try:
-        user = await api.get_user(address, username)
-    except NoPermission:
-        return api, False
     return api, user.user_type == "Super"

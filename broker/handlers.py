@@ -79,6 +79,8 @@ def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
     """Request code -> handler: every processor of the broker, built over its managers and services."""
     config = broker.config
     trace = broker.trace.recorder if broker.trace is not None else None
+    if transactions is not None:
+        transactions.trace = trace
     system_topics = SystemTopics(cluster_name=config.cluster_name, broker_name=config.broker_name)
     send = SendMessageProcessor(store, broker.topics, broker.address, config.store.max_message_bytes,
                                 broker.metrics.on_stored, broker.retry_topics, broker.metrics.on_dlq,

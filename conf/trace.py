@@ -13,7 +13,8 @@ from conf.ranges import Range, check_ranges
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TraceConfig:
     """The broker records what happens to every message (sent, stored, delivered, committed, sent
-    back, DLQ, resent, popped, acked, revived) into `<store>/trace/`, off the send and pull paths."""
+    back, DLQ, resent, popped, acked, revived; a transaction's half, check-backs and outcome) into
+    `<store>/trace/`, off the send and pull paths."""
 
     RANGES: ClassVar[Mapping[str, Range]] = MappingProxyType({
         "retention_hours": Range(low=1, high=100 * 365 * 24), "max_bytes": Range(low=4096),

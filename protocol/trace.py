@@ -33,12 +33,19 @@ SENT, BACK, DLQ = "S", "B", "D"                                              # m
 PULLED, COMMITTED, POPPED, ACKED, CHANGED, REVIVED = "P", "C", "O", "A", "I", "R"   # queue records
 SENT_BATCH = "M"                                                             # a queue record too
 CLIENT = "H"                                                                 # a connection's client id
-MESSAGE_KINDS = frozenset((SENT, BACK, DLQ))
-OTHER_KINDS = frozenset((SENT, BACK, DLQ, CLIENT))      # records that cover no queue offsets
+HALF = "T"                      # a message record: a transactional send stored its half message
+TRANSACTION = "E"               # a queue record of the half queue: a half's check-back or outcome
+MESSAGE_KINDS = frozenset((SENT, BACK, DLQ, HALF))
+OTHER_KINDS = frozenset((SENT, BACK, DLQ, CLIENT, HALF))    # records that cover no queue offsets
 
-# Timeline events, in the order they are listed when two have the same time.
-EVENTS = ("sent", "resent_from_dlq", "stored", "retry_stored", "popped", "delivered", "invisible_changed",
-          "revived", "acked", "sent_back", "to_dlq", "consumed")
+# Timeline events, in the order they are listed when two have the same time. A transactional
+# message: "sent_half" (held in the half queue), any "checked_back", then "committed" (and its
+# "stored" in the real topic), "rolled_back" or "half_dropped" (after transaction_check_max).
+EVENTS = ("sent", "sent_half", "resent_from_dlq", "checked_back", "committed", "rolled_back", "half_dropped",
+          "stored", "retry_stored", "popped", "delivered", "invisible_changed", "revived", "acked", "sent_back",
+          "to_dlq", "consumed")
+# What a TRANSACTION record's outcome is (its sixth item), one of these EVENTS.
+TRANSACTION_EVENTS = ("checked_back", "committed", "rolled_back", "half_dropped")
 _RANK = {name: rank for rank, name in enumerate(EVENTS)}
 
 # The properties a message record keeps (not the message's dict: one held per event until it is

@@ -315,6 +315,9 @@ class SendMessageProcessor:
                                       born_timestamp=born_timestamp, born_host=born_host,
                                       reconsume_times=reconsume_times)
         check_put(result)
+        if self._trace is not None:
+            self._trace.sent_half(born_host, properties.get(PROPERTY_PRODUCER_GROUP, ""), topic, queue_id,
+                                  result.queue_offset, result.commit_log_offsets[0], properties)
         return RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
             "msg_id": self._msg_id_prefix + f"{result.commit_log_offsets[0]:016X}",
             "queue_id": queue_id, "queue_offset": result.queue_offset}), result.end_offset
@@ -371,6 +374,8 @@ class SendMessageProcessor:
                                                     producer_group=group, born_timestamp=born_timestamp,
                                                     born_host=ctx.client_addr)
                 check_put(result)
+                if self._trace is not None:
+                    self._trace.sent_halves(ctx.client_addr, group, topic, queue_id, result, messages)
                 return RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
                     "msg_ids": offset_msg_ids(self._msg_id_prefix, result.commit_log_offsets),
                     "queue_id": queue_id, "queue_offset": result.queue_offset}), result.end_offset

@@ -43,12 +43,13 @@ from protocol.message import (
     msg_id_prefix,
     parse_msg_id,
 )
-from protocol.topics import dlq_topic, retry_topic
+from protocol.topics import TRANS_HALF_TOPIC, dlq_topic, retry_topic
 from protocol.trace import (
     ACKED,
     BACK,
     CHANGED,
     COMMITTED,
+    HALF,
     MAX_QUERY_CHARS,
     MAX_TRACE_ENTRIES,
     POPPED,
@@ -56,6 +57,7 @@ from protocol.trace import (
     REVIVED,
     SENT,
     SENT_BATCH,
+    TRANSACTION,
     QueryMessageTraceRequestHeader,
     as_properties,
 )
@@ -180,7 +182,7 @@ class TraceQueryProcessor:
 def _topics_of(record: list[Any]) -> set[str]:
     """The topics a message record concerns (its copy's, the one it was retried from)."""
     kind, properties = record[0], as_properties(record[-1])
-    topics = {record[4]} if kind == SENT else {record[7]} if kind == BACK else {record[3], record[6]}
+    topics = {record[4]} if kind in (SENT, HALF) else {record[7]} if kind == BACK else {record[3], record[6]}
     if isinstance(properties, dict) and PROPERTY_RETRY_TOPIC in properties:
         topics.add(properties[PROPERTY_RETRY_TOPIC])
     return topics
@@ -258,12 +260,47 @@ class _Resolver:
             else:
                 self._add("sent_back", at_us, msg_id=origin, uniq_key=uniq, group=group, client_id=client_id,
                           client_addr=addr, detail=f"consumption failed: retry {copy_id} at delay level {delay_level}")
+        elif kind == HALF:
+            self._half(record, at_us, uniq)
         else:       # DLQ: POP gave up on it
             _, _, group, topic, queue_id, queue_offset, dlq, dlq_queue_id, dlq_queue_offset, offset, _ = record
             self.groups.add(group)
             place = self._place(dlq, dlq_queue_id, dlq_queue_offset, make_msg_id(self.address, offset), uniq)
             self._add("to_dlq", at_us, **place, group=group,
                       detail=f"not acknowledged: moved from {topic}:{queue_id}@{queue_offset}")
+
+    def _half(self, record: list[Any], at_us: int, uniq: str | None) -> None:
+        """A transactional send's half message: "sent_half"; its place in the half queue is kept
+        (its TRANSACTION records are found there), the real topic searched for the committed copy."""
+        _, _, addr, group, topic, queue_id, half_offset, offset, _ = record
+        stored_ms = self._store_time(offset)
+        msg_id = make_msg_id(self.address, offset)
+        self.locations.setdefault((TRANS_HALF_TOPIC, 0, half_offset),
+                                  {"msg_id": msg_id, "uniq_key": uniq, "topic": topic, "queue_id": queue_id})
+        self.topics.add(topic)
+        if uniq:
+            self.uniq_keys.add(uniq)
+        self._add("sent_half", stored_ms * 1000 if stored_ms else at_us, msg_id=msg_id, uniq_key=uniq, topic=topic,
+                  queue_id=queue_id, group=group, client_id=self._clients.get(addr), client_addr=addr,
+                  detail=f"producer group {group}: a half message, held at {TRANS_HALF_TOPIC}:0@{half_offset} "
+                         f"until committed or rolled back")
+
+    def _transaction(self, record: list[Any], at_us: int, place: Entry) -> None:
+        """A TRANSACTION record of a half found: its check-back or outcome."""
+        outcome, info = record[5], record[6]
+        identity = {k: place[k] for k in ("msg_id", "uniq_key", "topic", "queue_id") if k in place}
+        if outcome == "committed" and isinstance(info, list) and len(info) == 3:
+            stored_us = self._stored_us.get((info[0], info[1], info[2]))   # the commit is recorded after its put
+            self._add("committed", min(at_us, stored_us) if stored_us else at_us, **identity,
+                      detail=f"committed: written to {info[0]}:{info[1]}@{info[2]}")
+        elif outcome == "rolled_back":
+            self._add("rolled_back", at_us, **identity, detail="rolled back: never delivered")
+        elif outcome == "checked_back":
+            self._add("checked_back", at_us, **identity, detail=f"check-back {info}: the producer group was asked "
+                                                                "for the outcome")
+        elif outcome == "half_dropped":
+            self._add("half_dropped", at_us, **identity,
+                      detail=f"dropped after {info} check-backs (transaction_check_max): never delivered")
 
     def stored_message(self, fields: list[Any]) -> None:
         """A copy found in the store (a retry message the schedule service stored, a DLQ copy, or the
@@ -317,7 +354,9 @@ class _Resolver:
                               detail=f"by pop, invisible until {record[6]} (epoch ms)")
             elif record[4] == queue_offset:
                 group = record[5]
-                if kind == ACKED:
+                if kind == TRANSACTION:
+                    self._transaction(record, at_us, place)
+                elif kind == ACKED:
                     self._add("acked", at_us, **place, group=group, detail="POP acknowledged")
                 elif kind == CHANGED:
                     self._add("invisible_changed", at_us, **place, group=group,

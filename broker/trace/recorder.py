@@ -19,7 +19,10 @@ time:
   index at query time; its own properties are in the store);
 - BACK: CONSUMER_SEND_MSG_BACK stored a retry (or DLQ) copy; DLQ: POP sent an unacked one to the DLQ;
 - PULLED: a pull returned [from, next) of a queue; COMMITTED: a group's offset moved old -> new;
-- POPPED, ACKED, CHANGED, REVIVED: POP hand-outs, acks, invisible-time changes and revivals."""
+- POPPED, ACKED, CHANGED, REVIVED: POP hand-outs, acks, invisible-time changes and revivals;
+- HALF: a transactional send stored a half message (a message record; its place is the half
+  queue's offset); TRANSACTION: a half's check-back or outcome (a queue record of
+  RMQ_SYS_TRANS_HALF_TOPIC queue 0 at the half's offset)."""
 
 from __future__ import annotations
 
@@ -28,7 +31,9 @@ from time import time
 from typing import Any
 
 from broker.remoting.context import RequestContext
+from broker.store.results import PutMessageResult
 from protocol.channel import Channel
+from protocol.topics import TRANS_HALF_TOPIC
 from protocol.trace import (
     ACKED,
     BACK,
@@ -36,12 +41,14 @@ from protocol.trace import (
     CLIENT,
     COMMITTED,
     DLQ,
+    HALF,
     NOTED,
     POPPED,
     PULLED,
     REVIVED,
     SENT,
     SENT_BATCH,
+    TRANSACTION,
     noted,
 )
 
@@ -137,6 +144,27 @@ class TraceRecorder:
 
     def revived(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
         self._add((REVIVED, time(), topic, queue_id, queue_offset, group))
+
+    def sent_half(self, client_addr: str, group: str, topic: str, queue_id: int, half_offset: int,
+                  commit_log_offset: int, properties: dict[str, str]) -> None:
+        """A transactional send stored a half message for (`topic`, `queue_id`), held at
+        `half_offset` of the half queue until committed or rolled back."""
+        self._add((HALF, time(), client_addr, group, topic, queue_id, half_offset, commit_log_offset,
+                   noted(properties)))
+
+    def sent_halves(self, client_addr: str, group: str, topic: str, queue_id: int, result: PutMessageResult,
+                    messages: list[tuple[dict[str, str], int, bytes]]) -> None:
+        """`sent_half` of each half message a transactional SEND_BATCH_MESSAGE stored (`result`:
+        its put, consecutive half offsets from `result.queue_offset`)."""
+        for index, (properties, _, _) in enumerate(messages):
+            self.sent_half(client_addr, group, topic, queue_id, result.queue_offset + index,
+                           result.commit_log_offsets[index], properties)
+
+    def transaction(self, half_offset: int, outcome: str, info: Any) -> None:
+        """The half at `half_offset`: `outcome` one of `protocol.trace.TRANSACTION_EVENTS`;
+        `info` for "committed" [topic, queue_id, queue_offset] of the message written, for
+        "checked_back" and "half_dropped" the check-backs sent so far, else None."""
+        self._add((TRANSACTION, time(), TRANS_HALF_TOPIC, 0, half_offset, outcome, info))
 
     def client(self, client_addr: str, client_id: str) -> None:
         """The connection from `client_addr` heartbeats as `client_id` (once per connection and id)."""

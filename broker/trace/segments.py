@@ -243,7 +243,7 @@ class TraceSegments:
             return [SegmentView(s.path, s.size, {k: list(v) for k, v in s.summary.items()}) for s in self._segments]
 
 
-_STORED_AT = {"S": 7, "B": 10, "D": 9}      # where a message record has its copy's commit-log offset
+_STORED_AT = {"S": 7, "B": 10, "D": 9, "T": 7}     # where a message record has its copy's commit-log offset
 
 
 def matches(properties: Any, wanted: str) -> bool:
@@ -260,7 +260,7 @@ def matches(properties: Any, wanted: str) -> bool:
 
 def find_message_records(views: list[SegmentView], wanted: str, limit: int, commit_log_offset: int | None = None,
                          max_decoded_bytes: int = MAX_DECODED_BYTES) -> list[list[Any]]:
-    """Message records (SENT, BACK, DLQ) of messages found by `wanted` (`matches`), or, with
+    """Message records (SENT, BACK, DLQ, HALF) of messages found by `wanted` (`matches`), or, with
     `commit_log_offset`, of the copy stored there; oldest first, at most `limit`. By `wanted`, a
     segment is decoded only when its bytes contain `wanted` as msgpack writes it. Segments are
     read newest first and no more than `max_decoded_bytes` of them decoded (a key as common as

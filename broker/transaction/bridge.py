@@ -39,6 +39,7 @@ from broker.store.message_store import MessageStore
 from broker.store.record import RecordError, decode_stored_fields
 from broker.store.results import PutMessageResult, PutMessageStatus
 from broker.topics.topic_config_manager import TopicConfigManager
+from broker.trace.recorder import TraceRecorder
 from broker.transaction.state import HalfState, TransactionTable
 from protocol.errors import ServiceNotAvailable, SystemError_
 from protocol.headers_v5 import EndTransactionRequestHeader
@@ -81,6 +82,7 @@ class TransactionBridge:
         self._store_host, self._now_ms, self._on_stored = store_host, now_ms, on_stored
         self._cache: dict[int, CachedHalf] = {}
         self._removed: list[int] = []       # resolved halves whose "d" op record is still to write
+        self.trace: TraceRecorder | None = None     # the message trace (check-backs, outcomes); None: off
 
     # -- start-up --------------------------------------------------------------------------------
 
@@ -210,7 +212,12 @@ class TransactionBridge:
         _, properties, flag, body, origin = self.validate(producer_group, topic, half_offset, commit_log_offset, action)
         if action == TRANSACTION_NOT_TYPE:
             return 0
-        end_offset = self._commit(properties, flag, body, origin) if action == TRANSACTION_COMMIT_TYPE else 0
+        if action == TRANSACTION_COMMIT_TYPE:
+            end_offset = self._commit(half_offset, properties, flag, body, origin)
+        else:
+            end_offset = 0
+            if self.trace is not None:
+                self.trace.transaction(half_offset, "rolled_back", None)
         self._resolve_later(half_offset)
         return end_offset
 
@@ -251,7 +258,8 @@ class TransactionBridge:
         return commit_log_offset, fields[F_PROPERTIES], fields[F_FLAG], fields[F_BODY], (born_timestamp, born_host,
                                                                                          reconsume_times)
 
-    def _commit(self, half_properties: dict[str, str], flag: int, body: bytes, origin: tuple[int, str, int]) -> int:
+    def _commit(self, half_offset: int, half_properties: dict[str, str], flag: int, body: bytes,
+                origin: tuple[int, str, int]) -> int:
         topic, queue_id, properties = self.real_message(half_properties)
         born_timestamp, born_host, reconsume_times = origin
         # checked at its send (topic name, size, no DELAY) and its queue just now: the checked one-message put
@@ -260,6 +268,8 @@ class TransactionBridge:
                                                  reconsume_times=reconsume_times, sys_flag=TRANSACTION_COMMIT_TYPE)
         _check(result, "the committed message")
         self._on_stored(topic, 1, len(body))
+        if self.trace is not None:
+            self.trace.transaction(half_offset, "committed", [topic, queue_id, result.queue_offset])
         return result.end_offset
 
     def real_message(self, half_properties: dict[str, str],
@@ -292,12 +302,17 @@ class TransactionBridge:
             sys_flag=TRANSACTION_COMMIT_TYPE)
         _check(result, "the committed messages")
         self._on_stored(topic, len(run), sum(len(item[3]) for item in run))
-        for item in run:
+        trace = self.trace
+        for index, item in enumerate(run):
+            if trace is not None:
+                trace.transaction(item[0], "committed", [topic, queue_id, result.queue_offset + index])
             self._resolve_later(item[0])
         return result.end_offset
 
     def roll_back(self, half_offset: int) -> None:
         """Roll back a validated half (`validate`): resolved as `end` resolves it."""
+        if self.trace is not None:
+            self.trace.transaction(half_offset, "rolled_back", None)
         self._resolve_later(half_offset)
 
     def _resolve_later(self, half_offset: int) -> None:
@@ -340,12 +355,18 @@ class TransactionBridge:
         result = self._put_op([half_offset], OP_TAG_CHECKED)
         if result.ok:
             self.table.checked(half_offset)
+            half = self.table.pending.get(half_offset)
+            if self.trace is not None and half is not None:
+                self.trace.transaction(half_offset, "checked_back", half.checks)
         return result.end_offset
 
     def drop(self, half_offset: int, fields: list[Any]) -> None:
         """After the last check-back: a copy in TRANS_CHECK_MAX_TIME_TOPIC (as RocketMQ, for an
         operator to look at) and the half resolved."""
         origin = stored_origin(fields)
+        half = self.table.pending.get(half_offset)
+        if self.trace is not None:
+            self.trace.transaction(half_offset, "half_dropped", half.checks if half is not None else 0)
         self._store.put_scheduled(topic=TRANS_CHECK_MAX_TIME_TOPIC, queue_id=0,
                                   messages=[(dict(fields[F_PROPERTIES]), fields[F_FLAG], fields[F_BODY])],
                                   origins=[origin])

@@ -45,10 +45,12 @@ def _has(event: str) -> Callable[[Timeline], bool]:
 
 
 @pytest.fixture
-async def txn_broker(tmp_path: Path) -> AsyncIterator[Broker]:
+async def txn_broker(tmp_path: Path, admin_api: AdminAPI) -> AsyncIterator[Broker]:
+    """A broker that checks back fast, with topic "payments" (one queue)."""
     config = broker_config(tmp_path, transaction_timeout_ms=300, transaction_check_interval_ms=100,
                            transaction_check_max=CHECK_MAX)
     async with Broker(config) as running:
+        await admin_api.create_topic(running.address, "payments", queue_nums=1)
         yield running
 
 
@@ -64,7 +66,6 @@ async def _send(broker: Broker, listener: Listener, body: bytes, keys: str) -> t
 async def test_a_committed_message_shows_its_half_the_commit_and_its_delivery(
         txn_broker: Broker, admin_api: AdminAPI) -> None:
     address = txn_broker.address
-    await admin_api.create_topic(address, "payments", queue_nums=1)
     async with consumer(address, "ledger", "payments", lambda msgs, ctx: OK):
         uniq, half_id = await _send(txn_broker, Listener(COMMIT), b"pay 10", "payment-1")
         timeline = await trace_until(admin_api, address, lambda t: "consumed" in events(t), msg_id=uniq)
@@ -87,7 +88,6 @@ async def test_a_committed_message_shows_its_half_the_commit_and_its_delivery(
 async def test_a_rolled_back_message_shows_the_rollback_and_no_delivery(
         txn_broker: Broker, admin_api: AdminAPI) -> None:
     address = txn_broker.address
-    await admin_api.create_topic(address, "payments", queue_nums=1)
     async with consumer(address, "ledger", "payments", lambda msgs, ctx: OK):
         uniq, _ = await _send(txn_broker, Listener(ROLLBACK), b"pay 20", "payment-2")
         committed_uniq, _ = await _send(txn_broker, Listener(COMMIT), b"pay 21", "payment-3")
@@ -101,7 +101,6 @@ async def test_a_rolled_back_message_shows_the_rollback_and_no_delivery(
 async def test_check_backs_show_before_the_commit_and_a_half_never_decided_is_dropped(
         txn_broker: Broker, admin_api: AdminAPI) -> None:
     address = txn_broker.address
-    await admin_api.create_topic(address, "payments", queue_nums=1)
     async with TransactionProducer("tx-producers", address, Listener(UNKNOW, check=COMMIT)) as producer:
         checked = (await producer.send_message_in_transaction(Message("payments", b"pay 30"))).transaction_id
         timeline = await trace_until(admin_api, address, lambda t: "stored" in events(t), msg_id=checked)
@@ -118,7 +117,6 @@ async def test_check_backs_show_before_the_commit_and_a_half_never_decided_is_dr
 async def test_concurrent_transactions_batched_each_show_their_own_outcome(
         txn_broker: Broker, admin_api: AdminAPI) -> None:
     address = txn_broker.address
-    await admin_api.create_topic(address, "payments", queue_nums=1)
     states = [COMMIT if i % 2 else ROLLBACK for i in range(8)]
     async with TransactionProducer("tx-batched", address, Listener(COMMIT)) as producer:
         results = await asyncio.gather(*(producer.send_message_in_transaction(Message("payments", b"b-%d" % i), state)

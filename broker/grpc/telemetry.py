@@ -22,6 +22,7 @@ from broker.grpc.calls import Caller
 from broker.grpc.produce import Context, ProduceCalls
 from broker.grpc.proto import definition_pb2 as pb
 from broker.grpc.proto import service_pb2 as spb
+from broker.grpc.sessions import MAX_QUEUED_COMMANDS
 from broker.grpc.status import ok, status
 from broker.retry_policy import FIRST_RETRY_DELAY_LEVEL
 
@@ -95,6 +96,9 @@ class TelemetryCalls(ProduceCalls):
         assert channel is not None
         try:
             async for command in commands:
+                if queue.qsize() >= MAX_QUEUED_COMMANDS:     # answers unread: a client that only writes
+                    log.info("%r: telemetry answers unread past %d; stream ended", channel, MAX_QUEUED_COMMANDS)
+                    break
                 kind = command.WhichOneof("command")
                 if kind == "settings":
                     channel.settings = command.settings

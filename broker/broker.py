@@ -378,9 +378,10 @@ class Broker(Lifecycle):
         ha_addr = replication.ha_address(self.address) if replication is not None else ""
         broker_id = (route_id(config, replication.is_master) if config.controller_addr and replication is not None
                      else config.broker_id)
+        grpc_addr = f"{self.address.rpartition(':')[0]}:{self.grpc.port}" if self.grpc is not None else ""
         return RegisterBrokerRequestHeader(broker_name=config.broker_name, broker_addr=self.address,
                                            cluster_name=config.cluster_name, broker_id=broker_id,
-                                           ha_server_addr=ha_addr)
+                                           ha_server_addr=ha_addr, grpc_addr=grpc_addr)
 
     async def _on_role(self, is_master: bool) -> None:
         """Controller mode: elected master, start what only a master runs (delayed and timer

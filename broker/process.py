@@ -91,7 +91,8 @@ class BrokerSubprocess(Lifecycle):
         args = [*self._command, "--listen-port", str(self.listen_port)]
         if self.store_dir is not None:        # None: a name server (`python -m namesrv`), which has no store
             args += ["--store-dir", str(self.store_dir)]
-        for key, value in {"metrics_port": "0", "grpc_port": "0", **self._settings}.items():
+        defaults = {"metrics_port": "0"} if self.store_dir is None else {"metrics_port": "0", "grpc_port": "0"}
+        for key, value in {**defaults, **self._settings}.items():
             args += ["--set", f"{key}={value}"]
         self._process = await asyncio.create_subprocess_exec(
             *args, cwd=self._cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,

@@ -18,6 +18,7 @@ from broker.grpc.auth import CLIENT_ID, GrpcAuth, metadata_value, peer_of
 from broker.grpc.proto import definition_pb2 as pb
 from broker.grpc.sessions import ClientChannel, Sessions
 from broker.grpc.status import GrpcError, of_error, status
+from broker.namesrv_register import NamesrvRegistration
 from broker.pop.pop_service import PopService
 from broker.registry.consumer_manager import ConsumerManager
 from broker.registry.producer_manager import ProducerManager
@@ -44,6 +45,7 @@ class GrpcParts(Protocol):
     producers: ProducerManager
     consumers: ConsumerManager
     pop_service: PopService | None
+    registration: NamesrvRegistration | None
     clock: Clock
 
     @property

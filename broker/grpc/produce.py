@@ -13,6 +13,7 @@ from broker.grpc.proto import definition_pb2 as pb
 from broker.grpc.proto import service_pb2 as spb
 from broker.grpc.sessions import parse_transaction_id, transaction_id
 from broker.grpc.status import GrpcError, ok, status
+from protocol.bodies import TopicRouteData
 from protocol.codes import RequestCode
 from protocol.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from protocol.headers_v5 import EndTransactionRequestHeader
@@ -22,7 +23,33 @@ from protocol.transaction import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, 
 ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 MAX_MESSAGES_PER_SEND = 1_024       # a SendMessageRequest's messages (the clients send one at a time)
 _RESOLUTIONS = {pb.COMMIT: TRANSACTION_COMMIT_TYPE, pb.ROLLBACK: TRANSACTION_ROLLBACK_TYPE}
+_PERM_READ, _PERM_WRITE = 4, 2
 Context: TypeAlias = Any      # grpc.aio.ServicerContext (grpcio ships no type stubs)
+
+
+def _permission(perm: int) -> pb.Permission:
+    """The gRPC `Permission` of a topic's perm bits (PermName: 4 read, 2 write)."""
+    return {(True, True): pb.READ_WRITE, (True, False): pb.READ, (False, True): pb.WRITE}.get(
+        (bool(perm & _PERM_READ), bool(perm & _PERM_WRITE)), pb.NONE)
+
+
+def route_queues(topic: str, route: TopicRouteData) -> list[pb.MessageQueue]:
+    """The gRPC message queues of a name server's route: each broker's whose master registered a
+    gRPC address, queue ids 0 .. max(read, write) - 1."""
+    brokers = {data.broker_name: data for data in route.broker_datas}
+    queues: list[pb.MessageQueue] = []
+    for queue_data in route.queue_datas:
+        data = brokers.get(queue_data.broker_name)
+        grpc_addr = data.grpc_addrs.get(0, "") if data is not None else ""
+        host, _, port = grpc_addr.rpartition(":")
+        if not host or not port.isdigit():
+            continue
+        broker = pb.Broker(name=queue_data.broker_name, id=0, endpoints=endpoints_of(host.strip("[]"), int(port)))
+        permission = _permission(queue_data.perm)
+        queues.extend(pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id, permission=permission,
+                                      broker=broker, accept_message_types=ACCEPTED_TYPES)
+                      for queue_id in range(max(queue_data.read_queue_nums, queue_data.write_queue_nums)))
+    return queues
 
 
 def endpoints_of(host: str, port: int) -> pb.Endpoints:
@@ -50,34 +77,47 @@ class ProduceCalls(GrpcCalls):
             config = topics.for_send(topic, 0)
         return config
 
+    async def _route(self, topic: str) -> list[pb.MessageQueue]:
+        """The topic's queues: with name servers, every broker's that registered a gRPC address
+        (a topic they do not know yet: this broker's); alone, this broker's."""
+        registration = self.parts.registration
+        if registration is not None:
+            route = await registration.topic_route(topic)
+            if route is not None:
+                queues = route_queues(topic, route)
+                if queues:
+                    return queues
+        config = self._topic_config(topic)
+        broker = self._broker()
+        return [pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id, permission=_permission(config.perm),
+                                broker=broker, accept_message_types=ACCEPTED_TYPES)
+                for queue_id in range(max(config.read_queue_nums, config.write_queue_nums))]
+
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Context) -> spb.QueryRouteResponse:
-        """Every queue of the topic on this broker, each with this broker's gRPC endpoint; the
-        permission as the topic's (READ, WRITE or both), every message type accepted."""
+        """Every queue of the topic, each with its broker's gRPC endpoint; the permission as the
+        topic's on that broker (READ, WRITE or both), every message type accepted."""
         async def run(caller: Caller) -> spb.QueryRouteResponse:
             topic = resource_name(request.topic, "topic")
-            config = self._topic_config(topic)
-            broker = self._broker()
-            perm = {(True, True): pb.READ_WRITE, (True, False): pb.READ, (False, True): pb.WRITE}.get(
-                (config.readable, config.writable), pb.NONE)
-            queues = [pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id, permission=perm,
-                                      broker=broker, accept_message_types=ACCEPTED_TYPES)
-                      for queue_id in range(max(config.read_queue_nums, config.write_queue_nums))]
-            return spb.QueryRouteResponse(status=ok(), message_queues=queues)
+            return spb.QueryRouteResponse(status=ok(), message_queues=await self._route(topic))
         return await self.guarded(context, spb.QueryRouteResponse, run)
 
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest,
                               context: Context) -> spb.QueryAssignmentResponse:
-        """One assignment per broker, queue id -1 (the broker picks the queue of each pop), as the
-        proxy assigns a POP consumer group."""
+        """One assignment per broker with readable queues of the topic, queue id -1 (the broker
+        picks the queue of each pop), as the proxy assigns a POP consumer group."""
         async def run(caller: Caller) -> spb.QueryAssignmentResponse:
             topic = resource_name(request.topic, "topic")
             resource_name(request.group, "group")
-            config = self._topic_config(topic)
-            if not config.readable:
-                raise GrpcError(pb.FORBIDDEN, f"topic {topic!r} is not readable")
-            queue = pb.MessageQueue(topic=pb.Resource(name=topic), id=-1, permission=pb.READ_WRITE,
-                                    broker=self._broker(), accept_message_types=ACCEPTED_TYPES)
-            return spb.QueryAssignmentResponse(status=ok(), assignments=[pb.Assignment(message_queue=queue)])
+            assignments, brokers = [], set()
+            for queue in await self._route(topic):
+                if queue.permission in (pb.READ, pb.READ_WRITE) and queue.broker.name not in brokers:
+                    brokers.add(queue.broker.name)
+                    assigned = pb.MessageQueue(topic=queue.topic, id=-1, permission=queue.permission,
+                                               broker=queue.broker, accept_message_types=ACCEPTED_TYPES)
+                    assignments.append(pb.Assignment(message_queue=assigned))
+            if not assignments:
+                raise GrpcError(pb.FORBIDDEN, f"topic {topic!r} has no readable queue")
+            return spb.QueryAssignmentResponse(status=ok(), assignments=assignments)
         return await self.guarded(context, spb.QueryAssignmentResponse, run)
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Context) -> spb.HeartbeatResponse:

@@ -42,7 +42,7 @@ def route_queues(topic: str, route: TopicRouteData) -> list[pb.MessageQueue]:
         data = brokers.get(queue_data.broker_name)
         grpc_addr = data.grpc_addrs.get(0, "") if data is not None else ""
         host, _, port = grpc_addr.rpartition(":")
-        if not host or not port.isdigit():
+        if not host or not port.isascii() or not port.isdigit():
             continue
         broker = pb.Broker(name=queue_data.broker_name, id=0, endpoints=endpoints_of(host.strip("[]"), int(port)))
         permission = _permission(queue_data.perm)

@@ -36,7 +36,7 @@ def transaction_id(commit_log_offset: int, half_offset: int) -> str:
 def parse_transaction_id(text: str) -> tuple[int, int] | None:
     """(commit_log_offset, half_offset) of a `transaction_id`, None when it is not one."""
     first, sep, second = text.partition(":")
-    if not sep or not first.isdigit() or not second.isdigit() or len(text) > 42:
+    if not sep or len(text) > 42 or not text.isascii() or not first.isdigit() or not second.isdigit():
         return None
     return int(first), int(second)
 

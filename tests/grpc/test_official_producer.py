@@ -174,3 +174,31 @@ def _invisible_then_again(broker: Broker) -> tuple[int, int, bytes]:
 async def test_unacked_message_is_seen_again_after_its_invisible_duration(grpc_broker: Broker) -> None:
     first, second, body = await blocking(_invisible_then_again, grpc_broker)
     assert (first, second, body) == (1, 2, b"again")
+
+
+def _slow_and_fast(broker: Broker) -> tuple[set[bytes], set[bytes]]:
+    producer = Producer(config(broker), ("shared",))
+    slow = SimpleConsumer(config(broker), "G-shared", {"shared": FilterExpression()}, await_duration=1)
+    fast = SimpleConsumer(config(broker), "G-shared", {"shared": FilterExpression()}, await_duration=1)
+    for client in (producer, slow, fast):
+        client.startup()
+    try:
+        for i in range(20):
+            producer.send(message("shared", f"m{i}".encode()))
+        held = slow.receive(4, 30)                  # the slow one sits on its batch
+        taken = receive_all(fast, 20 - len(held))
+        for m in taken:
+            fast.ack(m)
+        assert fast.receive(16, 30) == []           # nothing of the slow one's batch leaks meanwhile
+        for m in held:
+            slow.ack(m)
+        return {m.body for m in held}, {m.body for m in taken}
+    finally:
+        for client in (producer, slow, fast):
+            client.shutdown()
+
+
+async def test_a_slow_consumer_holds_its_batch_while_a_fast_one_takes_the_rest(grpc_broker: Broker) -> None:
+    held, taken = await blocking(_slow_and_fast, grpc_broker, timeout_s=30)
+    assert held and not held & taken
+    assert held | taken == {f"m{i}".encode() for i in range(20)}

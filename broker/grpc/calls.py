@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Any, Protocol, TypeVar
 
 import grpc
@@ -18,6 +19,7 @@ from broker.grpc.auth import CLIENT_ID, GrpcAuth, metadata_value, peer_of
 from broker.grpc.proto import definition_pb2 as pb
 from broker.grpc.sessions import ClientChannel, Sessions
 from broker.grpc.status import GrpcError, of_error, status
+from broker.metrics import BrokerMetrics
 from broker.namesrv_register import NamesrvRegistration
 from broker.pop.pop_service import PopService
 from broker.registry.consumer_manager import ConsumerManager
@@ -29,7 +31,7 @@ from broker.topics.topic_config_manager import TopicConfigManager
 from conf.broker import BrokerConfig
 from protocol.clock import Clock
 from protocol.command import RemotingCommand, request
-from protocol.errors import NoPermission, error_for
+from protocol.errors import NoPermission, ResponseError, error_for
 from protocol.headers import Header
 from protocol.topics import check_group, check_topic
 
@@ -47,6 +49,7 @@ class GrpcParts(Protocol):
     pop_service: PopService | None
     registration: NamesrvRegistration | None
     clock: Clock
+    metrics: BrokerMetrics
 
     @property
     def address(self) -> str: ...
@@ -79,6 +82,7 @@ class GrpcCalls:
         metadata = context.invocation_metadata()
         peer_text = context.peer() or ""
         peer = peer_of(peer_text)
+        client_addr = peer_text.partition(":")[2] if peer_text.startswith(("ipv4:", "ipv6:")) else f"{peer.ip}:0"
         user = self.auth.user(metadata, peer, self.parts.clock.now_ms())
         client_id = metadata_value(metadata, CLIENT_ID)
         channel = None
@@ -87,7 +91,7 @@ class GrpcCalls:
             if evicted is not None:
                 self.forget(evicted)
         context_channel: Any = channel if channel is not None else ClientChannel("-", peer.ip)
-        return Caller(channel, user, peer, RequestContext(context_channel, f"{peer.ip}:0"))
+        return Caller(channel, user, peer, RequestContext(context_channel, client_addr))
 
     def forget(self, channel: ClientChannel) -> None:
         """Drop a client from the broker's registries."""
@@ -120,15 +124,23 @@ class GrpcCalls:
 
     async def invoke(self, caller: Caller, code: int, header: Header | Mapping[str, Any], body: bytes = b"",
                      *, raise_error: bool = True) -> RemotingCommand:
-        """Run request `code`'s handler in process; returns its response. The user's ACLs are checked
-        first (`NoPermission`). With `raise_error`, a response that is not SUCCESS raises its
+        """Run request `code`'s handler in process; returns its response, counted in the broker's
+        request metrics as the remoting request would be. The user's ACLs are checked first
+        (`NoPermission`). With `raise_error`, a response that is not SUCCESS raises its
         `ResponseError`."""
         command = request(code, header, body)
         self.auth.authorize(command, caller.peer, caller.user)
         handler = self.handlers.get(code)
         if handler is None:
             raise GrpcError(pb.NOT_IMPLEMENTED, f"request code {code} is not served by this broker")
-        response = await answer_of(handler(caller.context, command))
+        started = perf_counter()
+        try:
+            response = await answer_of(handler(caller.context, command))
+        except ResponseError as exc:
+            self.parts.metrics.observe_request(code, exc.code, perf_counter() - started)
+            raise
+        if response is not None:
+            self.parts.metrics.observe_request(code, response.code, perf_counter() - started)
         if response is None:
             raise GrpcError(pb.INTERNAL_SERVER_ERROR, f"request code {code} gave no response")
         if raise_error and response.code != 0:

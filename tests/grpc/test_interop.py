@@ -57,3 +57,16 @@ async def test_official_producer_to_rocketq_simple_consumer(grpc_broker: Broker)
         await consumer.shutdown()
     assert [(m.topic, m.tag, m.keys, m.ext.properties.get("size"), m.body, m.message_id) for m in got] == [
         ("interop2", "tB", ["k3"], "L", b"from official", message_id)]
+
+
+async def test_grpc_calls_count_in_the_request_metrics(grpc_broker: Broker) -> None:
+    """A gRPC send is a SEND_MESSAGE (10) in `rocketmq_rpc_latency`, as a remoting one is."""
+    before = (await grpc_broker.metrics.render()).decode()
+    await blocking(_official_send, grpc_broker, "metered")
+    after = (await grpc_broker.metrics.render()).decode()
+
+    def sends(text: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("rocketmq_rpc_latency_count") and 'request_code="10"' in line
+                   and 'response_code="0"' in line)
+    assert sends(after) - sends(before) >= 1

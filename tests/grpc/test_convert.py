@@ -104,3 +104,16 @@ def test_every_response_code_has_a_status(code: ResponseCode) -> None:
     mapped = of_response(code, "remark")
     assert mapped.code in pb.Code.values()
     assert (mapped.code == pb.OK) == (code == ResponseCode.SUCCESS)
+
+
+def test_sessions_keep_at_most_max_clients_and_close_the_oldest() -> None:
+    from broker.grpc.sessions import Sessions
+    sessions = Sessions(max_clients=3)
+    channels = [sessions.channel(f"c{i}", "1.2.3.4")[0] for i in range(3)]
+    assert sessions.channel("c1", "1.2.3.4") == (channels[1], None)         # known: the same channel
+    newest, evicted = sessions.channel("c3", "1.2.3.4")
+    assert evicted is channels[0] and evicted.closed and len(sessions) == 3
+    assert sessions.get("c0") is None and sessions.get("c3") is newest
+    channels[1].close()                                                      # expired: replaced on next use
+    replaced, evicted = sessions.channel("c1", "1.2.3.4")
+    assert replaced is not channels[1] and evicted is None and len(sessions) == 3

@@ -67,7 +67,8 @@ class Caller:
 
 class GrpcCalls:
     """The state the servicer's calls share. `handlers`: the broker's request code → handler
-    table; `on_evicted(channel)`: unregister a client channel dropped by `Sessions`."""
+    table; `sessions`: the known clients (one dropped by it is unregistered here, `forget`);
+    `endpoint()`: the (host, port) clients reach this broker's gRPC API at."""
 
     def __init__(self, parts: GrpcParts, handlers: Mapping[int, Handler], auth: GrpcAuth, sessions: Sessions,
                  endpoint: Callable[[], tuple[str, int]]) -> None:
@@ -75,7 +76,7 @@ class GrpcCalls:
         self.handlers = handlers
         self.auth = auth
         self.sessions = sessions
-        self.endpoint = endpoint            # (host, port) clients reach this broker's gRPC API on
+        self.endpoint = endpoint
 
     def caller(self, context: grpc.aio.ServicerContext[Any, Any]) -> Caller:
         """Authenticate the call; raises `NoPermission` (UNAUTHORIZED)."""

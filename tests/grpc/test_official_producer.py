@@ -90,7 +90,7 @@ def _send_delayed(broker: Broker) -> tuple[float, float]:
     producer.startup()
     consumer.startup()
     try:
-        due_s = int(time.time()) + 2
+        due_s = int(time.time()) + 3       # at least 2 s away: the early receive below polls 1 s
         producer.send(message("delayed", b"later", delivery_timestamp=due_s))
         early = consumer.receive(16, 15)
         assert early == []

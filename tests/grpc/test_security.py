@@ -157,3 +157,16 @@ def _plaintext_route(address: str) -> object:
         except grpc.RpcError as err:
             return err.code()
         return None
+
+
+async def test_repeated_bad_signatures_rate_limit_the_address(tmp_path: Path) -> None:
+    """The remoting port's failure limit holds for gRPC calls too: past it, even a right signature
+    from that address is refused until the window ends."""
+    async with Broker(secured_config(tmp_path, grpc_port=free_port())) as broker:
+        user = await add_user(broker.address, "carol", [("Topic:sec", ["Pub", "Sub"])])
+        sk = signing_key(user.access_key, user.secret_key).hex()
+        assert await blocking(_stub_call, endpoint(broker), "carol", sk, "sec") == (OK, OK)
+        for _ in range(broker.config.auth.max_failures_per_address):
+            assert await blocking(_stub_call, endpoint(broker), "carol", "0" * 64, "sec") == (UNAUTHORIZED,
+                                                                                           UNAUTHORIZED)
+        assert await blocking(_stub_call, endpoint(broker), "carol", sk, "sec") == (UNAUTHORIZED, UNAUTHORIZED)

@@ -132,12 +132,11 @@ class ProduceCalls(GrpcCalls):
 
     def register_producer(self, caller: Caller) -> None:
         channel = caller.channel
-        settings = channel.settings if channel is not None else None
-        if channel is None or settings is None or settings.client_type != pb.PRODUCER:
+        if channel is None or channel.client_type != pb.PRODUCER:
             return
         now_ms = self.parts.clock.now_ms()
-        for topic in settings.publishing.topics[:1_000]:
-            self.parts.producers.register(topic.name, channel, channel.client_id, now_ms)  # type: ignore[arg-type]
+        for topic in channel.topics:
+            self.parts.producers.register(topic, channel, channel.client_id, now_ms)  # type: ignore[arg-type]
 
     async def SendMessage(self, request: spb.SendMessageRequest, context: Context) -> spb.SendMessageResponse:
         """Each message stored as a SEND_MESSAGE of its own (queue chosen by the client), one

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.grpc.convert import to_proto
-from broker.grpc.proto import definition_pb2 as pb
 from broker.grpc.proto import service_pb2 as spb
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
@@ -44,12 +43,15 @@ def parse_transaction_id(text: str) -> tuple[int, int] | None:
 @dataclass(eq=False)
 class ClientChannel:
     """One gRPC client, in the place of a connection's `Channel` in the broker's registries
-    (hashable by identity). `settings`: the last `Settings` its Telemetry stream sent (None before);
-    `stream`: the outbound queue of its current Telemetry stream (None when it has none)."""
+    (hashable by identity). `client_type` and `topics` (a producer's, valid names, at most 1,000):
+    from the last `Settings` its Telemetry stream sent (0 and () before; the settings themselves are
+    not kept: a client chooses their size); `stream`: the outbound queue of its current Telemetry
+    stream (None when it has none)."""
 
     client_id: str
     remote_address: str
-    settings: pb.Settings | None = None
+    client_type: int = 0
+    topics: tuple[str, ...] = ()
     stream: asyncio.Queue[spb.TelemetryCommand | None] | None = None
     attributes: dict[str, Any] = field(default_factory=dict)
     _closed: bool = False

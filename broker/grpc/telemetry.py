@@ -24,11 +24,20 @@ from broker.grpc.proto import definition_pb2 as pb
 from broker.grpc.proto import service_pb2 as spb
 from broker.grpc.sessions import MAX_QUEUED_COMMANDS
 from broker.grpc.status import ok, status
+from broker.pop.processor import MAX_POLL_TIME_MS
 from broker.retry_policy import FIRST_RETRY_DELAY_LEVEL
+from protocol.topics import check_topic
 
 log = logging.getLogger(__name__)
 SEND_ATTEMPTS = 3
+MAX_REQUEST_TIMEOUT_MS = 3_600_000
+MAX_SETTINGS_TOPICS = 1_000
+DEFAULT_LONG_POLLING_MS = 20_000        # a consumer's receives are held this long unless it asks otherwise
 DEFAULT_RETRY_MAX_TIMES = 16
+
+
+def _ms(duration: Duration) -> int:
+    return max(int(duration.seconds) * 1000 + int(duration.nanos) // 1_000_000, 0)
 
 
 def _duration(ms: int) -> Duration:
@@ -40,9 +49,11 @@ class TelemetryCalls(ProduceCalls):
     delay_levels_ms: tuple[int, ...] = (1_000, 5_000, 10_000, 30_000, 60_000)
 
     def settings_answer(self, settings: pb.Settings) -> pb.Settings:
-        """The broker's answer to a client's `settings` (see the module docstring)."""
-        answer = pb.Settings()
-        answer.CopyFrom(settings)
+        """The broker's answer to a client's `settings` (see the module docstring): built afresh,
+        never an echo of the client's lists, so its size is the broker's choice (< 1 KiB)."""
+        answer = pb.Settings(client_type=settings.client_type)
+        if settings.HasField("request_timeout"):
+            answer.request_timeout.CopyFrom(_duration(min(_ms(settings.request_timeout), MAX_REQUEST_TIMEOUT_MS)))
         if settings.WhichOneof("pub_sub") == "publishing":
             answer.publishing.validate_message_type = False
             answer.publishing.max_body_size = self.parts.config.store.max_message_bytes
@@ -55,7 +66,13 @@ class TelemetryCalls(ProduceCalls):
             group = self.parts.groups.get(settings.subscription.group.name) if settings.subscription.group.name \
                 else None
             retry_max_times = group.retry_max_times if group is not None else DEFAULT_RETRY_MAX_TIMES
+            if group is not None:
+                answer.subscription.group.name = group.group_name
             answer.subscription.fifo = bool(group is not None and group.consume_message_orderly)
+            answer.subscription.receive_batch_size = min(max(settings.subscription.receive_batch_size, 1), 32)
+            asked_ms = _ms(settings.subscription.long_polling_timeout)      # a push consumer asks none
+            answer.subscription.long_polling_timeout.CopyFrom(_duration(
+                min(asked_ms, MAX_POLL_TIME_MS) if asked_ms else DEFAULT_LONG_POLLING_MS))
             answer.backoff_policy.max_attempts = retry_max_times + 1
             levels = self.delay_levels_ms[FIRST_RETRY_DELAY_LEVEL - 1:] or (1_000,)
             answer.backoff_policy.customized_backoff.next.extend(
@@ -101,8 +118,12 @@ class TelemetryCalls(ProduceCalls):
                     break
                 kind = command.WhichOneof("command")
                 if kind == "settings":
-                    channel.settings = command.settings
-                    self.register_producer(caller)
+                    settings = command.settings
+                    topics = tuple(t.name for t in settings.publishing.topics[:MAX_SETTINGS_TOPICS]
+                                   if check_topic(t.name) is None)
+                    if (settings.client_type, topics) != (channel.client_type, channel.topics):
+                        channel.client_type, channel.topics = settings.client_type, topics
+                        self.register_producer(caller)      # else its heartbeats keep it registered
                     queue.put_nowait(spb.TelemetryCommand(status=ok(), settings=self.settings_answer(command.settings)))
                 elif kind == "thread_stack_trace":
                     log.info("%r: thread stack trace (nonce %s): %.2000s", channel, command.thread_stack_trace.nonce,

@@ -46,3 +46,23 @@ async def test_a_taken_port_fails_the_start_clearly(tmp_path: Path) -> None:
     assert broker.grpc is None and broker.store is None       # everything started was stopped
     async with Broker(broker_config(tmp_path, grpc_port=free_port())) as again:   # the store lock was released
         assert again.grpc is not None
+
+
+async def test_settings_answers_are_small_and_the_brokers(tmp_path: Path) -> None:
+    """Built afresh, not echoed: a client's lists never come back, a consumer that asks no long
+    polling timeout gets 20 s, one that asks too much gets the 120 s bound."""
+    from broker.grpc.proto import definition_pb2 as pb
+    async with Broker(broker_config(tmp_path, grpc_port=free_port())) as broker:
+        assert broker.grpc is not None
+        answer_of = broker.grpc.service.settings_answer
+        producer = pb.Settings(client_type=pb.PRODUCER)
+        for i in range(1_500):
+            producer.publishing.topics.add(name=f"topic-{i}" * 10)
+        answer = answer_of(producer)
+        assert answer.ByteSize() < 1024 and not answer.publishing.topics
+        assert answer.publishing.max_body_size == broker.config.store.max_message_bytes
+        consumer = pb.Settings(client_type=pb.PUSH_CONSUMER)
+        consumer.subscription.group.name = "g"
+        assert answer_of(consumer).subscription.long_polling_timeout.seconds == 20
+        consumer.subscription.long_polling_timeout.seconds = 10**9
+        assert answer_of(consumer).subscription.long_polling_timeout.seconds == 120

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from rocketmq import (
@@ -19,7 +20,9 @@ from rocketmq import (
 )
 
 from broker.broker import Broker
+from tests.conftest import broker_config
 from tests.grpc.conftest import blocking, endpoint
+from tests.helpers import free_port
 
 
 def config(broker: Broker) -> ClientConfiguration:
@@ -202,3 +205,37 @@ async def test_a_slow_consumer_holds_its_batch_while_a_fast_one_takes_the_rest(g
     held, taken = await blocking(_slow_and_fast, grpc_broker, timeout_s=30)
     assert held and not held & taken
     assert held | taken == {f"m{i}".encode() for i in range(20)}
+
+
+def _unacked_bound(broker: Broker) -> tuple[int, int]:
+    producer = Producer(config(broker), ("bounded",))
+    consumer = SimpleConsumer(config(broker), "G-bounded", {"bounded": FilterExpression()}, await_duration=1)
+    producer.startup()
+    consumer.startup()
+    try:
+        for i in range(12):
+            producer.send(message("bounded", f"m{i}".encode()))
+        held = receive_all(consumer, 12, timeout_s=3)      # never acked: the queue's in-flight bound stops it
+        for m in held:
+            consumer.ack(m)
+        rest: list[Message] = []
+        deadline = time.monotonic() + 10
+        while len(held) + len(rest) < 12 and time.monotonic() < deadline:
+            batch = consumer.receive(16, 15)
+            assert len(batch) <= 4
+            for m in batch:                              # acked as they come: the bound moves on
+                consumer.ack(m)
+            rest.extend(batch)
+        return len(held), len(held) + len(rest)
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+
+
+async def test_unacked_messages_are_bounded_per_queue(tmp_path: Path) -> None:
+    """Flow control: a consumer that does not ack gets at most `pop_max_in_flight_per_queue`
+    messages of a queue; acking them lets the rest through."""
+    async with Broker(broker_config(tmp_path, grpc_port=free_port(), default_queue_nums=1,
+                                    pop_max_in_flight_per_queue=4)) as broker:
+        held, total = await blocking(_unacked_bound, broker, timeout_s=30)
+    assert (held, total) == (4, 12)

@@ -124,6 +124,28 @@ class Enforcer:
                          "super user" if self.authorizing else "authenticated")
         return user
 
+    def authenticated_elsewhere(self, peer: Peer, claimed: str | None, reason: str | None) -> None:
+        """For a server that checks its own kind of signature (the gRPC API's): `reason` None
+        records nothing; else the failure counts towards the address's rate limit and is audited
+        as `check` audits one. Raises `NoPermission` when the address is rate limited (then before
+        anything else) or `reason` is given."""
+        now_ms = self._clock_ms()
+        retry_after_ms = self.limiter.retry_after_ms(peer.ip, now_ms)
+        if retry_after_ms:
+            self._record(now_ms, peer, claimed, 0, "-", "-", "deny", "rate limited")
+            raise NoPermission(f"too many authentication failures from {peer.ip}; retry after {retry_after_ms} ms")
+        if reason is not None:
+            self.limiter.failed(peer.ip, now_ms)
+            self._record(now_ms, peer, claimed, 0, "-", "-", "deny", f"authentication: {reason}")
+            who = _printable(claimed) if claimed is not None else "an unsigned request"
+            raise NoPermission(f"authentication failed for {who}")
+
+    def authorize(self, request: RemotingCommand, peer: Peer, user: User) -> None:
+        """`check`'s authorization step alone, for a `user` authenticated another way (the gRPC
+        API translates each call to the request it stands for): raises `NoPermission` as `check`."""
+        if self.authorizing and user.user_type != "Super":
+            self._authorize(request, peer, user, self._clock_ms())
+
     def _authorize(self, request: RemotingCommand, peer: Peer, user: User, now_ms: int) -> None:
         code = request.code
         builder = self._code_map.get(code)

@@ -21,6 +21,7 @@ from bench import (
     cluster,
     console,
     filtered_pull,
+    grpc_client,
     ha,
     ha_failover,
     held,
@@ -72,6 +73,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "ha_produce": ha.ha_produce,
     "ha_failover": ha_failover.ha_failover,
     "trace_cost": trace.trace_cost,
+    "grpc_client": grpc_client.grpc_client,
 }
 
 

@@ -158,7 +158,8 @@ async def with_broker(body: Any, args: argparse.Namespace) -> None:
                           max_nonces=16_777_216) if args.auth else AuthConfig()
         # the trace's writes run between the measured reads; `_trace_write_us` reports their CPU
         trace = TraceConfig(enabled=args.trace == "on")
-        config = BrokerConfig(listen_port=0, metrics_port=0, max_requests_per_step=args.max_requests_per_step,
+        config = BrokerConfig(listen_port=0, metrics_port=0, grpc_port=0,
+                              max_requests_per_step=args.max_requests_per_step,
                               store=StoreConfig(path=Path(directory), flush_disk_type="ASYNC_FLUSH",
                                                  key_index_max_entries=args.key_index_max_entries), auth=auth,
                               trace=trace)

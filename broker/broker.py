@@ -14,6 +14,7 @@ from broker.auth.wiring import broker_auth
 from broker.filter.filter_manager import FilterManager
 from broker.filter.message_filter import MessageFilter
 from broker.filter.sql92.bounds import Sql92Limits
+from broker.grpc.server import GrpcServer
 from broker.ha.agent import ControllerAgent, route_id
 from broker.ha.wiring import Replication, start_replication
 from broker.handlers import build_handlers
@@ -124,6 +125,7 @@ class Broker(Lifecycle):
         self._address: str | None = None
         self.replication: Replication | None = None
         self.controller_agent: ControllerAgent | None = None
+        self.grpc: GrpcServer | None = None          # RocketMQ 5's gRPC API (`grpc_port` > 0)
         self.metrics_port: int | None = None
         self.started_at_ms = 0
 
@@ -246,6 +248,12 @@ class Broker(Lifecycle):
                                           log=self.connection_guard.log, enforcer=self.auth.enforcer)
             self.connection_guard.count_in_flight(self._dispatcher.in_flight_bytes)
             await self.connection_guard.start()
+            if config.grpc_port:
+                self.grpc = GrpcServer(self, handlers, lambda: self.auth.enforcer, host=config.listen_host,
+                                       port=config.grpc_port, advertised_host=host, tls=config.tls,
+                                       max_message_bytes=config.store.max_message_bytes,
+                                       delay_levels_ms=store.delay_levels)
+                await self.grpc.start()
             await server.begin_serving()
             if config.namesrv_addr:
                 await self._start_registration(config.namesrv_addr)
@@ -278,6 +286,9 @@ class Broker(Lifecycle):
             self.hold_service.release_all()
         if self.pop_service is not None:
             self.pop_service.release_all()
+        if self.grpc is not None:               # its held receives were just answered
+            await self.grpc.stop(self.config.graceful_shutdown_timeout_ms)
+            self.grpc = None
         if self._dispatcher is not None:
             await self._dispatcher.drain(self.config.graceful_shutdown_timeout_ms)
         await self.filters.close()
@@ -367,9 +378,10 @@ class Broker(Lifecycle):
         ha_addr = replication.ha_address(self.address) if replication is not None else ""
         broker_id = (route_id(config, replication.is_master) if config.controller_addr and replication is not None
                      else config.broker_id)
+        grpc_addr = f"{self.address.rpartition(':')[0]}:{self.grpc.port}" if self.grpc is not None else ""
         return RegisterBrokerRequestHeader(broker_name=config.broker_name, broker_addr=self.address,
                                            cluster_name=config.cluster_name, broker_id=broker_id,
-                                           ha_server_addr=ha_addr)
+                                           ha_server_addr=ha_addr, grpc_addr=grpc_addr)
 
     async def _on_role(self, is_master: bool) -> None:
         """Controller mode: elected master, start what only a master runs (delayed and timer

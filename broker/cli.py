@@ -146,7 +146,7 @@ def _force_exit(code: int) -> None:
 def describe_start_failure(config: BrokerConfig | Any, err: OSError, what: str = "broker") -> str:
     """One line for an `OSError` from `start()` of a broker (or, with `what`, a name server);
     `config` has `listen_host` and `listen_port`. A `StoreLocked` says which process holds the store."""
-    if err.filename == "metrics_port":
+    if err.filename in ("metrics_port", "grpc_port"):
         return str(err.strerror)
     if isinstance(err, StoreLocked):
         return str(err)

@@ -14,11 +14,11 @@ import logging
 import ssl
 from collections.abc import Callable, Sequence
 
-from protocol.bodies import RegisterBrokerBody, TopicConfigData, encode_body
-from protocol.codes import RequestCode
+from protocol.bodies import RegisterBrokerBody, TopicConfigData, TopicRouteData, decode_body, encode_body
+from protocol.codes import RequestCode, ResponseCode
 from protocol.command import request
 from protocol.errors import MQError, error_for
-from protocol.headers import RegisterBrokerRequestHeader, RegisterBrokerResponseHeader
+from protocol.headers import GetRouteInfoRequestHeader, RegisterBrokerRequestHeader, RegisterBrokerResponseHeader
 from protocol.remoting_client import RemotingClient
 from protocol.service import Service
 from protocol.signing import Credentials
@@ -95,6 +95,26 @@ class NamesrvRegistration(Service):
         if addr in self._down:
             log.info("registered with name server %s again", addr)
             self._down.discard(addr)
+
+    async def topic_route(self, topic: str) -> TopicRouteData | None:
+        """The topic's route as the first name server that answers knows it; None when none knows
+        the topic (TOPIC_NOT_EXIST). Raises the last `MQError` when no name server answered."""
+        failure: MQError | None = None
+        for addr in self._addrs:
+            try:
+                response = await self._remoting.invoke(
+                    addr, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, GetRouteInfoRequestHeader(topic=topic)),
+                    REQUEST_TIMEOUT_MS)
+            except MQError as exc:
+                failure = exc
+                continue
+            if response.code == ResponseCode.TOPIC_NOT_EXIST:
+                return None
+            if response.code != ResponseCode.SUCCESS:
+                failure = error_for(response.code, response.remark)
+                continue
+            return decode_body(TopicRouteData, response.body_bytes())
+        raise failure if failure is not None else MQError("no name server to ask")
 
     async def stop(self) -> None:
         """Stop re-registering, UNREGISTER_BROKER from every name server (bounded), close."""

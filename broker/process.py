@@ -2,7 +2,8 @@
 tests that need a real separate broker (the benchmarks, the flights demo, the kill -9 test).
 
 It starts `rocketq broker start --listen-port 0 --store-dir DIR [--set k=v ...]` (with
-`metrics_port=0` unless `settings` name one, so several brokers never fight over 5557), learns the address
+`metrics_port=0` and `grpc_port=0` unless `settings` name them, so several brokers never fight
+over 5557 or 8081), learns the address
 from the `listening on HOST:PORT` line on stderr, keeps draining stderr for the whole run (the last
 lines are kept for error messages, ERROR lines are logged), and stops with SIGTERM, a bounded wait,
 then SIGKILL.
@@ -90,7 +91,8 @@ class BrokerSubprocess(Lifecycle):
         args = [*self._command, "--listen-port", str(self.listen_port)]
         if self.store_dir is not None:        # None: a name server (`python -m namesrv`), which has no store
             args += ["--store-dir", str(self.store_dir)]
-        for key, value in {"metrics_port": "0", **self._settings}.items():
+        defaults = {"metrics_port": "0"} if self.store_dir is None else {"metrics_port": "0", "grpc_port": "0"}
+        for key, value in {**defaults, **self._settings}.items():
             args += ["--set", f"{key}={value}"]
         self._process = await asyncio.create_subprocess_exec(
             *args, cwd=self._cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,

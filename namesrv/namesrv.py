@@ -206,7 +206,7 @@ class NameServer(Lifecycle):
         if self.routes.register_broker(cluster=header.cluster_name, broker_name=header.broker_name,
                                        broker_addr=header.broker_addr, broker_id=header.broker_id,
                                        topic_configs=body.topic_configs, now_ms=self.clock.monotonic_ms(),
-                                       ha_server_addr=header.ha_server_addr):
+                                       ha_server_addr=header.ha_server_addr, grpc_addr=header.grpc_addr):
             log.info("broker %s (%s, cluster %s) registered with %d topics", header.broker_name,
                      header.broker_addr, header.cluster_name, len(body.topic_configs))
         master_addr, ha_server_addr = self.routes.master_of(header.broker_name)

@@ -29,10 +29,12 @@ class RouteInfoManager:
         self.broker_live_table: dict[str, BrokerLive] = {}
 
     def register_broker(self, *, cluster: str, broker_name: str, broker_addr: str, broker_id: int,
-                        topic_configs: list[TopicConfigData], now_ms: int, ha_server_addr: str = "") -> bool:
+                        topic_configs: list[TopicConfigData], now_ms: int, ha_server_addr: str = "",
+                        grpc_addr: str = "") -> bool:
         """Record a broker's registration; True when the broker address is new. A master's
         (`broker_id` 0) topic list replaces what was known of that broker: a topic it no longer
-        lists leaves the broker's routes. Slaves only refresh their liveness and address."""
+        lists leaves the broker's routes. Slaves only refresh their liveness and address.
+        `grpc_addr`: where the broker serves the gRPC API ("": nowhere)."""
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
         data = self.broker_addr_table.get(broker_name)
         addrs = dict(data.broker_addrs) if data is not None else {}
@@ -40,8 +42,13 @@ class RouteInfoManager:
             if addr == broker_addr and other_id != broker_id:
                 del addrs[other_id]
         addrs[broker_id] = broker_addr
+        grpc_addrs = {i: a for i, a in (data.grpc_addrs if data is not None else {}).items() if i in addrs}
+        if grpc_addr:
+            grpc_addrs[broker_id] = grpc_addr
+        else:
+            grpc_addrs.pop(broker_id, None)
         self.broker_addr_table[broker_name] = BrokerData(cluster=cluster, broker_name=broker_name,
-                                                         broker_addrs=addrs)
+                                                         broker_addrs=addrs, grpc_addrs=grpc_addrs)
         if broker_id == 0:
             listed = {config.topic for config in topic_configs}
             for topic in [t for t, brokers in self.topic_queue_table.items() if broker_name in brokers]:
@@ -71,8 +78,9 @@ class RouteInfoManager:
             return
         addrs = {i: a for i, a in data.broker_addrs.items() if not (i == broker_id and a == broker_addr)}
         if addrs:
+            grpc_addrs = {i: a for i, a in data.grpc_addrs.items() if i in addrs}
             self.broker_addr_table[broker_name] = BrokerData(cluster=data.cluster, broker_name=broker_name,
-                                                             broker_addrs=addrs)
+                                                             broker_addrs=addrs, grpc_addrs=grpc_addrs)
             return
         del self.broker_addr_table[broker_name]
         names = self.cluster_addr_table.get(cluster)

@@ -89,9 +89,13 @@ class QueueData:
 
 @body
 class BrokerData:
+    """`broker_addrs`: broker id → remoting "host:port" (0: the master); `grpc_addrs`: broker id →
+    "host:port" of its RocketMQ 5 gRPC API, for the brokers that serve one."""
+
     cluster: str
     broker_name: str
     broker_addrs: dict[int, str]
+    grpc_addrs: dict[int, str] = field(default_factory=dict)
 
 
 @body

@@ -237,6 +237,7 @@ class RegisterBrokerRequestHeader(Header):
     cluster_name: str
     broker_id: int = 0
     ha_server_addr: str = ""      # a master's "host:ha_listen_port" its slaves replicate from (haServerAddr)
+    grpc_addr: str = ""           # "host:grpc_port" of its RocketMQ 5 gRPC API ("": not served)
 
 
 @header

@@ -25,7 +25,8 @@ def broker_config(tmp_path: Path, **overrides: object) -> BrokerConfig:
     `metrics_port`), a store under tmp_path with small files, short delay levels."""
     store = StoreConfig(path=tmp_path / "store", commit_log_segment_bytes=1024 * 1024,
                         consume_queue_segment_units=1_000, message_delay_level=TEST_DELAY_LEVELS)
-    fields: dict[str, object] = {"listen_port": 0, "metrics_port": 0, "store": store, "persist_interval_ms": 200,
+    fields: dict[str, object] = {"listen_port": 0, "metrics_port": 0, "grpc_port": 0, "store": store,
+                                 "persist_interval_ms": 200,
                                  "long_polling": LongPollingConfig(check_interval_ms=5_000),
                                  "graceful_shutdown_timeout_ms": 2_000}
     fields.update(overrides)

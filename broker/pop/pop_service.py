@@ -279,6 +279,16 @@ class PopService(Service):
                 self.notify(group, topic)
         return count
 
+    def forward_to_dlq(self, group: str, topic: str, queue_id: int, queue_offset: int, ck_id: int,
+                       delivery_attempt: int) -> bool:
+        """The consumer gives up on a delivery (the gRPC API's ForwardMessageToDeadLetterQueue): when
+        its handle (`ck_id`) is current it is acked and the message copied to `%DLQ%<group>` (reason:
+        `delivery_attempt` deliveries); False (nothing done) when the handle is stale."""
+        if not self.ack(group, topic, queue_id, queue_offset, ck_id):
+            return False
+        self._to_dlq(group, topic, queue_id, queue_offset, max(delivery_attempt, 1))
+        return True
+
     def _to_dlq(self, group: str, topic: str, queue_id: int, queue_offset: int, reconsume_times: int) -> None:
         """Copy the message at `queue_offset` to `%DLQ%<group>` (nothing when it is gone: retention)."""
         result = self._store.get_message(topic, queue_id, queue_offset, 1, None)

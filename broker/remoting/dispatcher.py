@@ -115,6 +115,46 @@ def settle_written(answers: list[Deferred]) -> None:
     dispatcher._settle_written(answers)
 
 
+class _Awaited:
+    """Takes a dispatcher's place for a `Deferred` that `answer_of` waits for."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[Reply]) -> None:
+        self.future = future
+
+    def _deferred_done(self, answer: Deferred) -> None:
+        if not self.future.done():
+            if answer._exception is not None:
+                self.future.set_exception(answer._exception)
+            else:
+                self.future.set_result(answer._result)
+
+    def _deferred_given_up(self, answer: Deferred) -> None:
+        self.future.cancel()
+
+
+async def answer_of(answer: Awaitable[Reply] | Deferred | Reply) -> Reply:
+    """The response a handler's return value comes to, whatever its kind (a reply, a `Deferred`,
+    an awaitable), for callers that run a handler in process rather than for a connection (the
+    gRPC API, `broker.grpc`). Raises what the handler raised; cancelling the wait gives up a
+    `Deferred` (`cancel`)."""
+    if answer is None or type(answer) is RemotingCommand:
+        return answer
+    if type(answer) is Deferred:
+        if answer._done:
+            if answer._exception is not None:
+                raise answer._exception
+            return answer._result
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        answer._dispatcher = cast("Dispatcher", _Awaited(future))
+        try:
+            return await future
+        finally:
+            answer.cancel()
+    return await cast("Awaitable[Reply]", answer)
+
+
 _IN_FLIGHT = "in-flight"         # the pause reason while a connection has too much waiting
 _CONTEXT = "request_context"     # the channel attribute holding its `RequestContext`
 _PEER = "auth_peer"              # the channel attribute holding its `auth.enforcer.Peer`

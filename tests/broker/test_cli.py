@@ -175,7 +175,8 @@ def test_second_sigint_forces_exit_and_sigterm_only_once() -> None:
 
 def _start_broker(*args: str) -> tuple[subprocess.Popen[str], str]:
     """`python -m broker ARGS` in a subprocess; returns it with the address it logged."""
-    proc = subprocess.Popen([sys.executable, "-m", "broker", "--set", "metrics_port=0", *args], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "broker", "--set", "metrics_port=0", "--set", "grpc_port=0",
+                             *args], cwd=REPO,
                             text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
     for _ in range(200):
@@ -220,7 +221,8 @@ def test_port_in_use_is_one_line_and_exit_code_1(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "broker", "--set", "metrics_port=0", "--listen-port",
+        result = subprocess.run([sys.executable, "-m", "broker", "--set", "metrics_port=0", "--set", "grpc_port=0",
+                                 "--listen-port",
                                  str(port), "--store-dir", str(tmp_path / "s")],
                                 cwd=REPO, capture_output=True, text=True, timeout=30)
     assert result.returncode == 1

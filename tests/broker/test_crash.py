@@ -68,7 +68,7 @@ async def test_kill_9_during_concurrent_sends_loses_no_acknowledged_message(tmp_
     assert exit_code in (-signal.SIGKILL, 255)
     assert (store / "abort").exists(), "a crash leaves the abort marker"
 
-    config = BrokerConfig(listen_port=0, metrics_port=0,
+    config = BrokerConfig(listen_port=0, metrics_port=0, grpc_port=0,
                           store=StoreConfig(path=store, commit_log_segment_bytes=1048576))
     remoting = RemotingClient()
     api = ClientAPI(remoting)

@@ -71,7 +71,7 @@ async def test_a_refused_broker_reads_and_writes_nothing_in_the_store(tmp_path: 
 
 def _rocketq_broker_start(store: Path) -> list[str]:
     return [sys.executable, "-m", "rocketq", "broker", "start", "--listen-port", "0", "--store-dir", str(store),
-            "--set", "metrics_port=0"]
+            "--set", "metrics_port=0", "--set", "grpc_port=0"]
 
 
 def test_cli_second_broker_on_a_store_dir_exits_non_zero_with_one_line(tmp_path: Path) -> None:

@@ -218,6 +218,7 @@ async def test_kill_9_after_batched_halves_and_ends(tmp_path: Path) -> None:
         await producer.shutdown()
         await proc.stop()
         await remoting.close()
-    async with Broker(BrokerConfig(listen_port=0, metrics_port=0, store=StoreConfig(path=store))) as broker:
+    config = BrokerConfig(listen_port=0, metrics_port=0, grpc_port=0, store=StoreConfig(path=store))
+    async with Broker(config) as broker:
         assert broker.transactions is not None and broker.transactions.table.pending_count == 0
         assert broker.store is not None and broker.store.get_max_offset("kt", 0) == len(delivered)

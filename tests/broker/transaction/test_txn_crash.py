@@ -95,7 +95,7 @@ async def test_kill_9_with_pending_half_messages_resolves_them_after_restart(tmp
         await remoting.close()
 
     # the store again, in process: nothing pending, every committed message once
-    config = BrokerConfig(listen_port=0, metrics_port=0, store=StoreConfig(path=store))
+    config = BrokerConfig(listen_port=0, metrics_port=0, grpc_port=0, store=StoreConfig(path=store))
     async with Broker(config) as broker:
         assert broker.transactions is not None and broker.transactions.table.pending_count == 0
         assert broker.store is not None and broker.store.get_max_offset("kt", 0) == len(committed)

@@ -11,7 +11,8 @@ built with AddressSanitizer and UBSan.
 
 Functions: `decode_frames`, `frame_bytes`, `decode_message_batch`, `read_batch_body` (through
 `decode_batch`), `offset_msg_ids`, and `canonical_bytes`, `sign_fields`, `signature_matches`,
-`check_signed` (`chaos.twins_signing`) (`protocol._speedups`); `encode_run`, `write_record`, `write_units`,
+`check_signed` (`chaos.twins_signing`), `usual_send` (`chaos.twins_send`) (`protocol._speedups`); `encode_run`,
+`write_record` (`chaos.twins_send`), `write_units`,
 `index_keys` (`broker.store._records`). Exits 1 on a difference, or when the process's RSS
 grew more than `--max-rss-growth-mb` after the first tenth of the run (a reference leaked on some
 path; not checked under a sanitizer, whose allocator keeps freed memory), 2 when the C modules
@@ -36,8 +37,9 @@ import psutil
 from broker.processors.send_message import decode_batch, decode_batch_py
 from broker.store.consume_queue import write_units_py
 from broker.store.key_index import index_keys_py
-from broker.store.record import encode_run_py, write_record_py
+from broker.store.record import encode_run_py
 from chaos.fuzz import mutated_frame, random_frame
+from chaos.twins_send import check_usual_send, check_write_record
 from chaos.twins_signing import check_canonical_bytes, check_check_signed, check_sign_fields, check_signature_matches
 from protocol import frame, native
 from protocol.command import RemotingCommand
@@ -264,39 +266,6 @@ def check_encode_run(rng: random.Random, records: Any) -> bool:
     return True
 
 
-def check_write_record(rng: random.Random, records: Any) -> bool:
-    """One record written into a buffer by both (the one-message send path), compared with the
-    bytes around it; where C leaves the case to the twin it must have written nothing."""
-    def field(usual: Any, unusual: Callable[[], Any]) -> Any:
-        return unusual() if rng.random() < 0.1 else usual
-    head: Any = (field("topic", lambda: _text(rng)), field(3, lambda: _int(rng)), field(0, lambda: _int(rng)),
-                 field(1_700_000_000_000, lambda: _int(rng)), field("10.0.0.1:5", lambda: _text(rng)),
-                 field(1_700_000_000_001, lambda: _int(rng)), "127.0.0.1:10911", field(0, lambda: _int(rng)))
-    if rng.random() < 0.03:
-        head = head[:7]
-    properties: Any = {_text(rng): _text(rng) for _ in range(rng.randint(0, 3))}
-    if rng.random() < 0.05:
-        properties = {1: "x"}
-    message: Any = (properties, field(0, lambda: _int(rng)), field(rng.randbytes(rng.randint(0, 1_500)),
-                                                                  lambda: _value(rng)))
-    if rng.random() < 0.05:
-        message = list(message) if rng.random() < 0.5 else message[:2]
-    size = rng.choice([0, 50, 300, 2_000, 70_000])
-    relative = rng.choice([-1, 0, 7, 100, size // 2, size])
-    limit = rng.choice([relative, relative + 60, relative + 400, size, size + 1])
-    queue_offset, commit_log_offset = field(5, lambda: _int(rng)), field(2**40, lambda: _int(rng))
-    by_c, by_python = bytearray(b"\xee" * size), bytearray(b"\xee" * size)
-    case = (size, relative, limit, head, queue_offset, commit_log_offset, message)
-    c = outcome(records.write_record, by_c, relative, limit, head, queue_offset, commit_log_offset, message, zlib.crc32)
-    if c == ("ok", None):                     # the twin's case: nothing may have been written
-        if by_c != by_python:
-            raise Divergence("write_record", case, "nothing written", bytes(by_c))
-        return False
-    python = outcome(write_record_py, by_python, relative, limit, head, queue_offset, commit_log_offset, message)
-    _same("write_record", case, (python, by_python), (c, by_c))
-    return True
-
-
 def check_write_units(rng: random.Random, records: Any) -> bool:
     units: list[Any] = [(rng.randrange(1 << 40), rng.randrange(1_000), rng.randint(-5, 5)) if rng.random() < 0.7
                         else tuple(_int(rng) for _ in range(rng.choice([3, 3, 2]))) for _ in range(rng.randint(0, 5))]
@@ -353,7 +322,8 @@ CHECKS: dict[str, tuple[str, Callable[[random.Random, Any], bool]]] = {
                           lambda rng, c: check_signature_matches(rng, c, _value, _text, _same, _body)),
     "check_signed": ("protocol._speedups", lambda rng, c: check_check_signed(rng, c, _value, _text, _same, _body)),
     "encode_run": ("broker.store._records", check_encode_run),
-    "write_record": ("broker.store._records", check_write_record),
+    "usual_send": ("protocol._speedups", lambda rng, c: check_usual_send(rng, c, _value, _text, _int, _same)),
+    "write_record": ("broker.store._records", lambda rng, c: check_write_record(rng, c, _value, _text, _int, _same)),
     "write_units": ("broker.store._records", check_write_units),
     "index_keys": ("broker.store._records", check_index_keys),
 }

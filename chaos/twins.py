@@ -11,7 +11,8 @@ built with AddressSanitizer and UBSan.
 
 Functions: `decode_frames`, `frame_bytes`, `decode_message_batch`, `read_batch_body` (through
 `decode_batch`), `offset_msg_ids`, and `canonical_bytes`, `sign_fields`, `signature_matches`,
-`check_signed` (`chaos.twins_signing`), `usual_send` (`chaos.twins_send`) (`protocol._speedups`); `encode_run`,
+`check_signed` (`chaos.twins_signing`), `usual_send`, `send_response` (`chaos.twins_send`)
+(`protocol._speedups`); `encode_run`,
 `write_record` (`chaos.twins_send`), `write_units`,
 `index_keys` (`broker.store._records`). Exits 1 on a difference, or when the process's RSS
 grew more than `--max-rss-growth-mb` after the first tenth of the run (a reference leaked on some
@@ -39,7 +40,7 @@ from broker.store.consume_queue import write_units_py
 from broker.store.key_index import index_keys_py
 from broker.store.record import encode_run_py
 from chaos.fuzz import mutated_frame, random_frame
-from chaos.twins_send import check_usual_send, check_write_record
+from chaos.twins_send import check_send_response, check_usual_send, check_write_record
 from chaos.twins_signing import check_canonical_bytes, check_check_signed, check_sign_fields, check_signature_matches
 from protocol import frame, native
 from protocol.command import RemotingCommand
@@ -323,6 +324,7 @@ CHECKS: dict[str, tuple[str, Callable[[random.Random, Any], bool]]] = {
     "check_signed": ("protocol._speedups", lambda rng, c: check_check_signed(rng, c, _value, _text, _same, _body)),
     "encode_run": ("broker.store._records", check_encode_run),
     "usual_send": ("protocol._speedups", lambda rng, c: check_usual_send(rng, c, _value, _text, _int, _same)),
+    "send_response": ("protocol._speedups", lambda rng, c: check_send_response(rng, c, _value, _text, _int, _same)),
     "write_record": ("broker.store._records", lambda rng, c: check_write_record(rng, c, _value, _text, _int, _same)),
     "write_units": ("broker.store._records", check_write_units),
     "index_keys": ("broker.store._records", check_index_keys),

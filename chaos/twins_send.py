@@ -1,5 +1,6 @@
-"""The single send's fast path in `chaos.twins`: `usual_send` (`protocol._speedups`, twin
-`broker.processors.usual_send.usual_send_py`) on random ext maps and bodies, and `write_record`
+"""The single send's fast path in `chaos.twins`: `usual_send` and `send_response` (`protocol._speedups`,
+twins `usual_send_py` and `send_response_py` of `broker.processors.usual_send`) on random ext maps,
+bodies and response fields, and `write_record`
 (`broker.store._records`, twin `broker.store.record.write_record_py`) writing one record into a
 buffer, compared byte for byte with the bytes around it. The value drawers (`value`, `text`,
 `integer`) and the comparison (`same`, which raises `chaos.twins.Divergence`) are `chaos.twins`'s."""
@@ -11,7 +12,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from broker.processors.usual_send import usual_send_py
+from broker.processors.usual_send import send_response_py, usual_send_py
 from broker.store.record import write_record_py
 
 Draw = Callable[[random.Random], Any]
@@ -46,6 +47,21 @@ def check_usual_send(rng: random.Random, speedups: Any, value: Draw, text: Draw,
     max_message_bytes = rng.choice([100, 500, 1 << 22, 1 << 22, 1 << 22])
     case = (fields, body, max_properties_bytes, max_message_bytes)
     same("usual_send", case, _outcome(usual_send_py, *case), _outcome(speedups.usual_send, *case))
+    return True
+
+
+def check_send_response(rng: random.Random, speedups: Any, value: Draw, text: Draw, integer: Draw,
+                        same: Same) -> bool:
+    """The response of a stored send: usual values mostly, any value in any field sometimes."""
+    def field(usual: Any, unusual: Draw) -> Any:
+        return unusual(rng) if rng.random() < 0.15 else usual
+    case = (field(rng.randrange(1 << 31), integer), field("7F00000100002A9F", text),
+            field(rng.randrange(1 << 64) if rng.random() < 0.5 else rng.randrange(1 << 30), integer),
+            field(rng.randrange(8), value), field(rng.randrange(1 << 40), value))
+    c = _outcome(speedups.send_response, *case)
+    if c == ("ok", None):                     # left to the twin
+        return False
+    same("send_response", case, _outcome(send_response_py, *case), c)
     return True
 
 

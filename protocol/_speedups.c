@@ -1093,6 +1093,78 @@ usual_send(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+static PyObject *key_msg_id, *key_queue_id, *key_queue_offset;
+
+/* send_response(opaque, msg_id_prefix, commit_log_offset, queue_id, queue_offset) -> RemotingCommand | None
+ *
+ * The twin of broker/processors/usual_send.py's `send_response_py` (its reference): a stored
+ * send's SUCCESS response, built as `decode_frames` builds commands (no dataclass __init__, no
+ * format call): code 0 (SUCCESS), the request's opaque, flag FLAG_RESPONSE (1), no remark, ext
+ * {"msg_id": msg_id_prefix + f"{commit_log_offset:016X}", "queue_id": queue_id, "queue_offset":
+ * queue_offset} (in that order: the frame's bytes follow it), body b"", version 1. None (nothing
+ * built) when `configure_frames` was not called, msg_id_prefix is not a str or commit_log_offset
+ * not an int within 0..2**64-1: the twin builds it then. */
+static PyObject *
+send_response(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "send_response takes 5 arguments");
+        return NULL;
+    }
+    PyObject *prefix = args[1], *commit_log_offset = args[2];
+    if (!state.frames_configured || !PyUnicode_CheckExact(prefix) || !PyLong_CheckExact(commit_log_offset))
+        Py_RETURN_NONE;
+    unsigned long long offset = PyLong_AsUnsignedLongLong(commit_log_offset);
+    if (offset == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (key_msg_id == NULL) {
+        if ((key_msg_id = PyUnicode_InternFromString("msg_id")) == NULL
+                || (key_queue_id = PyUnicode_InternFromString("queue_id")) == NULL
+                || (key_queue_offset = PyUnicode_InternFromString("queue_offset")) == NULL) {
+            Py_CLEAR(key_msg_id);
+            Py_CLEAR(key_queue_id);
+            return NULL;
+        }
+    }
+    PyObject *msg_id = msg_id_of(prefix, offset);
+    if (msg_id == NULL)
+        return NULL;
+    PyObject *fields = PyDict_New();
+    if (fields == NULL || PyDict_SetItem(fields, key_msg_id, msg_id) < 0
+            || PyDict_SetItem(fields, key_queue_id, args[3]) < 0
+            || PyDict_SetItem(fields, key_queue_offset, args[4]) < 0) {
+        Py_DECREF(msg_id);
+        Py_XDECREF(fields);
+        return NULL;
+    }
+    Py_DECREF(msg_id);
+    PyObject *code = PyLong_FromLong(0), *flag = PyLong_FromLong(1), *version = PyLong_FromLong(1);
+    PyObject *body = PyBytes_FromStringAndSize(NULL, 0);
+    PyTypeObject *type = state.command_type;
+    PyObject *command = (code == NULL || flag == NULL || version == NULL || body == NULL) ? NULL
+                        : type->tp_alloc(type, 0);
+    if (command == NULL) {
+        Py_XDECREF(code);
+        Py_XDECREF(flag);
+        Py_XDECREF(version);
+        Py_XDECREF(body);
+        Py_DECREF(fields);
+        return NULL;
+    }
+    COMMAND_SLOT(command, C_CODE) = code;
+    COMMAND_SLOT(command, C_OPAQUE) = Py_NewRef(args[0]);
+    COMMAND_SLOT(command, C_FLAG) = flag;
+    COMMAND_SLOT(command, C_VERSION) = version;
+    COMMAND_SLOT(command, C_REMARK) = Py_NewRef(Py_None);
+    COMMAND_SLOT(command, C_FIELDS) = fields;
+    COMMAND_SLOT(command, C_BODY) = body;
+    return command;
+}
+
 static PyObject *
 offset_msg_ids(PyObject *module, PyObject *args)
 {
@@ -1662,6 +1734,9 @@ check_signed(PyObject *module, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
+    {"send_response", (PyCFunction)(void (*)(void))send_response, METH_FASTCALL,
+     "send_response(opaque, msg_id_prefix, commit_log_offset, queue_id, queue_offset) -> RemotingCommand | None: "
+     "a stored send's SUCCESS response (see broker/processors/usual_send.py)."},
     {"usual_send", (PyCFunction)(void (*)(void))usual_send, METH_FASTCALL,
      "usual_send(fields, body, max_properties_bytes, max_message_bytes) -> (topic, queue_id, producer_group, "
      "flag, born_timestamp, reconsume_times, properties) | None: the usual SEND_MESSAGE's fields "

@@ -18,7 +18,7 @@ from broker.processors.batch_body import decode_batch as decode_batch
 from broker.processors.batch_body import decode_batch_py as decode_batch_py
 from broker.processors.batch_body import half_batch
 from broker.processors.dedup_sends import DedupSends
-from broker.processors.usual_send import usual_send
+from broker.processors.usual_send import send_response, send_response_py, usual_send
 from broker.processors.validate import check_message_size, require_group_name, require_topic_name
 from broker.remoting.context import RequestContext
 from broker.remoting.dispatcher import Deferred
@@ -184,12 +184,12 @@ class SendMessageProcessor:
             topic=topic, queue_id=queue_id, body=body, properties=properties, flag=flag,
             born_timestamp=born_timestamp, born_host=ctx.client_addr, reconsume_times=reconsume_times)
         check_put(result)
-        response = RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
-            "msg_id": self._msg_id_prefix + f"{result.commit_log_offsets[0]:016X}",
-            "queue_id": queue_id, "queue_offset": result.queue_offset})
+        commit_log_offset, queue_offset = result.commit_log_offsets[0], result.queue_offset
+        response = (send_response(request.opaque, self._msg_id_prefix, commit_log_offset, queue_id, queue_offset)
+                    or send_response_py(request.opaque, self._msg_id_prefix, commit_log_offset, queue_id, queue_offset))
         self._on_stored(topic, 1, len(body))
         if self._trace is not None:
-            self._trace.sent(ctx, group, topic, queue_id, result.queue_offset, result.commit_log_offsets[0], properties)
+            self._trace.sent(ctx, group, topic, queue_id, queue_offset, commit_log_offset, properties)
         return answer_when_durable(self._store, result.end_offset, response)
 
     def _checked_sends(self) -> set[tuple[str, int, str]]:

@@ -1,5 +1,6 @@
 """`usual_send`: the fields of a SEND_MESSAGE that `SendMessageProcessor.process` takes on its fast
-path, read from the request's ext map in one call (in C when `protocol._speedups` was built)."""
+path, read from the request's ext map in one call, and `send_response`, its SUCCESS response (both
+in C when `protocol._speedups` was built)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol import native
+from protocol.codes import FLAG_RESPONSE, ResponseCode
+from protocol.command import RemotingCommand
 from protocol.message import (
     PROPERTY_DEDUP,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -15,6 +18,7 @@ from protocol.message import (
     PROPERTY_TIMER_DELIVER_MS,
 )
 
+_SUCCESS = int(ResponseCode.SUCCESS)
 UsualSend = tuple[str, int, str, int, int, int, dict[str, str]]
 """(topic, queue_id, producer_group, flag, born_timestamp, reconsume_times, properties)"""
 
@@ -68,3 +72,20 @@ usual_send: Callable[[Any, Any, int, int], UsualSend | None] = (
     _speedups.usual_send if _speedups is not None else usual_send_py)
 """`usual_send_py`, in C when `protocol._speedups` was built (a tenth of the broker's Python time
 per one-at-a-time send went to these checks)."""
+
+
+def send_response_py(opaque: int, msg_id_prefix: str, commit_log_offset: int, queue_id: int,
+                     queue_offset: int) -> RemotingCommand:
+    """A stored send's SUCCESS response (RocketMQ's SendMessageResponseHeader: the offset msg id,
+    which is `msg_id_prefix` (`protocol.message.msg_id_prefix` of the store host) and the
+    commit_log_offset as 16 hex digits, and the queue id and offset), ext written directly, not
+    through the header dataclass. Raises `TypeError` for a `msg_id_prefix` that is not a str.
+    The Python version of `protocol._speedups.send_response` (its reference)."""
+    return RemotingCommand(_SUCCESS, opaque, FLAG_RESPONSE, None, {
+        "msg_id": msg_id_prefix + f"{commit_log_offset:016X}", "queue_id": queue_id, "queue_offset": queue_offset})
+
+
+send_response: Callable[[int, str, int, int, int], RemotingCommand | None] = (
+    _speedups.send_response if _speedups is not None else send_response_py)
+"""`send_response_py` in C when `protocol._speedups` was built, else the twin itself; None when the
+C function leaves the response to the twin (callers then call `send_response_py`)."""

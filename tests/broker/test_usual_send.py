@@ -1,6 +1,7 @@
 """`usual_send`: the single send's fast-path fields, in C (`protocol._speedups.usual_send`) and in
 its pure-Python twin, on the usual send, on every kind of field that must leave it to the typed
-path, and on random ext maps (hypothesis), where both must give the same answer."""
+path, and on random ext maps (hypothesis), where both must give the same answer; `send_response`,
+its response, the same from both and what the typed path's header says."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.processors.usual_send import usual_send_py
+from broker.processors.usual_send import send_response_py, usual_send_py
 from protocol import native
+from protocol.codes import ResponseCode
+from protocol.frame import frame_bytes
+from protocol.headers import SendMessageResponseHeader
+from protocol.message import make_msg_id, msg_id_prefix
 
 _speedups = native.speedups()
 TWINS = [pytest.param(usual_send_py, id="python")]
@@ -77,3 +82,33 @@ def test_c_and_python_agree(fields: dict[str, Any], body: Any, max_properties_by
     assert _speedups is not None
     assert (_speedups.usual_send(fields, body, max_properties_bytes, max_message_bytes)
             == usual_send_py(fields, body, max_properties_bytes, max_message_bytes))
+
+
+# -- the response -----------------------------------------------------------------------------------
+
+@pytest.mark.skipif(_speedups is None, reason="protocol._speedups was not built (no C compiler?)")
+@given(st.integers(-(2**31), 2**31 - 1), st.sampled_from(["7F000001002A9F", "", "é" * 3]),
+       st.integers(0, 2**64 - 1), st.integers(-(2**40), 2**40), st.integers(-(2**63), 2**63 - 1))
+def test_c_and_python_build_the_same_response(opaque: int, prefix: str, commit_log_offset: int, queue_id: int,
+                                              queue_offset: int) -> None:
+    assert _speedups is not None
+    by_c = _speedups.send_response(opaque, prefix, commit_log_offset, queue_id, queue_offset)
+    by_python = send_response_py(opaque, prefix, commit_log_offset, queue_id, queue_offset)
+    assert by_c == by_python
+    assert frame_bytes(by_c, 1 << 20) == frame_bytes(by_python, 1 << 20)      # the same ext order on the wire
+
+
+@pytest.mark.skipif(_speedups is None, reason="protocol._speedups was not built (no C compiler?)")
+@pytest.mark.parametrize(("prefix", "commit_log_offset"), [
+    (b"7F", 1), (None, 1), ("7F", -1), ("7F", 2**64), ("7F", 1.0), ("7F", True)])
+def test_c_leaves_unusual_responses_to_python(prefix: Any, commit_log_offset: Any) -> None:
+    assert _speedups is not None
+    assert _speedups.send_response(1, prefix, commit_log_offset, 0, 0) is None
+
+
+def test_the_response_is_send_message_s_header() -> None:
+    response = send_response_py(9, msg_id_prefix("127.0.0.1:10911"), 0x1234, 2, 77)
+    assert response.code == ResponseCode.SUCCESS and response.opaque == 9 and response.is_response
+    header = SendMessageResponseHeader.from_fields(response.fields)
+    assert header == SendMessageResponseHeader(msg_id=make_msg_id("127.0.0.1:10911", 0x1234), queue_id=2,
+                                               queue_offset=77)

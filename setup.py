@@ -1,10 +1,13 @@
 """Build configuration beyond pyproject.toml: the optional C modules.
 
-- `protocol._speedups`: C versions of pure per-message functions (protocol/message.py picks them);
+- `protocol._speedups`: C versions of pure per-message functions (protocol/message.py picks them),
+  and the usual single send's fields and response (broker/processors/usual_send.py, `usual_send`,
+  `send_response`);
 - `broker.store._fsync`: the SYNC_FLUSH fsync thread in C, never taking the GIL
   (broker/store/fsync_thread.py, `NativeFsyncThread`);
 - `broker.store._records`: a batch's commit-log records encoded in C (broker/store/record.py,
-  `encode_run`; each record's CRC from the libz.so.1 it finds at import), its consume-queue units
+  `encode_run`; each record's CRC from the libz.so.1 it finds at import), a single send's record
+  written into the commit log's map (`write_record`), its consume-queue units
   written (consume_queue.py, `write_units`) and its messages' KEYS words and UNIQ_KEYs indexed
   (key_index.py, `index_keys`).
 

@@ -42,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = ("protocol/_speedups", "broker/store/_records", "broker/store/_fsync")
 TESTS = ("tests/protocol", "tests/broker/store", "tests/broker/test_batch_decode.py", "tests/chaos/test_twins.py",
+         "tests/broker/test_usual_send.py",     # the single send's fields and response (C and twin)
          # a broker and clients over TCP: frames decoded and encoded in C on both sides, bad input
          "tests/broker/test_bad_input.py", "tests/broker/test_send_pull.py", "tests/broker/test_pipelining.py",
          "tests/broker/test_connection_protocol.py", "tests/broker/test_long_polling.py",

@@ -11,7 +11,9 @@ built with AddressSanitizer and UBSan.
 
 Functions: `decode_frames`, `frame_bytes`, `decode_message_batch`, `read_batch_body` (through
 `decode_batch`), `offset_msg_ids`, and `canonical_bytes`, `sign_fields`, `signature_matches`,
-`check_signed` (`chaos.twins_signing`) (`protocol._speedups`); `encode_run`, `write_units`,
+`check_signed` (`chaos.twins_signing`), `usual_send`, `send_response` (`chaos.twins_send`)
+(`protocol._speedups`); `encode_run`,
+`write_record` (`chaos.twins_send`), `write_units`,
 `index_keys` (`broker.store._records`). Exits 1 on a difference, or when the process's RSS
 grew more than `--max-rss-growth-mb` after the first tenth of the run (a reference leaked on some
 path; not checked under a sanitizer, whose allocator keeps freed memory), 2 when the C modules
@@ -38,6 +40,7 @@ from broker.store.consume_queue import write_units_py
 from broker.store.key_index import index_keys_py
 from broker.store.record import encode_run_py
 from chaos.fuzz import mutated_frame, random_frame
+from chaos.twins_send import check_send_response, check_usual_send, check_write_record
 from chaos.twins_signing import check_canonical_bytes, check_check_signed, check_sign_fields, check_signature_matches
 from protocol import frame, native
 from protocol.command import RemotingCommand
@@ -320,6 +323,9 @@ CHECKS: dict[str, tuple[str, Callable[[random.Random, Any], bool]]] = {
                           lambda rng, c: check_signature_matches(rng, c, _value, _text, _same, _body)),
     "check_signed": ("protocol._speedups", lambda rng, c: check_check_signed(rng, c, _value, _text, _same, _body)),
     "encode_run": ("broker.store._records", check_encode_run),
+    "usual_send": ("protocol._speedups", lambda rng, c: check_usual_send(rng, c, _value, _text, _int, _same)),
+    "send_response": ("protocol._speedups", lambda rng, c: check_send_response(rng, c, _value, _text, _int, _same)),
+    "write_record": ("broker.store._records", lambda rng, c: check_write_record(rng, c, _value, _text, _int, _same)),
     "write_units": ("broker.store._records", check_write_units),
     "index_keys": ("broker.store._records", check_index_keys),
 }

@@ -991,6 +991,180 @@ fallback:
     Py_RETURN_NONE;
 }
 
+/* -- the usual single send ---------------------------------------------------------------- */
+
+/* ext keys and property names `usual_send` reads (interned at its first call) */
+static const char *const send_names[13] = {
+    "topic", "queue_id", "producer_group", "flag", "born_timestamp", "reconsume_times", "properties",
+    "max_reconsume_times", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "DEDUP"};
+static PyObject *send_keys[13];
+
+/* The value of an exact int within lo..hi into *out: 1, 0 when it is not (no exception). */
+static int
+int_within(PyObject *value, long long lo, long long hi, long long *out)
+{
+    if (!PyLong_CheckExact(value))
+        return 0;
+    int overflow = 0;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow || (number == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = number;
+    return lo <= number && number <= hi;
+}
+
+/* usual_send(fields, body, max_properties_bytes, max_message_bytes)
+ *     -> (topic, queue_id, producer_group, flag, born_timestamp, reconsume_times, properties) | None
+ *
+ * The twin of broker/processors/usual_send.py's `usual_send_py` (its reference; the processor
+ * tests and `make fuzz-twins` run both): a SEND_MESSAGE's ext map (`fields`, a dict) and body
+ * when they are the usual send: topic and producer_group str, queue_id int, flag int32,
+ * born_timestamp 0..int64 max, reconsume_times 0..int32 max (those three default to 0 when
+ * absent), max_reconsume_times absent, None or int32, properties a dict of str to str with no DELAY,
+ * TIMER_DELIVER_MS, TIMER_DELAY_MS, TIMER_DELAY_SEC or DEDUP key, body bytes, and 4 bytes a
+ * character and 2 an entry of the properties within max_properties_bytes, and with the body
+ * within max_message_bytes ("plainly within": the exact UTF-8 size is never larger). Ints are
+ * exact ints (a bool is not one). None for anything else: the processor's typed path then checks
+ * field by field and raises the protocol's errors. */
+static PyObject *
+usual_send(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "usual_send takes 4 arguments");
+        return NULL;
+    }
+    Py_ssize_t max_properties_bytes = PyLong_AsSsize_t(args[2]);
+    if (max_properties_bytes == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t max_message_bytes = PyLong_AsSsize_t(args[3]);
+    if (max_message_bytes == -1 && PyErr_Occurred())
+        return NULL;
+    if (send_keys[0] == NULL) {
+        for (int k = 0; k < 13; k++) {
+            if ((send_keys[k] = PyUnicode_InternFromString(send_names[k])) == NULL)
+                return NULL;
+        }
+    }
+    PyObject *fields = args[0], *body = args[1];
+    if (!PyDict_CheckExact(fields) || !PyBytes_CheckExact(body))
+        Py_RETURN_NONE;
+    PyObject *value[8];
+    for (int k = 0; k < 8; k++) {
+        value[k] = PyDict_GetItemWithError(fields, send_keys[k]);     /* borrowed */
+        if (value[k] == NULL && PyErr_Occurred())
+            return NULL;
+    }
+    PyObject *zero = NULL;
+    long long number;
+    PyObject *topic = value[0], *queue_id = value[1], *group = value[2], *properties = value[6];
+    if (topic == NULL || !PyUnicode_CheckExact(topic) || queue_id == NULL || !PyLong_CheckExact(queue_id)
+            || group == NULL || !PyUnicode_CheckExact(group) || properties == NULL || !PyDict_CheckExact(properties))
+        Py_RETURN_NONE;
+    if ((value[3] != NULL && !int_within(value[3], INT32_MIN, INT32_MAX, &number))
+            || (value[4] != NULL && !int_within(value[4], 0, INT64_MAX, &number))
+            || (value[5] != NULL && !int_within(value[5], 0, INT32_MAX, &number))
+            || (value[7] != NULL && value[7] != Py_None && !int_within(value[7], INT32_MIN, INT32_MAX, &number)))
+        Py_RETURN_NONE;
+    for (int k = 8; k < 13; k++) {
+        int found = PyDict_Contains(properties, send_keys[k]);
+        if (found < 0)
+            return NULL;
+        if (found)
+            Py_RETURN_NONE;
+    }
+    Py_ssize_t pos = 0;
+    long long characters = 0;
+    PyObject *key, *text;
+    while (PyDict_Next(properties, &pos, &key, &text)) {
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(text))
+            Py_RETURN_NONE;
+        characters += PyUnicode_GET_LENGTH(key) + PyUnicode_GET_LENGTH(text);
+    }
+    long long size = 4 * characters + 2 * (long long)PyDict_GET_SIZE(properties);
+    if (size > max_properties_bytes || (long long)PyBytes_GET_SIZE(body) + size > max_message_bytes)
+        Py_RETURN_NONE;
+    if ((value[3] == NULL || value[4] == NULL || value[5] == NULL) && (zero = PyLong_FromLong(0)) == NULL)
+        return NULL;
+    PyObject *result = PyTuple_Pack(7, topic, queue_id, group, value[3] ? value[3] : zero,
+                                    value[4] ? value[4] : zero, value[5] ? value[5] : zero, properties);
+    Py_XDECREF(zero);
+    return result;
+}
+
+static PyObject *key_msg_id, *key_queue_id, *key_queue_offset;
+
+/* send_response(opaque, msg_id_prefix, commit_log_offset, queue_id, queue_offset) -> RemotingCommand | None
+ *
+ * The twin of broker/processors/usual_send.py's `send_response_py` (its reference): a stored
+ * send's SUCCESS response, built as `decode_frames` builds commands (no dataclass __init__, no
+ * format call): code 0 (SUCCESS), the request's opaque, flag FLAG_RESPONSE (1), no remark, ext
+ * {"msg_id": msg_id_prefix + f"{commit_log_offset:016X}", "queue_id": queue_id, "queue_offset":
+ * queue_offset} (in that order: the frame's bytes follow it), body b"", version 1. None (nothing
+ * built) when `configure_frames` was not called, msg_id_prefix is not a str or commit_log_offset
+ * not an int within 0..2**64-1: the twin builds it then. */
+static PyObject *
+send_response(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "send_response takes 5 arguments");
+        return NULL;
+    }
+    PyObject *prefix = args[1], *commit_log_offset = args[2];
+    if (!state.frames_configured || !PyUnicode_CheckExact(prefix) || !PyLong_CheckExact(commit_log_offset))
+        Py_RETURN_NONE;
+    unsigned long long offset = PyLong_AsUnsignedLongLong(commit_log_offset);
+    if (offset == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (key_msg_id == NULL) {
+        if ((key_msg_id = PyUnicode_InternFromString("msg_id")) == NULL
+                || (key_queue_id = PyUnicode_InternFromString("queue_id")) == NULL
+                || (key_queue_offset = PyUnicode_InternFromString("queue_offset")) == NULL) {
+            Py_CLEAR(key_msg_id);
+            Py_CLEAR(key_queue_id);
+            return NULL;
+        }
+    }
+    PyObject *msg_id = msg_id_of(prefix, offset);
+    if (msg_id == NULL)
+        return NULL;
+    PyObject *fields = PyDict_New();
+    if (fields == NULL || PyDict_SetItem(fields, key_msg_id, msg_id) < 0
+            || PyDict_SetItem(fields, key_queue_id, args[3]) < 0
+            || PyDict_SetItem(fields, key_queue_offset, args[4]) < 0) {
+        Py_DECREF(msg_id);
+        Py_XDECREF(fields);
+        return NULL;
+    }
+    Py_DECREF(msg_id);
+    PyObject *code = PyLong_FromLong(0), *flag = PyLong_FromLong(1), *version = PyLong_FromLong(1);
+    PyObject *body = PyBytes_FromStringAndSize(NULL, 0);
+    PyTypeObject *type = state.command_type;
+    PyObject *command = (code == NULL || flag == NULL || version == NULL || body == NULL) ? NULL
+                        : type->tp_alloc(type, 0);
+    if (command == NULL) {
+        Py_XDECREF(code);
+        Py_XDECREF(flag);
+        Py_XDECREF(version);
+        Py_XDECREF(body);
+        Py_DECREF(fields);
+        return NULL;
+    }
+    COMMAND_SLOT(command, C_CODE) = code;
+    COMMAND_SLOT(command, C_OPAQUE) = Py_NewRef(args[0]);
+    COMMAND_SLOT(command, C_FLAG) = flag;
+    COMMAND_SLOT(command, C_VERSION) = version;
+    COMMAND_SLOT(command, C_REMARK) = Py_NewRef(Py_None);
+    COMMAND_SLOT(command, C_FIELDS) = fields;
+    COMMAND_SLOT(command, C_BODY) = body;
+    return command;
+}
+
 static PyObject *
 offset_msg_ids(PyObject *module, PyObject *args)
 {
@@ -1560,6 +1734,13 @@ check_signed(PyObject *module, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
+    {"send_response", (PyCFunction)(void (*)(void))send_response, METH_FASTCALL,
+     "send_response(opaque, msg_id_prefix, commit_log_offset, queue_id, queue_offset) -> RemotingCommand | None: "
+     "a stored send's SUCCESS response (see broker/processors/usual_send.py)."},
+    {"usual_send", (PyCFunction)(void (*)(void))usual_send, METH_FASTCALL,
+     "usual_send(fields, body, max_properties_bytes, max_message_bytes) -> (topic, queue_id, producer_group, "
+     "flag, born_timestamp, reconsume_times, properties) | None: the usual SEND_MESSAGE's fields "
+     "(see broker/processors/usual_send.py)."},
     {"read_batch_body", read_batch_body, METH_VARARGS,
      "read_batch_body(raw, max_messages, max_message_bytes[, max_properties_bytes]) -> (items, body_bytes) | None."},
     {"offset_msg_ids", offset_msg_ids, METH_VARARGS,

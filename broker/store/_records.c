@@ -20,7 +20,13 @@
  * function could not be found at import (each record's CRC is then a Python call, 3 µs more for a
  * batch of 32). None when anything is not of the usual types (str topic and hosts, 64-bit ints, a
  * dict of str to str, bytes body): the Python twin then encodes the run, and raises what msgpack
- * raises. */
+ * raises.
+ *
+ * write_record(buffer, relative, limit, head, queue_offset, commit_log_offset, message, crc32)
+ *     -> total_size | 0 | None
+ *
+ * One such record written straight into a commit-log file's map (the one-message send path; the
+ * twin is record.py's `write_record_py`): see its comment below. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,6 +40,7 @@
 typedef struct {
     unsigned char *data;
     Py_ssize_t length, capacity;
+    unsigned char *stack;       /* a caller's stack buffer `data` starts as (NULL: none): never freed */
 } out_buffer;
 
 static int
@@ -44,7 +51,14 @@ reserve(out_buffer *out, Py_ssize_t more)
     Py_ssize_t capacity = out->capacity ? out->capacity : 4096;
     while (capacity < out->length + more)
         capacity *= 2;
-    unsigned char *grown = PyMem_Realloc(out->data, (size_t)capacity);
+    unsigned char *grown;
+    if (out->data != NULL && out->data == out->stack) {
+        grown = PyMem_Malloc((size_t)capacity);
+        if (grown != NULL)
+            memcpy(grown, out->data, (size_t)out->length);
+    } else {
+        grown = PyMem_Realloc(out->data, (size_t)capacity);
+    }
     if (grown == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -179,7 +193,7 @@ encode_run(PyObject *module, PyObject *args)
     if (PyTuple_GET_SIZE(head) != 8 || start < 0)
         Py_RETURN_NONE;
     PyObject **fields = &PyTuple_GET_ITEM(head, 0);
-    out_buffer out = {NULL, 0, 0};
+    out_buffer out = {NULL, 0, 0, NULL};
     PyObject *offsets = PyList_New(0), *sizes = PyList_New(0), *result = NULL;
     if (offsets == NULL || sizes == NULL)
         goto done;
@@ -223,6 +237,62 @@ done:
     PyMem_Free(out.data);
     Py_XDECREF(offsets);
     Py_XDECREF(sizes);
+    return result;
+}
+
+/* write_record(buffer, relative, limit, head, queue_offset, commit_log_offset, message, crc32)
+ *     -> total_size | 0 | None
+ *
+ * The one-message send path's record (broker/store/record.py `write_record_py`, its twin): the
+ * record `encode_run` would encode for [message] at `commit_log_offset` with queue offset
+ * `queue_offset`, written straight into the writable `buffer` (a commit-log file's mmap) at
+ * `relative`, with no payload bytes object, header struct or slice assignment in Python. Returns
+ * the record's total size; 0 when it would end past `limit` (nothing written: the caller rolls to
+ * the next file); None when anything is not of the usual types (as `encode_run`), or `relative`
+ * and `limit` do not lie within the buffer (relative <= limit <= len(buffer)): nothing written,
+ * the twin does it. */
+static PyObject *
+write_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "write_record takes 8 arguments");
+        return NULL;
+    }
+    Py_ssize_t relative = PyLong_AsSsize_t(args[1]);
+    if (relative == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *head = args[3], *queue_offset = args[4], *commit_log_offset = args[5];
+    if (!PyTuple_CheckExact(head) || PyTuple_GET_SIZE(head) != 8 || !is_int(queue_offset)
+            || !is_int(commit_log_offset))
+        Py_RETURN_NONE;
+    Py_buffer buffer;
+    if (PyObject_GetBuffer(args[0], &buffer, PyBUF_WRITABLE) < 0)
+        return NULL;
+    PyObject *result = NULL;
+    if (relative < 0 || relative > limit || limit > buffer.len) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    unsigned char local[1024];
+    out_buffer out = {local, 0, sizeof(local), local};
+    int written = put_record(&out, &PyTuple_GET_ITEM(head, 0), queue_offset, commit_log_offset, args[6], args[7]);
+    if (written > 0) {
+        if (out.length <= limit - relative) {
+            memcpy((unsigned char *)buffer.buf + relative, out.data, (size_t)out.length);
+            result = PyLong_FromSsize_t(out.length);
+        } else {
+            result = PyLong_FromLong(0);
+        }
+    } else if (written == 0) {
+        result = Py_NewRef(Py_None);
+    }
+    if (out.data != local)
+        PyMem_Free(out.data);
+done:
+    PyBuffer_Release(&buffer);
     return result;
 }
 
@@ -475,6 +545,9 @@ static PyMethodDef methods[] = {
     {"encode_run", encode_run, METH_VARARGS,
      "encode_run(head, messages, start, first_queue_offset, position, limit, crc32) -> "
      "(data, commit_log_offsets, sizes) | None (see the module docstring)."},
+    {"write_record", (PyCFunction)(void (*)(void))write_record, METH_FASTCALL,
+     "write_record(buffer, relative, limit, head, queue_offset, commit_log_offset, message, crc32) -> "
+     "total_size | 0 | None: one record written into a commit-log file (see broker/store/record.py)."},
     {"write_units", write_units, METH_VARARGS,
      "write_units(buffer, position, units) -> bool: a run of consume-queue units written at `position` "
      "(see broker/store/consume_queue.py)."},

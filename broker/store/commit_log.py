@@ -23,9 +23,13 @@ from broker.store.record import (
     RECORD_HEADER,
     EncodedRun,
     RecordError,
+    RunHead,
+    RunMessage,
     decode_stored_fields,
+    encode_run,
     payload_commit_log_offset,
     record_size_at,
+    write_record,
 )
 from broker.store.segment import MappedSegments, Segment
 from protocol.message import F_COMMIT_LOG_OFFSET
@@ -229,6 +233,25 @@ class CommitLog:
                 self.max_offset = position + total
                 return position, total
         written = self.append_batch(1, lambda _, commit_log_offset: encode(commit_log_offset))
+        return None if written is None else (written[0][0], written[1][0])
+
+    def append_record(self, head: RunHead, queue_offset: int, message: RunMessage) -> tuple[int, int] | None:
+        """`append_one` of the record of `message` (properties, flag, body) with `head` (see
+        `record.RunHead`) at queue offset `queue_offset`: (commit_log_offset, total_size), or None
+        when it is larger than a whole segment; raises `OSError` as `append_batch` does. The one-
+        message send path: encoded and written into the map by one C call (`record.write_record`)
+        when it fits in the current, allocated segment; else `append_run` (which rolls)."""
+        position = self.max_offset
+        segment_bytes = self._segment_bytes
+        relative = position % segment_bytes
+        segment = self._segments.find(position) if relative else None
+        if segment is not None and segment.allocated == segment_bytes:
+            total = write_record(segment.mm, relative, segment_bytes, head, queue_offset, position, message)
+            if total:
+                self.max_offset = position + total
+                return position, total
+        written = self.append_run(1, lambda start, commit_log_offset, limit: encode_run(
+            head, [message], start, queue_offset, commit_log_offset, limit))
         return None if written is None else (written[0][0], written[1][0])
 
     def append_replicated(self, commit_log_offset: int, data: bytes | memoryview) -> None:

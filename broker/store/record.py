@@ -88,6 +88,36 @@ def encode_run(head: RunHead, messages: Sequence[RunMessage], start: int, first_
     return encode_run_py(head, messages, start, first_queue_offset, position, limit)
 
 
+def write_record_py(buffer: Any, relative: int, limit: int, head: RunHead, queue_offset: int,
+                    commit_log_offset: int, message: RunMessage) -> int:
+    """Write the record `encode_run_py(head, [message], 0, queue_offset, commit_log_offset, ...)`
+    encodes into `buffer` (a commit-log file's mmap) at `relative`: its total size, or 0 (nothing
+    written) when it would end past `limit` (the end of the file, relative to `buffer`; callers
+    keep `0 <= relative <= limit <= len(buffer)`). Raises what msgpack raises for values it cannot
+    pack (nothing written). The Python version of `write_record` (its reference)."""
+    data, offsets, _ = encode_run_py(head, [message], 0, queue_offset, commit_log_offset,
+                                     commit_log_offset + limit - relative)
+    if not offsets:
+        return 0
+    buffer[relative:relative + len(data)] = data
+    return len(data)
+
+
+_c_write_record: Callable[..., int | None] | None = _records.write_record if _records is not None else None
+
+
+def write_record(buffer: Any, relative: int, limit: int, head: RunHead, queue_offset: int, commit_log_offset: int,
+                 message: RunMessage) -> int:
+    """`write_record_py`, in C when `broker.store._records` was built (the one-message send path:
+    the payload encoded, its CRC taken and the record copied into the map in one call, with no
+    bytes object or slice assignment per send). Anything unusual takes the Python version."""
+    if _c_write_record is not None:
+        written = _c_write_record(buffer, relative, limit, head, queue_offset, commit_log_offset, message, zlib.crc32)
+        if written is not None:
+            return written
+    return write_record_py(buffer, relative, limit, head, queue_offset, commit_log_offset, message)
+
+
 def encode_record(payload: bytes) -> bytes:
     """Header + `payload`, as written to the commit log."""
     return RECORD_HEADER.pack(len(payload) + HEADER_BYTES, zlib.crc32(payload)) + payload

@@ -275,21 +275,15 @@ class StoreWrites:
         """`_put` of one message, checks done: the one-at-a-time send path (no per-batch lists,
         closures over a shared field array or batch hand-off). Same record bytes as `_put`."""
         commit_log = self._commit_log
-        properties, flag, body = message
+        properties = message[0]
         key = (topic, queue_id)
         queue_offset = self._topic_queue_table.get(key, 0)
         store_timestamp = self._clock_ms()
-        pack, store_host = self._packer.pack, self._store_host
-
-        def encode(commit_log_offset: int) -> bytes:
-            payload: bytes = pack([topic, queue_id, queue_offset, commit_log_offset, flag, sys_flag, born_timestamp,
-                                   born_host, store_timestamp, store_host, reconsume_times, properties, body])
-            return payload
-
         refused = self._reserve_unit(topic, queue_id, queue_offset, 1)
         if refused is not None:
             return refused
-        written = self._append(commit_log.append_one, encode)
+        written = self._append(commit_log.append_record, (topic, queue_id, sys_flag, born_timestamp, born_host,
+                               store_timestamp, self._store_host, reconsume_times), queue_offset, message)
         if isinstance(written, PutMessageResult):
             return written
         commit_log_offset, size = written

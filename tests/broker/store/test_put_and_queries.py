@@ -73,6 +73,32 @@ async def test_batches_write_the_same_log_with_c_or_python_records(tmp_path: Pat
     assert len(logs[0]) >= 3 and logs[0] == logs[1]
 
 
+async def test_single_puts_write_the_same_log_with_c_or_python_records(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-message path's records (C `write_record` into the map when built, else its twin)
+    are byte for byte the same, across file roll-overs (a record that does not fit goes to the
+    next file) and a record too large for any file (refused, nothing written)."""
+    messages = [({"TAGS": "A", "UNIQ_KEY": f"u{i}"}, i, bytes([i % 256]) * (37 * i % 3_000 + 1)) for i in range(200)]
+    logs: list[list[bytes]] = []
+    for twin in (False, True):
+        if twin:
+            monkeypatch.setattr(record_module, "_c_write_record", None)
+        config = small_config(tmp_path / f"store-{twin}")
+        store = await open_store(config, TickClock())
+        try:
+            statuses = [store.put_checked_message(topic="t", queue_id=1, body=body, properties=properties, flag=flag,
+                                                  born_timestamp=5, born_host=BORN_HOST, reconsume_times=0).status
+                        for properties, flag, body in messages]
+            too_large = store.put_message(topic="t", queue_id=1, body=bytes(70_000), properties={}, flag=0,
+                                          born_timestamp=5, born_host=BORN_HOST)
+        finally:
+            await store.stop()
+        assert statuses == [PutMessageStatus.PUT_OK] * len(messages)
+        assert too_large.status is PutMessageStatus.MESSAGE_ILLEGAL
+        logs.append([path.read_bytes() for path in sorted((config.path / "commitlog").iterdir())])
+    assert len(logs[0]) >= 3 and logs[0] == logs[1]
+
+
 async def test_stored_payload_is_exactly_encode_stored_message(store: MessageStore, clock: TickClock) -> None:
     properties = {"TAGS": "ÄÖ", "KEYS": "k1 k2", "": "empty key", "x": ""}
     clock.now_ms = 1_234_567_890_123

@@ -23,6 +23,8 @@ from broker.store.record import (
     payload_commit_log_offset,
     payload_properties,
     record_size_at,
+    write_record,
+    write_record_py,
 )
 from protocol.message import encode_stored_message
 
@@ -175,3 +177,53 @@ def test_runs_use_msgpack_s_larger_map_and_bin_forms(property_count: int, body_b
         topic="t" * 40, queue_id=7, queue_offset=9, commit_log_offset=100, flag=-5, sys_flag=0, born_timestamp=1,
         born_host="h" * 300, store_timestamp=2, store_host="s", reconsume_times=0, properties=properties,
         body=bytes(body_bytes)))
+
+
+# -- one record written into a file's map (the one-message send path) ------------------------------
+
+@given(run_heads, run_messages, st.integers(0, 2**62), st.integers(0, 2**40), st.integers(0, 600),
+       st.integers(0, 4000))
+def test_a_written_record_is_the_run_of_that_one_message(head: RunHead, messages: list[RunMessage],
+                                                          queue_offset: int, position: int, relative: int,
+                                                          room: int) -> None:
+    """`write_record` (C when built) writes exactly `encode_run`'s record at `relative`, touching
+    no other byte, or nothing and 0 when it would end past `limit`; its twin does the same."""
+    message = messages[0]
+    limit = relative + room
+    expected, offsets, _ = encode_run_py(head, [message], 0, queue_offset, position, position + room)
+    for writer in (write_record, write_record_py):
+        buffer = bytearray(b"\xee" * (limit + 16))
+        total = writer(buffer, relative, limit, head, queue_offset, position, message)
+        if offsets:
+            assert total == len(expected)
+            assert buffer == b"\xee" * relative + expected + b"\xee" * (limit + 16 - relative - total)
+        else:
+            assert total == 0 and buffer == b"\xee" * (limit + 16)
+
+
+@pytest.mark.skipif(native_records is None, reason="broker.store._records was not built (no C compiler?)")
+@pytest.mark.parametrize(("head", "message", "relative", "limit"), [
+    (("t", 0, 0, 0, "h", 0, "s", 0), ({"k": 1}, 0, b"x"), 0, 100),             # a property that is not str
+    (("t", 0, 0, 0, "h", 0, "s", 0), ({}, True, b"x"), 0, 100),                # a bool flag
+    (("t", 2**64, 0, 0, "h", 0, "s", 0), ({}, 0, b"x"), 0, 100),               # out of msgpack's ints
+    (("\ud800", 0, 0, 0, "h", 0, "s", 0), ({}, 0, b"x"), 0, 100),              # not UTF-8 encodable
+    (("t", 0, 0, 0, "h", 0, "s"), ({}, 0, b"x"), 0, 100),                      # a short head
+    (("t", 0, 0, 0, "h", 0, "s", 0), ({}, 0, b"x"), -1, 100),                  # before the buffer
+    (("t", 0, 0, 0, "h", 0, "s", 0), ({}, 0, b"x"), 50, 40),                   # relative past limit
+    (("t", 0, 0, 0, "h", 0, "s", 0), ({}, 0, b"x"), 0, 201),                   # limit past the buffer
+])
+def test_c_leaves_unusual_records_to_python_and_writes_nothing(head: Any, message: Any, relative: int,
+                                                                limit: int) -> None:
+    buffer = bytearray(200)
+    assert native_records.write_record(buffer, relative, limit, head, 0, 0, message, zlib.crc32) is None
+    assert buffer == bytearray(200)
+
+
+@pytest.mark.skipif(native_records is None, reason="broker.store._records was not built (no C compiler?)")
+def test_c_writes_a_record_larger_than_its_stack_buffer() -> None:
+    head: RunHead = ("t", 1, 0, 2, "h" * 2000, 3, "s", 0)
+    message: RunMessage = ({f"k{i}": "v" * 300 for i in range(20)}, 0, bytes(70_000))
+    by_c, by_python = bytearray(100_000), bytearray(100_000)
+    total = native_records.write_record(by_c, 10, 100_000, head, 4, 5, message, zlib.crc32)
+    assert total == write_record_py(by_python, 10, 100_000, head, 4, 5, message) > 70_000
+    assert by_c == by_python

@@ -32,6 +32,7 @@ from protocol.message import (
 SENT, BACK, DLQ = "S", "B", "D"                                              # message records
 PULLED, COMMITTED, POPPED, ACKED, CHANGED, REVIVED = "P", "C", "O", "A", "I", "R"   # queue records
 SENT_BATCH = "M"                                                             # a queue record too
+SENT_SET = "N"                  # a queue record: the usual single sends of one client to one queue
 CLIENT = "H"                                                                 # a connection's client id
 HALF = "T"                      # a message record: a transactional send stored its half message
 TRANSACTION = "E"               # a queue record of the half queue: a half's check-back or outcome

@@ -189,7 +189,7 @@ class SendMessageProcessor:
                     or send_response_py(request.opaque, self._msg_id_prefix, commit_log_offset, queue_id, queue_offset))
         self._on_stored(topic, 1, len(body))
         if self._trace is not None:
-            self._trace.sent(ctx, group, topic, queue_id, queue_offset, commit_log_offset, properties)
+            self._trace.sent_usual(ctx.client_addr, group, topic, queue_id, queue_offset)
         return answer_when_durable(self._store, result.end_offset, response)
 
     def _checked_sends(self) -> set[tuple[str, int, str]]:

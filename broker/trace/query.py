@@ -57,9 +57,11 @@ from protocol.trace import (
     REVIVED,
     SENT,
     SENT_BATCH,
+    SENT_SET,
     TRANSACTION,
     QueryMessageTraceRequestHeader,
     as_properties,
+    merge_timeline,
 )
 
 TOOLS_CONSUMER = "TOOLS_CONSUMER"           # the admin's own reads: not deliveries
@@ -90,14 +92,15 @@ class TraceQueryProcessor:
         self._lock = asyncio.Lock()
 
     async def query(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
-        """SUCCESS with a msgpack array of timeline entries (`protocol.trace`), [] when nothing is
+        """SUCCESS with a msgpack array of timeline entries (`protocol.trace`), oldest first (as
+        `merge_timeline` orders them), [] when nothing is
         known (also with the trace off); SYSTEM_ERROR for a malformed query (`check_query`)."""
         header = QueryMessageTraceRequestHeader.from_fields(request.fields)
         wanted = check_query(header)
         service = self._service()
         async with self._lock:
             entries = await self._trace(service, wanted, header.topic, header.max_entries)
-        return request.response(body=msgpack.packb(entries[:header.max_entries]))
+        return request.response(body=msgpack.packb(merge_timeline([entries])[:header.max_entries]))
 
     async def _trace(self, service: TraceService | None, wanted: str, topic: str, limit: int) -> list[Entry]:
         if service is not None:
@@ -203,6 +206,7 @@ class _Resolver:
         self._consumed: set[tuple[str, Location]] = set()
         self._sent_back: set[tuple[str, str]] = set()     # (group, msg_id) of copies a group sent back
         self._stored_us: dict[Location, int] = {}         # a place's store time (epoch µs)
+        self._resent_from: dict[Location, str] = {}       # a stored copy's DLQ_RESENT_FROM (a resend)
 
     @property
     def full(self) -> bool:
@@ -310,6 +314,8 @@ class _Resolver:
             return
         self._stored_us[location] = fields[F_STORE_TIMESTAMP] * 1000
         properties = fields[F_PROPERTIES]
+        if PROPERTY_DLQ_RESENT_FROM in properties:
+            self._resent_from[location] = properties[PROPERTY_DLQ_RESENT_FROM]
         msg_id = make_msg_id(self.address, fields[F_COMMIT_LOG_OFFSET])
         place = self._place(*location, msg_id, properties.get(PROPERTY_UNIQ_KEY))
         topic = location[0]
@@ -333,6 +339,14 @@ class _Resolver:
                     at = self._stored_us.get((topic, queue_id, queue_offset), at_us)
                     self._add("sent", at, **place, group=group, client_id=self._clients.get(addr), client_addr=addr,
                               detail=f"producer group {group}, in a batch of {next_offset - from_offset}")
+            elif kind == SENT_SET:
+                offsets, group, addr = record[4:7]
+                if queue_offset in offsets:
+                    location = (topic, queue_id, queue_offset)
+                    resent_from = self._resent_from.get(location)
+                    self._add("resent_from_dlq" if resent_from else "sent", self._stored_us.get(location, at_us),
+                              **place, group=group, client_id=self._clients.get(addr), client_addr=addr,
+                              detail=f"copy of DLQ message {resent_from}" if resent_from else f"producer group {group}")
             elif kind == PULLED:
                 from_offset, next_offset, group, addr, count = record[4:9]
                 client_id = self._clients.get(addr)

@@ -13,7 +13,15 @@ matches a msg id or key against: UNIQ_KEY, KEYS, DLQ_RESENT_FROM, ORIGIN_MESSAGE
 RETRY_TOPIC), as strings: no dict of the request is held until the write; queue records carry (topic, queue_id)
 and the queue offsets they cover at positions 2 to 4, resolved against a message's place at query
 time:
-- SENT: a message stored by SEND_MESSAGE (a resend from the DLQ too);
+- SENT: a message stored by SEND_MESSAGE's typed path (a delayed or timer message, a retry topic's,
+  a first send to a queue, ...), with its noted properties;
+- SENT_SET: the usual single sends (SEND_MESSAGE's fast path, a resend from the DLQ too) of one
+  client and producer group to one queue since the last write, as a queue record: the queue
+  offsets, in order ([SENT_SET, time, topic, queue_id, [offsets], group, client]). A send costs an
+  append to a list (a SENT record per send cost ~0.5 µs to make and ~0.5 µs to write: 5-8 % of a
+  single send's broker CPU); the message itself is found at query time through the commit log (an
+  offset msg id) or the store's key index (a UNIQ_KEY or key), as a batched one, and its
+  properties (a DLQ resend's DLQ_RESENT_FROM) read there;
 - SENT_BATCH: the messages of a SEND_BATCH_MESSAGE, as a queue record ([first, next) queue offsets):
   one record per batch, nothing per message (a batched message is found through the store's key
   index at query time; its own properties are in the store);
@@ -48,6 +56,7 @@ from protocol.trace import (
     REVIVED,
     SENT,
     SENT_BATCH,
+    SENT_SET,
     TRANSACTION,
     noted,
 )
@@ -61,13 +70,15 @@ class TraceRecorder:
     def __init__(self, max_events: int) -> None:
         self._queue: deque[tuple[Any, ...]] = deque()
         self._commits: dict[tuple[str, str, int], list[Any]] = {}     # (group, topic, queue_id) -> its COMMITTED
+        self._sent_sets: dict[tuple[str, int, str, str], list[int]] = {}  # (topic, queue_id, group, client) -> offsets
+        self._sent_in_sets = 0      # queue offsets in `_sent_sets` (counted against `max_events`)
         self._max = max_events
         self.dropped = 0            # events not recorded: the queue was full
-        self.recorded = 0           # events drained into records
+        self.recorded = 0           # events drained into records (a SENT_SET's sends counted each)
 
     @property
     def waiting(self) -> int:
-        return len(self._queue)
+        return len(self._queue) + self._sent_in_sets
 
     def _add(self, event: tuple[Any, ...]) -> None:
         queue = self._queue
@@ -89,6 +100,19 @@ class TraceRecorder:
                           (get(_UNIQ), get(_KEYS), get(_RESENT_FROM), get(_ORIGIN), get(_RETRY_TOPIC))))
         else:
             self.dropped += 1
+
+    def sent_usual(self, client_addr: str, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+        """SEND_MESSAGE's fast path stored one message at `queue_offset` (a SENT_SET record's offset)."""
+        if len(self._queue) + self._sent_in_sets >= self._max:
+            self.dropped += 1
+            return
+        self._sent_in_sets += 1
+        key = (topic, queue_id, group, client_addr)
+        offsets = self._sent_sets.get(key)
+        if offsets is None:
+            self._sent_sets[key] = [queue_offset]
+        else:
+            offsets.append(queue_offset)
 
     def sent_batch(self, ctx: RequestContext, group: str, topic: str, queue_id: int, queue_offset: int,
                    count: int) -> None:
@@ -177,9 +201,14 @@ class TraceRecorder:
         queue is empty after."""
         queue, self._queue = self._queue, deque()
         records: list[Any] = list(queue)
+        self.recorded += len(records) + self._sent_in_sets + len(self._commits)
+        if self._sent_sets:
+            now = time()
+            records += [(SENT_SET, now, topic, queue_id, offsets, group, client)
+                        for (topic, queue_id, group, client), offsets in self._sent_sets.items()]
+            self._sent_sets, self._sent_in_sets = {}, 0
         if self._commits:
             records += self._commits.values()
             self._commits = {}
-        self.recorded += len(records)
         return records
 

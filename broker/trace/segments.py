@@ -28,7 +28,17 @@ from typing import Any
 import msgpack
 
 from protocol.message import PROPERTY_DLQ_RESENT_FROM, PROPERTY_KEYS, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_UNIQ_KEY
-from protocol.trace import CLIENT, COMMITTED, MESSAGE_KINDS, OTHER_KINDS, POPPED, PULLED, SENT_BATCH, as_properties
+from protocol.trace import (
+    CLIENT,
+    COMMITTED,
+    MESSAGE_KINDS,
+    OTHER_KINDS,
+    POPPED,
+    PULLED,
+    SENT_BATCH,
+    SENT_SET,
+    as_properties,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +75,7 @@ def _covered(record: Sequence[Any]) -> tuple[str, int, int, int] | None:
     topic, queue_id = record[2], record[3]
     if kind in (PULLED, SENT_BATCH):        # [from, next)
         return (topic, queue_id, record[4], record[5] - 1) if record[5] > record[4] else None
-    if kind == POPPED:
+    if kind in (POPPED, SENT_SET):
         return (topic, queue_id, min(record[4]), max(record[4])) if record[4] else None
     if kind == COMMITTED:   # old -> new: passes the offsets old..new-1 (the first commit: 0..new-1)
         old, new = record[4], record[5]
@@ -204,17 +214,20 @@ class TraceSegments:
         tmp.write_bytes(msgpack.packb({"queues": rows, "clients": clients}))
         os.replace(tmp, segment.path.with_suffix(_SUMMARY))
 
+    def retention_due(self) -> bool:
+        """Whether `enforce_retention` would delete a segment now (a cheap test: the oldest one's
+        time and the total size)."""
+        if not self._segments:
+            return False
+        return (self._segments[0].last_ms < self._now_ms() - self._retention_ms
+                or (self.total_bytes > self._max_bytes and len(self._segments) > 1))
+
     def enforce_retention(self) -> int:
         """Delete segments past `retention_ms`, then the oldest while over `max_bytes`; returns how
         many were deleted."""
         deleted = 0
-        expired_before = self._now_ms() - self._retention_ms
-        while self._segments:
+        while self.retention_due():
             oldest = self._segments[0]
-            too_old = oldest.last_ms < expired_before
-            too_big = self.total_bytes > self._max_bytes and len(self._segments) > 1
-            if not (too_old or too_big):
-                break
             if not oldest.sealed:
                 self._seal(oldest)
             with self._lock:
@@ -323,6 +336,6 @@ def _spans(span: list[int] | None, offsets: set[int]) -> bool:
 def _matches(record: Sequence[Any], offsets: set[int]) -> bool:
     covered = _covered(record)
     assert covered is not None
-    if record[0] == POPPED:
+    if record[0] in (POPPED, SENT_SET):
         return any(o in offsets for o in record[4])
     return any(covered[2] <= o <= covered[3] for o in offsets)

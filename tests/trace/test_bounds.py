@@ -56,10 +56,10 @@ async def test_a_key_of_thousands_of_messages_answers_at_most_max_entries(broker
 async def test_the_trace_files_stay_within_max_bytes(tmp_path: Path, admin_api: AdminAPI) -> None:
     trace = TraceConfig(max_bytes=16_384, segment_bytes=2_048, flush_interval_ms=10)
     async with Broker(broker_config(tmp_path, trace=trace)) as broker:
-        for i in range(600):
-            await send(admin_api, broker.address, "orders", b"x", properties={"KEYS": f"k{i}"})
         assert broker.trace is not None
-        await broker.trace.flush()
+        for i in range(600):        # a write per send (one SENT_SET record each: ~45 bytes)
+            await send(admin_api, broker.address, "orders", b"x", properties={"KEYS": f"k{i}"})
+            await broker.trace.flush()
         segments = broker.trace.segments
         files = sorted((tmp_path / "store" / "trace").glob("*.trace"))
         on_disk = sum(f.stat().st_size for f in files)
@@ -141,3 +141,38 @@ def test_commits_between_two_writes_become_one_record_per_forward_run() -> None:
     records = recorder.drain()
     assert [(r[3], r[4], r[5]) for r in records] == [(0, None, 5), (0, 5, 2), (0, 2, 4), (1, 7, 9)]
     assert recorder.drain() == [] and recorder.recorded == 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2)), max_size=120), st.sets(st.integers(0, 50), max_size=5),
+       st.integers(1, 200), st.integers(64, 600))
+def test_usual_single_sends_are_found_by_each_queue_offset(tmp_path_factory: pytest.TempPathFactory,
+                                                           sends: list[tuple[int, int]], wanted: set[int],
+                                                           max_events: int, segment_bytes: int) -> None:
+    """Single sends recorded as SENT_SET records (one per client and queue between two writes):
+    within `queue_max_events`, every send is counted, dropped ones too; a lookup of queue offsets
+    finds exactly the records holding one, and each record's offsets ascend."""
+    recorder = TraceRecorder(max_events=max_events)
+    next_offset = [0, 0, 0]
+    kept: dict[int, list[tuple[int, str]]] = {0: [], 1: [], 2: []}
+    for client, queue_id in sends:
+        addr = f"10.0.0.{client}:5"
+        before = recorder.dropped
+        recorder.sent_usual(addr, "pg", "t", queue_id, next_offset[queue_id])
+        if recorder.dropped == before:
+            kept[queue_id].append((next_offset[queue_id], addr))
+        next_offset[queue_id] += 1
+    assert recorder.waiting == min(len(sends), max_events) and recorder.dropped == max(0, len(sends) - max_events)
+    records = recorder.drain()
+    assert recorder.waiting == 0 and recorder.recorded == min(len(sends), max_events)
+    segments = TraceSegments(tmp_path_factory.mktemp("seg"), segment_bytes=segment_bytes, max_bytes=1 << 30,
+                             retention_ms=1 << 40, now_ms=lambda: 1)
+    segments.load()
+    for record in records:
+        assert list(record[4]) == sorted(record[4])
+        segments.append([record])
+    segments.close()
+    found = find_queue_records(segments.snapshot(), {("t", 1): wanted}, 10_000)
+    assert sorted((o, r[6]) for r in found for o in r[4] if o in wanted) == [
+        (o, addr) for o, addr in kept[1] if o in wanted]
+    assert all(r[3] == 1 and any(o in wanted for o in r[4]) for r in found)

@@ -145,3 +145,30 @@ async def test_a_message_sent_in_a_batch_and_consumed(broker: Broker, admin_api:
     sent = timeline[0]
     assert sent["group"] == "batchers" and "in a batch of 3" in sent["detail"] and sent["queue_offset"] == 1
     assert timeline[1]["msg_id"] == result.msg_ids[1] and timeline[1]["uniq_key"] == result.uniq_keys[1]
+
+
+async def test_usual_single_sends_are_traced_by_id_and_key(tmp_path: Path, admin_api: AdminAPI) -> None:
+    """After the first send to a queue (the typed path, a SENT record of its own), a producer's
+    sends take the usual fast path, recorded as one SENT_SET per client and queue: each message
+    is still found by UNIQ_KEY, offset msg id and key, with its producer group and address; with
+    the key index off, by its offset msg id."""
+    from conf.store import StoreConfig
+    for key_index in (True, False):
+        store = StoreConfig(path=tmp_path / f"store-{key_index}", commit_log_segment_bytes=1 << 20,
+                            key_index_max_entries=100_000 if key_index else 0)
+        async with Broker(broker_config(tmp_path, store=store)) as broker:
+            await admin_api.create_topic(broker.address, "orders", queue_nums=1)
+            async with Producer("usual-producers", broker.address) as producer:
+                sent = [await producer.send(Message("orders", b"m%d" % i, keys=f"usual-{i}")) for i in range(5)]
+            for i, result in enumerate(sent):
+                wanted = [result.msg_id] + ([result.uniq_keys[0]] if key_index else [])
+                for msg_id in wanted:
+                    found = await trace_until(admin_api, broker.address, lambda t: "stored" in events(t),
+                                              msg_id=msg_id)
+                    assert events(found) == ["sent", "stored"], (i, msg_id, found)
+                    assert found[0]["group"] == "usual-producers" and found[0]["client_addr"]
+                    assert found[1]["queue_offset"] == i and found[1]["msg_id"] == result.msg_id
+                if key_index:
+                    by_key = await admin_api.query_message_trace(broker.address, key=f"usual-{i}")
+                    assert [(e["event"], e["msg_id"]) for e in by_key] == [("sent", result.msg_id),
+                                                                           ("stored", result.msg_id)]

@@ -252,6 +252,7 @@ class Broker(Lifecycle):
                 self.grpc = GrpcServer(self, handlers, lambda: self.auth.enforcer, host=config.listen_host,
                                        port=config.grpc_port, advertised_host=host, tls=config.tls,
                                        max_message_bytes=config.store.max_message_bytes,
+                                       max_concurrent_calls=config.grpc_max_concurrent_calls,
                                        delay_levels_ms=store.delay_levels)
                 await self.grpc.start()
             await server.begin_serving()

@@ -32,7 +32,7 @@ class BrokerConfig:
         "timer_max_delay_sec": Range(low=1, high=400 * 86_400),
         "timer_precision_ms": Range(low=1, high=1_000), "timer_roll_window_slots": Range(low=1),
         "pop_max_in_flight_per_queue": Range(low=1), "pop_revive_interval_ms": Range(low=1),
-        "broker_id": Range(0, 1_000), "grpc_port": Range(0, 65_535),
+        "broker_id": Range(0, 1_000), "grpc_port": Range(0, 65_535), "grpc_max_concurrent_calls": Range(1, 1_000_000),
         "ha_listen_port": Range(-1, 65_535), "in_sync_replicas_min": Range(1, 16),
         "ha_max_gap_bytes": Range(low=1), "ha_window_bytes": Range(4_096, 256 * 1024 * 1024),
         "ha_heartbeat_interval_ms": Range(10, 60_000), "ha_housekeeping_timeout_ms": Range(100, 600_000),
@@ -59,6 +59,7 @@ class BrokerConfig:
     event_loop: EventLoop = "auto"                # "auto": uvloop if installed, else asyncio
     metrics_port: int = 5557                      # Prometheus /metrics on listen_host (RocketMQ 5's); 0: off
     grpc_port: int = 8081                         # RocketMQ 5's gRPC API (the proxy's port) on listen_host; 0: off
+    grpc_max_concurrent_calls: int = 10_000       # gRPC calls at once (held receives, Telemetry streams too); past it RESOURCE_EXHAUSTED
     metrics_max_label_sets: int = 10_000          # label sets per metric (topic, group, ...); more count as "other"
     auto_create_topic: bool = True                # create a topic on its first send (autoCreateTopicEnable)
     auto_create_subscription_group: bool = True   # create a group on first use (autoCreateSubscriptionGroup)

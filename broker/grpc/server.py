@@ -59,14 +59,17 @@ def server_credentials(config: TlsConfig) -> grpc.ServerCredentials | None:
 class GrpcServer:
     """`start()` binds `host:port` (0: a free port; `port` then tells) and serves; `stop(grace_ms)`
     ends every Telemetry stream, refuses new calls and lets running ones finish for `grace_ms`,
-    then cancels them. `advertised_host`: the host clients are told to reach this port at (routes)."""
+    then cancels them. `advertised_host`: the host clients are told to reach this port at (routes).
+    At most `max_concurrent_calls` calls run at once (held receives and Telemetry streams count):
+    a call past it is answered RESOURCE_EXHAUSTED by grpcio, which the clients retry."""
 
     def __init__(self, parts: GrpcParts, handlers: Mapping[int, Handler], enforcer: Callable[[], Enforcer | None], *,
                  host: str, port: int, advertised_host: str, tls: TlsConfig, max_message_bytes: int,
-                 delay_levels_ms: tuple[int, ...] = ()) -> None:
+                 max_concurrent_calls: int = 10_000, delay_levels_ms: tuple[int, ...] = ()) -> None:
         self.sessions = Sessions()
         self.port = port
         self._host, self._tls, self._max_message_bytes = host, tls, max_message_bytes
+        self._max_concurrent_calls = max_concurrent_calls
         self.service = MessagingService(parts, handlers, GrpcAuth(enforcer), self.sessions,
                                         lambda: (advertised_host, self.port))
         if delay_levels_ms:
@@ -83,7 +86,7 @@ class GrpcServer:
             ("grpc.max_send_message_length", -1),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-        ])
+        ], maximum_concurrent_rpcs=self._max_concurrent_calls)    # past it: RESOURCE_EXHAUSTED
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
         address = f"{self._host}:{self.port}"
         try:

@@ -145,10 +145,12 @@ async def test_garbage_handles_and_transaction_ids(stub: service_pb2_grpc.Messag
 async def test_receive_streams_never_read_do_not_stop_the_broker(broker: Broker,
                                                                  stub: service_pb2_grpc.MessagingServiceStub) -> None:
     """Fifty held receives left unread (and then dropped by their client) while others go on."""
+    await sends_and_receives(stub, "idle")      # the topic exists and g-idle has nothing left: receives hold
     calls = [stub.ReceiveMessage(receive_request("idle", "g-idle", poll_s=20), metadata=META, timeout=30)
              for _ in range(50)]
     await asyncio.sleep(0)
     await sends_and_receives(stub, "busy")
+    assert not any(call.done() for call in calls), "the receives are held (not answered at once)"
     for call in calls:
         call.cancel()
     await sends_and_receives(stub, "busy2")
@@ -193,3 +195,36 @@ async def test_stop_ends_held_receives_and_streams(tmp_path: Path) -> None:
         await asyncio.wait_for(broker.stop(), 10)
         messages, code = await asyncio.wait_for(held, 10)
         assert messages == [] and code == pb.MESSAGE_NOT_FOUND
+
+
+async def test_calls_past_grpc_max_concurrent_calls_are_refused_then_served(tmp_path: Path) -> None:
+    """A client holding `grpc_max_concurrent_calls` receives open: one more call is answered
+    RESOURCE_EXHAUSTED (the clients' retry status), and served once the held ones end."""
+    config = broker_config(tmp_path, grpc_port=free_port(), grpc_max_concurrent_calls=4)
+    async with Broker(config) as running, grpc.aio.insecure_channel(endpoint(running)) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)  # type: ignore[no-untyped-call]
+
+        async def exhausted() -> bool:
+            try:
+                await stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="t")), metadata=META, timeout=5)
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                return True
+            return False
+
+        async def until(wanted: bool) -> None:
+            async with asyncio.timeout(10):
+                while await exhausted() != wanted:
+                    await asyncio.sleep(0.01)
+
+        await sends_and_receives(stub, "idle")      # the topic exists and g-idle has nothing left: receives hold
+        assert not await exhausted()
+        held = [stub.ReceiveMessage(receive_request("idle", "g-idle", poll_s=20), metadata=META, timeout=30)
+                for _ in range(4)]
+        await until(True)           # the four held receives are running on the broker
+        assert not any(call.done() for call in held)
+        for call in held:
+            call.cancel()
+        await until(False)
+        await sends_and_receives(stub, "after")

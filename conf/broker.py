@@ -59,7 +59,7 @@ class BrokerConfig:
     event_loop: EventLoop = "auto"                # "auto": uvloop if installed, else asyncio
     metrics_port: int = 5557                      # Prometheus /metrics on listen_host (RocketMQ 5's); 0: off
     grpc_port: int = 8081                         # RocketMQ 5's gRPC API (the proxy's port) on listen_host; 0: off
-    grpc_max_concurrent_calls: int = 10_000       # gRPC calls at once (held receives, Telemetry streams too); past it RESOURCE_EXHAUSTED
+    grpc_max_concurrent_calls: int = 10_000       # gRPC calls at once (held receives count); more: RESOURCE_EXHAUSTED
     metrics_max_label_sets: int = 10_000          # label sets per metric (topic, group, ...); more count as "other"
     auto_create_topic: bool = True                # create a topic on its first send (autoCreateTopicEnable)
     auto_create_subscription_group: bool = True   # create a group on first use (autoCreateSubscriptionGroup)

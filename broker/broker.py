@@ -372,8 +372,13 @@ class Broker(Lifecycle):
                                            ha_server_addr=ha_addr)
 
     async def _on_role(self, is_master: bool) -> None:
-        """Controller mode: elected master, start what only a master runs (delayed and timer
-        delivery, transaction checks, POP revives); stepped down, stop it. Then re-register."""
+        """Controller mode: elected master, give a config to every topic it holds messages of but
+        has none for (as at start-up: `recover_topic_configs`), start what only a master runs
+        (delayed and timer delivery from the copied delay offsets, transaction checks, POP
+        revives); stepped down, stop it. Then re-register."""
+        if is_master and self.store is not None:
+            await recover_topic_configs(self.topics, self.store.queue_keys(), self.store.get_max_offset,
+                                        self.config.default_queue_nums)
         timer = self.timer          # paused, not stopped: stopping it closes its files for good
         services = [self.schedule, *((timer.enqueue, timer.dequeue, timer.checkpointer) if timer else ()),
                     self.transaction_check, self.pop_service]

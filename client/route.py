@@ -76,6 +76,10 @@ class RouteTable:
     def master_address(self, broker_name: str) -> str | None:
         return self._brokers.get(broker_name, {}).get(MASTER_ID)
 
+    def broker_address(self, broker_name: str, broker_id: int) -> str | None:
+        """The address of one broker of a replica set (`broker_id` 0: the master), None when absent."""
+        return self._brokers.get(broker_name, {}).get(broker_id)
+
     def subscribe_address(self, broker_name: str) -> str | None:
         """Where to pull a queue of `broker_name` from: its master, else (the master left the routes:
         it is down) the slave with the lowest broker id, as RocketMQ's `findBrokerAddressInSubscribe`.

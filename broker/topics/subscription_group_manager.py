@@ -19,6 +19,8 @@ class SubscriptionGroupConfig:
     retry_max_times: int = 16
     notify_consumer_ids_changed_enable: bool = True
     consume_message_orderly: bool = False     # RocketMQ 5's FIFO group: POP hands a queue out in order
+    broker_id: int = 0                        # slave_read_enable: the broker a pull in memory is sent to
+    which_broker_when_consume_slowly: int = 1     # ... and one behind by more than the memory ratio
 
 
 class SubscriptionGroupManager(DurableTable):

@@ -15,6 +15,7 @@ from broker.filter.filter_manager import FilterManager
 from broker.filter.message_filter import MessageFilter
 from broker.filter.sql92.bounds import Sql92Limits
 from broker.ha.agent import ControllerAgent, route_id
+from broker.ha.ha_metrics import HACollector
 from broker.ha.wiring import Replication, start_replication
 from broker.handlers import build_handlers
 from broker.lag_collector import BrokerStateCollector, LagCollector
@@ -237,6 +238,8 @@ class Broker(Lifecycle):
                                       lambda: self.connection_guard.buffered_bytes)
             store.set_fsync_observer(self.metrics.observe_fsync)
             self.metrics.track_schedule(len(store.delay_levels), schedule.backlog)
+            self.metrics.add_collector(HACollector(self.metrics.labels, lambda: self.replication,
+                                                   store.commit_log_max_offset, self._epoch))
             if config.metrics_port > 0:
                 self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port, tls)
             handlers = build_handlers(self, store, hold, self.transactions, self.pop_service)
@@ -370,6 +373,9 @@ class Broker(Lifecycle):
         return RegisterBrokerRequestHeader(broker_name=config.broker_name, broker_addr=self.address,
                                            cluster_name=config.cluster_name, broker_id=broker_id,
                                            ha_server_addr=ha_addr)
+
+    def _epoch(self) -> int:
+        return self.controller_agent.epoch if self.controller_agent is not None else 0
 
     async def _on_role(self, is_master: bool) -> None:
         """Controller mode: elected master, give a config to every topic it holds messages of but

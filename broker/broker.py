@@ -38,6 +38,7 @@ from broker.schedule.schedule_service import DelayOffsets, ScheduleService
 from broker.store.lock import StoreLock
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageStatus
+from broker.timer.timer_progress import TimerProgress
 from broker.timer.timer_store import TimerMessageStore
 from broker.topics.recovery import recover_topic_configs
 from broker.topics.retry_topics import RetryTopics
@@ -95,6 +96,7 @@ class Broker(Lifecycle):
                                  lambda group: self.groups.get(group) is not None)
         self.retry_topics = RetryTopics(self.topics, self.groups)
         self.delay_offsets = DelayOffsets()
+        self.timer_progress = TimerProgress()       # copied to slaves: see `_on_role`
         self.store: MessageStore | None = None
         self.hold_service: HoldService | None = None
         self.schedule: ScheduleService | None = None
@@ -108,8 +110,8 @@ class Broker(Lifecycle):
         self._server: RemotingServer | None = None
         self._store_lock = StoreLock(config.store.path)
         self._persist = ConfigPersistService(config.store.path / "config",
-                                             [self.topics, self.groups, self.offsets, self.delay_offsets],
-                                             config.persist_interval_ms)
+                                             [self.topics, self.groups, self.offsets, self.delay_offsets,
+                                              self.timer_progress], config.persist_interval_ms)
         self._dispatcher: Dispatcher | None = None
         self._housekeeping: HousekeepingService | None = None
         self.auth = broker_auth(config, self.clock.now_ms)
@@ -181,6 +183,7 @@ class Broker(Lifecycle):
                                                    * config.timer_precision_ms,
                                                    on_lateness=self.metrics.observe_timer_lateness)
             self.metrics.track_timer(timer)
+            self.timer_progress.saved = lambda: timer.checkpointer.saved_mark
             notify_hold = hold.notify_message_arriving if config.long_polling.enable else None
             index_arrival = self.filters.index.on_arrival      # SQL92 matches of registered subscriptions
 
@@ -229,7 +232,7 @@ class Broker(Lifecycle):
             await self._housekeeping.start()
             await self._persist.start()
             self.replication = await start_replication(
-                config, store, [self.topics, self.groups, self.offsets, self.delay_offsets],
+                config, store, [self.topics, self.groups, self.offsets, self.delay_offsets, self.timer_progress],
                 enforcer=lambda: self.auth.enforcer, credentials=self.auth.inner_credentials,
                 server_tls=tls_context, client_tls=broker_client_context(config.tls))
             self.metrics.track(lambda: hold.held_count, lambda: store.reput_lag_bytes)
@@ -385,6 +388,8 @@ class Broker(Lifecycle):
         if is_master and self.store is not None:
             await recover_topic_configs(self.topics, self.store.queue_keys(), self.store.get_max_offset,
                                         self.config.default_queue_nums)
+            if self.timer is not None:      # what the old master's timer delivered is not delivered again
+                self.timer.state.delivered_by_master = self.timer_progress.usable(self.store.commit_log_max_offset())
         timer = self.timer          # paused, not stopped: stopping it closes its files for good
         services = [self.schedule, *((timer.enqueue, timer.dequeue, timer.checkpointer) if timer else ()),
                     self.transaction_check, self.pop_service]

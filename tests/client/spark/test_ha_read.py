@@ -6,47 +6,26 @@ read exactly once."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 from collections import Counter
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 from pyspark.sql import SparkSession
 
 from chaos.ha_cluster import TOPIC, HACluster
 from tests.client.spark.test_cluster_read import _select, _to_parquet
+from tests.client.spark.test_cluster_secure import LoopThread
 from tests.client.spark.test_stream import QUERY_TIMEOUT_S, _until, _wait_for_batches
 
 pytestmark = pytest.mark.timeout(300)
-T = TypeVar("T")
-
-
-class _Loop:
-    """An event loop in a thread, for the asyncio `HACluster` driven from Spark's blocking thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="ha-cluster", daemon=True)
-        self._thread.start()
-
-    def run(self, work: Coroutine[Any, Any, T], timeout_s: float = 120.0) -> T:
-        return asyncio.run_coroutine_threadsafe(work, self.loop).result(timeout_s)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
 
 
 def test_a_streaming_read_across_an_ha_failover_reads_every_acknowledged_message_once(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = str(Path(__file__).parents[3])          # the brokers run this checkout
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
-    loop = _Loop()
+    loop = LoopThread()
 
     async def make() -> HACluster:
         return HACluster(tmp_path / "ha", lease_ms=1_500, namesrv=True,

@@ -20,6 +20,8 @@ from conf.client import ClientConfig
 from conf.namesrv import NamesrvConfig
 from conf.store import StoreConfig
 from namesrv.namesrv import NameServer
+from protocol.errors import SystemError_
+from protocol.headers import CreateSubscriptionGroupRequestHeader
 from protocol.model import PullStatus
 from tests.broker.ha.test_replication import slave_caught_up
 from tests.conftest import TEST_DELAY_LEVELS, broker_config
@@ -120,3 +122,21 @@ async def test_consumers_follow_the_suggestion_and_fall_back_to_the_master(tmp_p
                 await consume_until(set(sent) | set(more))
             finally:
                 await consumer.shutdown()
+
+
+async def test_a_group_sets_where_its_pulls_go_and_out_of_range_ids_are_refused(tmp_path: Path,
+                                                                                client_api: ClientAPI) -> None:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP's `broker_id` / `which_broker_when_consume_slowly` (the
+    ids a master suggests); a hostile admin's negative or huge id is refused, the group unchanged."""
+    async with Broker(_config(tmp_path, "master", 0)) as master:
+        await send(client_api, master.address, "redirect", b"x")
+        await client_api.create_subscription_group(master.address, CreateSubscriptionGroupRequestHeader(
+            group_name="g", which_broker_when_consume_slowly=2))
+        behind = await client_api.pull_message(master.address, pull_header(topic="redirect"), 3_000)
+        assert behind.suggest_which_broker_id == 2
+        for bad in (CreateSubscriptionGroupRequestHeader(group_name="g", broker_id=-1),
+                    CreateSubscriptionGroupRequestHeader(group_name="g", which_broker_when_consume_slowly=2**31 - 1)):
+            with pytest.raises(SystemError_, match="within 0"):
+                await client_api.create_subscription_group(master.address, bad)
+        again = await client_api.pull_message(master.address, pull_header(topic="redirect"), 3_000)
+        assert again.suggest_which_broker_id == 2

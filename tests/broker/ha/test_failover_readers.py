@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from chaos.ha_cluster import NAME, TOPIC, HACluster
 from client import MessageQueue, PullConsumer
 from conf.client import ClientConfig
 from protocol.errors import ConnectionClosed, MQError
+from tests.helpers import scrape_metrics
 
 LEASE_MS = 1_500
 GROUP = "ha_pull"
@@ -29,7 +32,7 @@ async def test_pull_consumer_keeps_its_committed_position_across_a_failover(tmp_
     consumer goes on through the new master, every acknowledged message is read (none lost, each
     queue in order) and at most the uncommitted window is read twice; its next commit lands on the
     new master."""
-    cluster = HACluster(tmp_path, lease_ms=LEASE_MS, namesrv=True)
+    cluster = HACluster(tmp_path, lease_ms=LEASE_MS, namesrv=True, metrics=True)
     consumer = PullConsumer(GROUP, cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
                             auto_commit=False, pull_batch_size=8, pull_threshold_for_queue=16,
                             client_config=ClientConfig(poll_route_interval_ms=200, rebalance_interval_ms=1_000))
@@ -75,6 +78,12 @@ async def test_pull_consumer_keeps_its_committed_position_across_a_failover(tmp_
         await consumer.commit_sync()
         for queue_id in (0, 1):
             assert await _committed_on(cluster, now.master_addr, queue_id) == 200
+        # /metrics of the elected slave: master now, at the epoch the controller gave it
+        text = await asyncio.to_thread(scrape_metrics, cluster.metrics_ports[slave])
+        ha = {s.name: s.value for f in text_string_to_metric_families(text) if f.name.startswith("rocketq_ha_")
+              for s in f.samples}
+        assert ha["rocketq_ha_role"] == 1 and ha["rocketq_ha_epoch"] == now.epoch > info.epoch, ha
+        assert ha["rocketq_ha_in_sync_replicas"] == 1           # the old master is down
     finally:
         await consumer.shutdown()
         await cluster.stop()

@@ -171,8 +171,12 @@ class TimerCheckpointService(Service):
         Unless `force`d (a stop), only after messages were enqueued or delivered: passing empty
         slots alone is cheap to redo after a crash, and an idle broker writes nothing."""
         progress, delivered = self._state.progress(), self._delivered()
-        if progress == self._saved or (not force and self._saved is not None
-                                       and progress[0] == self._saved[0] and delivered == self._saved_delivered):
+        if progress == self._saved:
+            return
+        if not force and self._saved is not None and progress[0] == self._saved[0] \
+                and delivered == self._saved_delivered:
+            if self.saved_mark is not None:     # only empty slots passed: the mark moves (nothing to flush)
+                self.saved_mark = (progress[0], progress[1] * self._state.precision_ms, self.saved_mark[2])
             return
         end = self._store.commit_log_max_offset()       # covers the deliveries `progress` counts
         await self._store.flush()

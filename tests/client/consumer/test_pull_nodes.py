@@ -8,23 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from client.consumer.pull_nodes import PullFromWhichNode
-from client.route import RouteTable
-from protocol.bodies import BrokerData, QueueData, TopicRouteData
 from protocol.model import MessageQueue
-
-
-def _routes(addrs: dict[int, str]) -> RouteTable:
-    routes = RouteTable()
-    routes.update("t", TopicRouteData(
-        queue_datas=[QueueData(broker_name="a", read_queue_nums=4, write_queue_nums=4, perm=6)],
-        broker_datas=[BrokerData(cluster="c", broker_name="a", broker_addrs=addrs)]))
-    return routes
+from tests.client.test_route_replicas import table
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=30))
 def test_each_queue_follows_its_last_suggestion(suggestions: list[tuple[int, int]]) -> None:
     addrs = {0: "m", 1: "s1", 2: "s2"}
-    routes = _routes(addrs)
+    routes = table(addrs)
     nodes = PullFromWhichNode(lambda mq: routes.subscribe_address(mq.broker_name) or "seed",
                               routes.broker_address)
     last: dict[int, int] = {}
@@ -37,7 +28,7 @@ def test_each_queue_follows_its_last_suggestion(suggestions: list[tuple[int, int
 
 
 def test_a_suggestion_the_routes_cannot_serve_falls_back_to_the_master() -> None:
-    routes = _routes({0: "m"})
+    routes = table({0: "m"})
     nodes = PullFromWhichNode(lambda mq: routes.subscribe_address(mq.broker_name) or "seed", routes.broker_address)
     mq = MessageQueue("t", "a", 0)
     nodes.update(mq, 1)

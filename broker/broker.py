@@ -16,6 +16,7 @@ from broker.filter.message_filter import MessageFilter
 from broker.filter.sql92.bounds import Sql92Limits
 from broker.grpc.server import GrpcServer
 from broker.ha.agent import ControllerAgent, route_id
+from broker.ha.ha_metrics import HACollector
 from broker.ha.wiring import Replication, start_replication
 from broker.handlers import build_handlers
 from broker.lag_collector import BrokerStateCollector, LagCollector
@@ -38,6 +39,7 @@ from broker.schedule.schedule_service import DelayOffsets, ScheduleService
 from broker.store.lock import StoreLock
 from broker.store.message_store import MessageStore
 from broker.store.results import GetMessageStatus
+from broker.timer.timer_progress import TimerProgress
 from broker.timer.timer_store import TimerMessageStore
 from broker.topics.recovery import recover_topic_configs
 from broker.topics.retry_topics import RetryTopics
@@ -95,6 +97,7 @@ class Broker(Lifecycle):
                                  lambda group: self.groups.get(group) is not None)
         self.retry_topics = RetryTopics(self.topics, self.groups)
         self.delay_offsets = DelayOffsets()
+        self.timer_progress = TimerProgress()       # copied to slaves: see `_on_role`
         self.store: MessageStore | None = None
         self.hold_service: HoldService | None = None
         self.schedule: ScheduleService | None = None
@@ -108,8 +111,8 @@ class Broker(Lifecycle):
         self._server: RemotingServer | None = None
         self._store_lock = StoreLock(config.store.path)
         self._persist = ConfigPersistService(config.store.path / "config",
-                                             [self.topics, self.groups, self.offsets, self.delay_offsets],
-                                             config.persist_interval_ms)
+                                             [self.topics, self.groups, self.offsets, self.delay_offsets,
+                                              self.timer_progress], config.persist_interval_ms)
         self._dispatcher: Dispatcher | None = None
         self._housekeeping: HousekeepingService | None = None
         self.auth = broker_auth(config, self.clock.now_ms)
@@ -182,6 +185,7 @@ class Broker(Lifecycle):
                                                    * config.timer_precision_ms,
                                                    on_lateness=self.metrics.observe_timer_lateness)
             self.metrics.track_timer(timer)
+            self.timer_progress.saved = lambda: timer.checkpointer.saved_mark
             notify_hold = hold.notify_message_arriving if config.long_polling.enable else None
             index_arrival = self.filters.index.on_arrival      # SQL92 matches of registered subscriptions
 
@@ -230,7 +234,7 @@ class Broker(Lifecycle):
             await self._housekeeping.start()
             await self._persist.start()
             self.replication = await start_replication(
-                config, store, [self.topics, self.groups, self.offsets, self.delay_offsets],
+                config, store, [self.topics, self.groups, self.offsets, self.delay_offsets, self.timer_progress],
                 enforcer=lambda: self.auth.enforcer, credentials=self.auth.inner_credentials,
                 server_tls=tls_context, client_tls=broker_client_context(config.tls))
             self.metrics.track(lambda: hold.held_count, lambda: store.reput_lag_bytes)
@@ -239,6 +243,8 @@ class Broker(Lifecycle):
                                       lambda: self.connection_guard.buffered_bytes)
             store.set_fsync_observer(self.metrics.observe_fsync)
             self.metrics.track_schedule(len(store.delay_levels), schedule.backlog)
+            self.metrics.add_collector(HACollector(self.metrics.labels, lambda: self.replication,
+                                                   store.commit_log_max_offset, self._epoch))
             if config.metrics_port > 0:
                 self.metrics_port = await self.metrics.serve(config.listen_host, config.metrics_port, tls)
             handlers = build_handlers(self, store, hold, self.transactions, self.pop_service)
@@ -384,9 +390,19 @@ class Broker(Lifecycle):
                                            cluster_name=config.cluster_name, broker_id=broker_id,
                                            ha_server_addr=ha_addr, grpc_addr=grpc_addr)
 
+    def _epoch(self) -> int:
+        return self.controller_agent.epoch if self.controller_agent is not None else 0
+
     async def _on_role(self, is_master: bool) -> None:
-        """Controller mode: elected master, start what only a master runs (delayed and timer
-        delivery, transaction checks, POP revives); stepped down, stop it. Then re-register."""
+        """Controller mode: elected master, give a config to every topic it holds messages of but
+        has none for (as at start-up: `recover_topic_configs`), start what only a master runs
+        (delayed and timer delivery from the copied delay offsets, transaction checks, POP
+        revives); stepped down, stop it. Then re-register."""
+        if is_master and self.store is not None:
+            await recover_topic_configs(self.topics, self.store.queue_keys(), self.store.get_max_offset,
+                                        self.config.default_queue_nums)
+            if self.timer is not None:      # what the old master's timer delivered is not delivered again
+                self.timer.state.delivered_by_master = self.timer_progress.usable(self.store.commit_log_max_offset())
         timer = self.timer          # paused, not stopped: stopping it closes its files for good
         services = [self.schedule, *((timer.enqueue, timer.dequeue, timer.checkpointer) if timer else ()),
                     self.transaction_check, self.pop_service]

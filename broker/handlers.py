@@ -91,7 +91,8 @@ def build_handlers(broker: BrokerParts, store: MessageStore, hold: HoldService,
                                   config.max_properties_bytes, trace)
     pull = PullMessageProcessor(store, broker.topics, broker.groups, broker.consumers, broker.offsets, hold,
                                 config.long_polling, broker.metrics.on_pulled, filters=broker.filters,
-                                filter_support_retry=config.filter_support_retry, trace=trace)
+                                filter_support_retry=config.filter_support_retry, trace=trace,
+                                slave_read_enable=config.slave_read_enable)
     client = ClientManageProcessor(broker.consumers, broker.producers, broker.groups, broker.topics, broker.clock,
                                    broker._notify_enabled, broker.filters, broker.client_ids)
     consumer = ConsumerManageProcessor(broker.consumers, broker.offsets, broker.topics, store)

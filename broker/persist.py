@@ -126,6 +126,11 @@ class DurableTable(DirtyState):
         self.touch()
         self._start_writer()
 
+    @property
+    def generation(self) -> int:
+        """Bumped by every change (a replication stream sends the table again when it moved)."""
+        return self._generation
+
     def is_durable(self, key: str) -> bool:
         return key not in self._unsaved
 

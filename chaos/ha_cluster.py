@@ -66,8 +66,9 @@ class HACluster:
 
     def __init__(self, root: Path, *, controllers: int = 1, lease_ms: int = 1_500, role: str = "SYNC_MASTER",
                  heartbeat_ms: int = 200, broker_settings: dict[str, str] | None = None,
-                 namesrv: bool = False) -> None:
-        """`namesrv`: a name server too, which the brokers register with (`namesrv_addr`)."""
+                 namesrv: bool = False, metrics: bool = False) -> None:
+        """`namesrv`: a name server too, which the brokers register with (`namesrv_addr`);
+        `metrics`: each broker serves /metrics on a port of its own (`metrics_ports`)."""
         self.root, self.role = root, role
         self.namesrv = (BrokerSubprocess(None, command=[sys.executable, "-m", "namesrv"], listen_port=free_port_pair())
                         if namesrv else None)
@@ -85,11 +86,12 @@ class HACluster:
                   "store.sync_flush_timeout_ms": "1000", "store.commit_log_segment_bytes": str(1 << 20),
                   "graceful_shutdown_timeout_ms": "1000", "ha_slave_sync_interval_ms": "100",
                   **({"namesrv_addr": self.namesrv_addr} if self.namesrv_addr else {}), **(broker_settings or {})}
+        self.metrics_ports = [free_port_pair() for _ in range(2)] if metrics else [0, 0]
         self.brokers = [
-            BrokerSubprocess(root / "a0", listen_port=free_port_pair(),
-                             settings={**common, "broker_role": role, "broker_id": "0"}),
-            BrokerSubprocess(root / "a1", listen_port=free_port_pair(),
-                             settings={**common, "broker_role": "SLAVE", "broker_id": "1"})]
+            BrokerSubprocess(root / f"a{broker_id}", listen_port=free_port_pair(),
+                             settings={**common, "broker_role": role if broker_id == 0 else "SLAVE",
+                                       "broker_id": str(broker_id), "metrics_port": str(self.metrics_ports[broker_id])})
+            for broker_id in (0, 1)]
         self._client_remoting = RemotingClient()
         self.api = ClientAPI(self._client_remoting)
         self._remoting = RemotingClient()

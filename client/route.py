@@ -76,6 +76,17 @@ class RouteTable:
     def master_address(self, broker_name: str) -> str | None:
         return self._brokers.get(broker_name, {}).get(MASTER_ID)
 
+    def broker_address(self, broker_name: str, broker_id: int) -> str | None:
+        """Where a broker suggested pulling from (`suggest_which_broker_id`): `broker_id`'s address;
+        for a slave id not in the routes, the slave with the lowest id (RocketMQ's
+        `findBrokerAddressInSubscribe` without `onlyThisBroker`); None when there is none."""
+        addrs = self._brokers.get(broker_name, {})
+        address = addrs.get(broker_id)
+        if address is None and broker_id != MASTER_ID:
+            slaves = [b for b in addrs if b != MASTER_ID]
+            address = addrs[min(slaves)] if slaves else None
+        return address
+
     def subscribe_address(self, broker_name: str) -> str | None:
         """Where to pull a queue of `broker_name` from: its master, else (the master left the routes:
         it is down) the slave with the lowest broker id, as RocketMQ's `findBrokerAddressInSubscribe`.

@@ -102,7 +102,7 @@ class BrokerConfig:
     controller_heartbeat_interval_ms: int = 1_000 # how often a broker reports to the controller
     controller_master_role: str = ""              # a SLAVE elected master: SYNC_MASTER ("") or ASYNC_MASTER
     ha_slave_sync_interval_ms: int = 1_000        # topics, groups, offsets sent to slaves (when changed) this often
-    slave_read_enable: bool = False               # slaveReadEnable: a slave serves pulls while its master is up too
+    slave_read_enable: bool = False               # slaveReadEnable: pulls far behind the log end are sent to a slave
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)

@@ -219,6 +219,8 @@ class CreateSubscriptionGroupRequestHeader(Header):
     retry_max_times: Int32 = 16
     consume_broadcast_enable: bool = True
     consume_message_orderly: bool = False     # FIFO group (POP): RocketMQ 5 `consumeMessageOrderly`
+    broker_id: Int32 = 0                      # slave_read_enable: pulls in memory go to this broker id
+    which_broker_when_consume_slowly: Int32 = 1   # ... and pulls far behind to this one (a slave)
 
 
 @header

@@ -4,7 +4,11 @@ Listens on `ha_listen_port` (TLS with `[tls]`). Per slave connection: read its h
 frame when auth is on), check it (same broker_name, an offset the master has), then two loops:
 - the writer sends whole records from the slave's offset, never more than `window_bytes` past what
   the slave acknowledged (memory on both sides stays bounded, and a slave that stops reading only
-  stops the writer: `drain` waits), a heartbeat when idle and the metadata snapshot periodically;
+  stops the writer: `drain` waits), a heartbeat when idle and the metadata snapshot periodically,
+  and ahead of any record appended after a topic or group changed (`metadata_version` moved): a
+  send that auto-created its topic reaches the slave after that topic's config, so a slave that
+  acknowledged it knows the topic when it takes over (RocketMQ's slave syncs topic configs only
+  every 10 s, and a topic created just before a failover is unknown to the new master until then);
 - the reader takes the slave's acks (`>Q`), hands them to the `SyncGate` and opens the window.
 A connection silent for `housekeeping_timeout_ms`, an ack past what was sent, or anything else off
 protocol closes it; the slave reconnects and resumes from its own end."""
@@ -53,16 +57,20 @@ class HAServerConfig:
 
 
 class HAServer:
-    """`port` once started. `metadata()` returns the snapshot slaves copy (msgpack bytes)."""
+    """`port` once started. `metadata()` returns the snapshot slaves copy (msgpack bytes);
+    `metadata_version()` a number that moves whenever a table that must precede the records
+    (topics, groups) changed (default: never, only the periodic snapshot)."""
 
     def __init__(self, host: str, port: int, store: MessageStore, gate: SyncGate, config: HAServerConfig, *,
                  enforcer: Callable[[], Enforcer | None], metadata: Callable[[], bytes],
-                 tls: ssl.SSLContext | None = None, epochs: Callable[[], list[tuple[int, int]]] | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, epochs: Callable[[], list[tuple[int, int]]] | None = None,
+                 metadata_version: Callable[[], int] = lambda: 0) -> None:
         """`epochs` (controller mode): this master's epoch entries; a slave whose hello carries
         its own is told where to truncate when its log diverged (`epochs.consistent_offset`)."""
         self._host, self._requested_port, self._store, self.gate, self._config = host, port, store, gate, config
         self._epochs = epochs
         self._enforcer, self._metadata, self._tls = enforcer, metadata, tls
+        self._metadata_version = metadata_version
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
@@ -225,8 +233,12 @@ class HAServer:
         config, store = self._config, self._store
         loop = asyncio.get_running_loop()
         next_metadata, last_snapshot, last_heartbeat = 0.0, b"", loop.time()
+        metadata_version, sent_version = self._metadata_version, -1
         while True:
-            if loop.time() >= next_metadata:      # the tables, when they changed since last sent
+            # the tables when they changed: every interval, and before any record appended after a
+            # topic or group change (same loop step as the chunk read below: no record overtakes it)
+            if loop.time() >= next_metadata or metadata_version() != sent_version:
+                sent_version = metadata_version()
                 snapshot = self._metadata()
                 if snapshot != last_snapshot:
                     writer.write(transfer_header(KIND_METADATA, stream.sent, len(snapshot)) + snapshot)

@@ -23,6 +23,12 @@ def snapshot(tables: Sequence[Persistent]) -> bytes:
     return packed
 
 
+def version(tables: Sequence[Persistent]) -> int:
+    """A number that moves with every change of the tables whose changes a record may depend on
+    (the `DurableTable`s: topics, subscription groups), not with consumer or delay offsets."""
+    return sum(table.generation for table in tables if isinstance(table, DurableTable))
+
+
 class MetadataApplier:
     """Loads a master's snapshots into this broker's tables (only the ones that changed)."""
 

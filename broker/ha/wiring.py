@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from auth.enforcer import Enforcer
 from broker.ha.epochs import EpochFile
 from broker.ha.master import HAServer, HAServerConfig
-from broker.ha.metadata import MetadataApplier, snapshot
+from broker.ha.metadata import MetadataApplier, snapshot, version
 from broker.ha.slave import HAClient, HAClientConfig
 from broker.ha.sync_gate import SyncGate
 from broker.persist import Persistent
@@ -127,7 +127,8 @@ class Replication:
                                housekeeping_timeout_ms=config.ha_housekeeping_timeout_ms,
                                metadata_interval_ms=config.ha_slave_sync_interval_ms),
                 enforcer=self._enforcer, metadata=lambda: snapshot(self._tables), tls=self._server_tls,
-                epochs=(lambda: list(epochs.entries)) if epochs is not None else None)
+                epochs=(lambda: list(epochs.entries)) if epochs is not None else None,
+                metadata_version=lambda: version(self._tables))
             await server.start()
             self.server = server
         if was_slave:

@@ -112,6 +112,7 @@ class AdminProcessor:
             group_name=header.group_name, consume_enable=header.consume_enable,
             consume_broadcast_enable=header.consume_broadcast_enable,
             retry_queue_nums=header.retry_queue_nums, retry_max_times=header.retry_max_times,
-            consume_message_orderly=header.consume_message_orderly))
+            consume_message_orderly=header.consume_message_orderly, broker_id=header.broker_id,
+            which_broker_when_consume_slowly=header.which_broker_when_consume_slowly))
         await self._groups.wait_durable(header.group_name)
         return request.response()

@@ -127,8 +127,14 @@ class PullMessageProcessor:
                  consumers: ConsumerManager, offsets: ConsumerOffsetManager, hold_service: HoldService,
                  long_polling: LongPollingConfig, on_pulled: MessagesOut, *,
                  filters: FilterManager | None = None, filter_support_retry: bool = False,
-                 trace: TraceRecorder | None = None) -> None:
+                 trace: TraceRecorder | None = None, slave_read_enable: bool = False) -> None:
+        """`slave_read_enable`: a pull that found messages further behind the log end than
+        `store.access_message_in_memory_max_ratio` % of RAM is answered with
+        `suggest_which_broker_id` = the group's `which_broker_when_consume_slowly` (1: a slave),
+        any other found pull with the group's `broker_id` (0: the master; from a slave, back to
+        it), as RocketMQ's PullMessageProcessor. Else, and for held pulls (at the queue's end): 0."""
         self._trace = trace                     # None: the message trace is off
+        self._slave_read_enable = slave_read_enable
         self._store, self._topics, self._groups = store, topics, groups
         self._consumers, self._offsets, self._hold = consumers, offsets, hold_service
         self._long_polling = long_polling
@@ -287,10 +293,21 @@ class PullMessageProcessor:
                  result: GetMessageResult, code: int) -> RemotingCommand:
         if result.status is not _NO_MESSAGE_IN_QUEUE:
             self._offsets.record_pull(consumer_group, topic, queue_id, result.next_begin_offset)
+        fields = response_fields(result)
         if result.messages:
             self._on_pulled(consumer_group, topic, len(result.messages), result.total_bytes)
-        return RemotingCommand(code, request.opaque, FLAG_RESPONSE, result.status.name, response_fields(result),
-                               result.messages)
+            if self._slave_read_enable:
+                fields["suggest_which_broker_id"] = self._suggest(consumer_group, topic, queue_id, result)
+        return RemotingCommand(code, request.opaque, FLAG_RESPONSE, result.status.name, fields, result.messages)
+
+    def _suggest(self, consumer_group: str, topic: str, queue_id: int, result: GetMessageResult) -> int:
+        """The broker id the next pull should go to (RocketMQ's suggestPullingFromSlave): the last
+        unit read lies further behind the log end than the memory ratio allows -> a slave."""
+        group = self._groups.get(consumer_group)
+        if group is None:
+            return 0
+        behind = self._store.check_in_disk_by_consume_offset(topic, queue_id, result.next_begin_offset - 1)
+        return group.which_broker_when_consume_slowly if behind else group.broker_id
 
     def _read(self, topic: str, queue_id: int, queue_offset: int, max_messages: int,
               message_filter: MessageFilter | None) -> GetMessageResult:

@@ -157,6 +157,7 @@ class TimerCheckpointService(Service):
         self._state, self._store, self._delivered = state, store, delivered
         self._saved: tuple[int, int] | None = None
         self._saved_delivered = 0
+        self.saved_mark: tuple[int, int, int] | None = None     # (enqueue offset, slot start ms, log end)
 
     async def run(self) -> None:
         while await self.wait(CHECKPOINT_INTERVAL_MS):
@@ -170,12 +171,18 @@ class TimerCheckpointService(Service):
         Unless `force`d (a stop), only after messages were enqueued or delivered: passing empty
         slots alone is cheap to redo after a crash, and an idle broker writes nothing."""
         progress, delivered = self._state.progress(), self._delivered()
-        if progress == self._saved or (not force and self._saved is not None
-                                       and progress[0] == self._saved[0] and delivered == self._saved_delivered):
+        if progress == self._saved:
             return
+        if not force and self._saved is not None and progress[0] == self._saved[0] \
+                and delivered == self._saved_delivered:
+            if self.saved_mark is not None:     # only empty slots passed: the mark moves (nothing to flush)
+                self.saved_mark = (progress[0], progress[1] * self._state.precision_ms, self.saved_mark[2])
+            return
+        end = self._store.commit_log_max_offset()       # covers the deliveries `progress` counts
         await self._store.flush()
         await asyncio.to_thread(self._state.save, progress)
         self._saved, self._saved_delivered = progress, delivered
+        self.saved_mark = (progress[0], progress[1] * self._state.precision_ms, end)
 
 
 class TimerMessageStore:

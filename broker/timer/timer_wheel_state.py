@@ -62,6 +62,9 @@ class TimerState:
         self.delivered_total = int(saved.get("delivered", 0) or 0)     # as of the checkpoint, then counted on
         self.rolled_total = int(saved.get("rolled", 0) or 0)
         self.enqueued = 0             # units enqueued by this run
+        # (queue offset, due ms): units below the offset due before the time were delivered by the
+        # master this broker took over from (`TimerProgress`): skipped, not delivered again
+        self.delivered_by_master = (0, 0)
         # (log position, due bound): every record below the position is due by the bound (epoch ms);
         # what was appended before this start may be due as late as `max_delay_ms` from now (an
         # earlier run's roll window is not known), so a restart drops nothing for that long
@@ -83,7 +86,11 @@ class TimerState:
         records = bytearray()
         pos = self.log.size
         wheel_get = self.wheel.get
-        for commit_log_offset, size, due_ms in units:
+        skip_below, skip_due_before = self.delivered_by_master
+        skip_count = max(0, min(skip_below - self.enqueue_queue_offset, len(units)))
+        for index, (commit_log_offset, size, due_ms) in enumerate(units):
+            if index < skip_count and due_ms < skip_due_before:
+                continue
             if due_ms <= now_ms:
                 due_now.append((commit_log_offset, size))
                 continue

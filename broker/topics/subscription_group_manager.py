@@ -9,6 +9,8 @@ from broker.persist import DurableTable
 from protocol.errors import SubscriptionGroupNotExist, SystemError_
 from protocol.topics import check_group
 
+MAX_BROKER_ID = 1_000_000     # broker ids a group may send pulls to (slave_read_enable)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SubscriptionGroupConfig:
@@ -19,6 +21,8 @@ class SubscriptionGroupConfig:
     retry_max_times: int = 16
     notify_consumer_ids_changed_enable: bool = True
     consume_message_orderly: bool = False     # RocketMQ 5's FIFO group: POP hands a queue out in order
+    broker_id: int = 0                        # slave_read_enable: the broker a pull in memory is sent to
+    which_broker_when_consume_slowly: int = 1     # ... and one behind by more than the memory ratio
 
 
 class SubscriptionGroupManager(DurableTable):
@@ -64,6 +68,9 @@ class SubscriptionGroupManager(DurableTable):
             raise SystemError_(remark)
         if not 0 <= config.retry_queue_nums <= 1024 or config.retry_max_times < 0:
             raise SystemError_("retry_queue_nums must be within 0..1024 and retry_max_times ≥ 0")
+        if not all(0 <= broker_id <= MAX_BROKER_ID
+                   for broker_id in (config.broker_id, config.which_broker_when_consume_slowly)):
+            raise SystemError_(f"broker_id and which_broker_when_consume_slowly must be within 0..{MAX_BROKER_ID}")
         self._groups[config.group_name] = config
         self.set_line(config.group_name, asdict(config))
         return config

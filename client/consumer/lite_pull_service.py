@@ -16,6 +16,7 @@ from enum import Enum
 
 from client.api import ClientAPI, PullResult
 from client.consumer.process_queue import ProcessQueue
+from client.consumer.pull_nodes import PullFromWhichNode
 from client.consumer.pull_service import TopicSubscription, now_ms, refilter
 from protocol.codes import PullSysFlag
 from protocol.errors import MQError, NoPermission, ResponseError
@@ -68,8 +69,9 @@ class LitePullService:
                  pull_batch_size: int, pull_threshold_for_queue: int,
                  subscription_of: Callable[[str], TopicSubscription],
                  start_offset_of: Callable[[MessageQueue, StartFrom], Awaitable[int]],
-                 on_remove: Callable[[MessageQueue, int], None]) -> None:
-        self._api, self._address_of, self._group = api, address_of, consumer_group
+                 on_remove: Callable[[MessageQueue, int], None], nodes: PullFromWhichNode | None = None) -> None:
+        self._api, self._group = api, consumer_group
+        self._nodes = nodes if nodes is not None else PullFromWhichNode(address_of, lambda name, broker_id: None)
         self._batch_size, self._threshold = pull_batch_size, pull_threshold_for_queue
         self._subscription_of, self._start_offset_of, self._on_remove = subscription_of, start_offset_of, on_remove
         self._queues: dict[MessageQueue, _QueueState] = {}
@@ -200,7 +202,7 @@ class LitePullService:
                 suspend_timeout_ms=BROKER_SUSPEND_MAX_MS, sub_version=sub.sub_version,
                 subscription=sub.expression, expression_type=sub.expression_type)
             try:
-                result = await self._api.pull_message(self._address_of(mq), header, CONSUMER_TIMEOUT_WHEN_SUSPEND_MS)
+                result = await self._nodes.pull(self._api, mq, header, CONSUMER_TIMEOUT_WHEN_SUSPEND_MS)
             except ResponseError as exc:     # NO_PERMISSION (credentials, ACL) said louder
                 log.log(logging.WARNING if isinstance(exc, NoPermission) else logging.INFO,
                         "pull of %s (group %s) failed: %s; retrying in %d ms", mq, self._group, exc,

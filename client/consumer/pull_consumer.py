@@ -44,6 +44,7 @@ from client.consumer.offset_store import (
     RemoteBrokerOffsetStore,
 )
 from client.consumer.process_queue import ProcessQueue
+from client.consumer.pull_nodes import PullFromWhichNode
 from client.consumer.pull_service import TopicSubscription, now_ms
 from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
 from client.errors import ClientStateError
@@ -187,7 +188,8 @@ class PullConsumer(GroupMember, Lifecycle):
                                 pull_batch_size=self.pull_batch_size,
                                 pull_threshold_for_queue=self.pull_threshold_for_queue,
                                 subscription_of=self._subscription_of, start_offset_of=start_offset_of,
-                                on_remove=on_remove)
+                                on_remove=on_remove,
+                                nodes=PullFromWhichNode(address_of, instance.routes.broker_address))
         timestamp_ms = (parse_consume_timestamp(self.consume_timestamp) if self.consume_timestamp
                         else int(time.time() * 1000) - 30 * 60 * 1000)
         rebalancer = Rebalancer(

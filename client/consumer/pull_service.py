@@ -18,6 +18,7 @@ from client.api import ClientAPI, PullResult
 from client.consumer.message_selector import MessageSelector
 from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue
+from client.consumer.pull_nodes import PullFromWhichNode
 from conf.client import PushConsumerOptions
 from protocol.bodies import ConsumerData, SubscriptionData
 from protocol.codes import PullSysFlag
@@ -127,8 +128,11 @@ class PullService:
                  subscription_of: Callable[[str], TopicSubscription | None],
                  remove_queue: Callable[[MessageQueue], Awaitable[None]],
                  paused: Callable[[], bool], *, orderly: bool = False,
-                 route_failed: Callable[[str], None] | None = None) -> None:
-        self._api, self._address_of, self._group = api, address_of, consumer_group
+                 route_failed: Callable[[str], None] | None = None, nodes: PullFromWhichNode | None = None) -> None:
+        """`nodes`: which broker of the replica set each queue is pulled from (the brokers'
+        suggestions); None: always `address_of(mq)`."""
+        self._api, self._group = api, consumer_group
+        self._nodes = nodes if nodes is not None else PullFromWhichNode(address_of, lambda name, broker_id: None)
         self._retry_topic = retry_topic(consumer_group)
         self._orderly = orderly
         self._route_failed = route_failed          # a pull error asks for a fresh route of the topic
@@ -222,8 +226,8 @@ class PullService:
                 await asyncio.sleep(options.pull_time_delay_when_exception_ms / 1000)
                 continue
             try:
-                result = await self._api.pull_message(self._address_of(mq), self._header(mq, queue_offset, sub),
-                                                      options.consumer_timeout_when_suspend_ms)
+                result = await self._nodes.pull(self._api, mq, self._header(mq, queue_offset, sub),
+                                                options.consumer_timeout_when_suspend_ms)
             except FlowControl:
                 await asyncio.sleep(0.02)
                 continue

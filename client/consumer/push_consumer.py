@@ -27,6 +27,7 @@ from client.consumer.listener import MessageListener, OrderlyMessageListener
 from client.consumer.message_selector import MessageSelector
 from client.consumer.offset_store import DEFAULT_OFFSET_DIR, LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from client.consumer.process_queue import ProcessQueue
+from client.consumer.pull_nodes import PullFromWhichNode
 from client.consumer.pull_service import PullService, TopicSubscription, now_ms
 from client.consumer.queue_locker import LockRenewalService, QueueLocker
 from client.consumer.rebalance import Rebalancer, parse_consume_timestamp
@@ -222,7 +223,8 @@ class PushConsumer(GroupMember, Lifecycle):
                 consume_timeout_ms=consume_timeout_ms)
         self._pulls = PullService(instance.api, address_of, self.consumer_group, self.options, self.message_model,
                                   self._offsets, self._consume, self._subscriptions.get, self._remove_queue,
-                                  lambda: self._paused, orderly=self._orderly, route_failed=instance.route_failed)
+                                  lambda: self._paused, orderly=self._orderly, route_failed=instance.route_failed,
+                                  nodes=PullFromWhichNode(address_of, instance.routes.broker_address))
         timestamp_ms = (parse_consume_timestamp(self.options.consume_timestamp) if self.options.consume_timestamp
                         else int(time.time() * 1000) - 30 * 60 * 1000)
         self._rebalancer = Rebalancer(

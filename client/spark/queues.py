@@ -27,7 +27,7 @@ from client.spark.arrow import PulledBody
 from client.spark.options import NO_TLS, Filter, PullSettings, QueueKey, TlsSettings
 from protocol.bodies import TopicRouteData
 from protocol.codes import PullSysFlag
-from protocol.errors import ConnectionClosed, RequestTimeout, TopicNotExist
+from protocol.errors import ConnectionClosed, MQError, RequestTimeout, TopicNotExist
 from protocol.headers import PullMessageRequestHeader
 from protocol.message import F_STORE_TIMESTAMP, STORED_FIELD_COUNT
 from protocol.model import PullStatus
@@ -207,14 +207,32 @@ class RangePuller:
     offsets and the tags)."""
 
     def __init__(self, api: ClientAPI, address: str, topic: str, queue_id: int, message_filter: Filter,
-                 settings: PullSettings) -> None:
+                 settings: PullSettings, resolve: Callable[[], Awaitable[str]] | None = None) -> None:
+        """`resolve()`: the queue's broker's master address now (from the routes); asked again
+        after a pull found no broker at `address`, so a read follows an HA failover (the new
+        master has the same broker name and queue offsets)."""
         self._api, self._address, self._topic, self._queue_id = api, address, topic, queue_id
-        self._filter, self._settings = message_filter, settings
+        self._filter, self._settings, self._resolve = message_filter, settings, resolve
+
+    async def _follow_master(self) -> None:
+        if self._resolve is None:
+            return
+        try:
+            address = await self._resolve()
+        except (KeyError, MQError, *BROKER_UNAVAILABLE):     # no route yet: the same address again
+            return
+        if address != self._address:
+            log.warning("%s:%d: its broker moved from %s to %s", self._topic, self._queue_id, self._address, address)
+            self._address = address
 
     def _pull(self, queue_offset: int, count: int) -> asyncio.Task[tuple[PullResult, bytes]]:
         header = _header(self._topic, self._queue_id, queue_offset, count, self._filter)
-        def pull() -> Awaitable[tuple[PullResult, bytes]]:
-            return self._api.pull_message_raw(self._address, header, self._settings.timeout_ms)
+        async def pull() -> tuple[PullResult, bytes]:
+            try:
+                return await self._api.pull_message_raw(self._address, header, self._settings.timeout_ms)
+            except BROKER_UNAVAILABLE:
+                await self._follow_master()
+                raise
 
         what = f"pull of {self._topic}:{self._queue_id} at {queue_offset} from {self._address}"
         return asyncio.get_running_loop().create_task(wait_for_broker(pull, what, self._settings.broker_wait_ms))

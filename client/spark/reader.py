@@ -64,6 +64,7 @@ class QueueRange(InputPartition):
     credentials: Credentials | None = None
     tls: TlsSettings = NO_TLS
     broker_name: str = ""
+    endpoints: tuple[str, ...] = ()      # where `address` is looked up again when its broker is gone
 
 
 async def _take(bodies: AsyncIterator[PulledBody], rows: int) -> list[PulledBody]:
@@ -122,8 +123,13 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     event loop that lives as long as this generator."""
     loop = uvloop.new_event_loop()
     remoting = remoting_client(part.tls, part.credentials)
-    puller = RangePuller(ClientAPI(remoting), part.address, part.topic, part.queue_id, part.message_filter,
-                         part.pull)
+    api = ClientAPI(remoting)
+
+    async def resolve() -> str:         # the master now (after an HA failover: the elected one)
+        return (await topic_queues(api, part.endpoints, part.topic)).address(part.broker_name)
+
+    puller = RangePuller(api, part.address, part.topic, part.queue_id, part.message_filter, part.pull,
+                         resolve if part.endpoints and part.broker_name else None)
     bodies = puller.bodies(part.start_offset, part.end_offset)
     tags = part.message_filter.tags
     prefixes: dict[str, bytes] = {}
@@ -153,7 +159,8 @@ def queue_ranges(options: SourceOptions, queues: TopicQueues,
         if pieces and broker_name not in queues.addresses:
             raise BrokerUnavailable(f"broker {broker_name} of topic {options.topic!r} is not in its route")
         parts += [QueueRange(queues.address(broker_name), options.topic, queue_id, low, high, options.filter,
-                             options.pull, options.credentials, options.tls, broker_name) for low, high in pieces]
+                             options.pull, options.credentials, options.tls, broker_name, options.endpoints)
+                  for low, high in pieces]
     return parts
 
 

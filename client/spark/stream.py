@@ -64,8 +64,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return NO_QUEUES
 
     async def _bounds(self, api: ClientAPI) -> tuple[TopicQueues, dict[QueueKey, tuple[int, int]]]:
-        queues = await self._queues(api)
-        return queues, await queue_bounds(api, queues, self.options.topic, self.options.pull.broker_wait_ms)
+        """The queues and their bounds; a broker that does not answer is waited for with the
+        route asked again each time (an HA failover names another master for the broker)."""
+        async def both() -> tuple[TopicQueues, dict[QueueKey, tuple[int, int]]]:
+            queues = await self._queues(api)
+            try:
+                return queues, await queue_bounds(api, queues, self.options.topic)
+            except BrokerUnavailable as exc:
+                raise ConnectionClosed("route", str(exc)) from exc
+
+        return await wait_for_broker(both, f"offsets of {self.options.topic!r}", self.options.pull.broker_wait_ms)
 
     def _offsets(self, value: Mapping[str, object], queues: TopicQueues) -> dict[QueueKey, int]:
         """A checkpointed offset map (either JSON form) as (broker name, queue id) → offset."""

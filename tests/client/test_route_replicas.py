@@ -33,3 +33,19 @@ def test_reads_fall_back_to_the_lowest_slave_when_the_master_left() -> None:
 def test_the_read_address_is_always_one_of_the_replicas(addrs: dict[int, str]) -> None:
     chosen = table(addrs).subscribe_address("a")
     assert chosen == addrs.get(0, addrs[min(addrs)])
+
+
+@given(st.dictionaries(st.integers(0, 1_001), st.text(min_size=1, max_size=4), min_size=1), st.integers(0, 1_001))
+def test_a_suggested_broker_is_that_one_else_the_lowest_slave(addrs: dict[int, str], suggested: int) -> None:
+    """`suggest_which_broker_id` (RocketMQ `findBrokerAddressInSubscribe` without onlyThisBroker):
+    the id's address when routed; a slave id not routed falls to the lowest slave; none: None
+    (the caller pulls from the master)."""
+    chosen = table(addrs).broker_address("a", suggested)
+    slaves = sorted(b for b in addrs if b != 0)
+    if suggested in addrs:
+        assert chosen == addrs[suggested]
+    elif suggested != 0 and slaves:
+        assert chosen == addrs[slaves[0]]
+    else:
+        assert chosen is None
+    assert table(addrs).broker_address("unknown", suggested) is None

@@ -116,3 +116,19 @@ async def test_slave_finds_its_master_through_the_name_server(tmp_path: Path, cl
             await wait_until(lambda: (route := namesrv.routes.topic_route("ha")) is not None
                              and route.broker_datas[0].broker_addrs == {0: master.address, 1: slave.address},
                              what="route lists master and slave")
+
+
+async def test_a_topic_reaches_the_slave_before_the_messages_stored_in_it(tmp_path: Path,
+                                                                          client_api: ClientAPI) -> None:
+    """The master sends a changed topic table ahead of the records that follow the change: once a
+    SYNC_MASTER acknowledged a send that auto-created its topic, the slave knows the topic (the
+    periodic copy, every `ha_slave_sync_interval_ms`, is 10 s away here)."""
+    async with Broker(broker_config(tmp_path / "master", broker_role="SYNC_MASTER",
+                                    ha_slave_sync_interval_ms=10_000)) as master, \
+            Broker(slave_config(tmp_path, master)) as slave:   # type: ignore[arg-type]
+        assert slave.replication is not None and slave.replication.client is not None
+        client = slave.replication.client
+        await wait_until(lambda: client.connected, what="slave connected")
+        for i in range(5):
+            await send(client_api, master.address, f"new{i}", b"x", properties={"DELAY": "1"})
+            assert slave.topics.get(f"new{i}") is not None, f"new{i} unknown to the slave"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 
 from broker.address import advertised_host
+from broker.arrivals import arrival_listeners, hold_matcher
 from broker.auth.wiring import broker_auth
 from broker.filter.filter_manager import FilterManager
-from broker.filter.message_filter import MessageFilter
 from broker.filter.sql92.bounds import Sql92Limits
 from broker.grpc.server import GrpcServer
 from broker.ha.agent import ControllerAgent, route_id
@@ -38,7 +38,6 @@ from broker.remoting.server import RemotingServer
 from broker.schedule.schedule_service import DelayOffsets, ScheduleService
 from broker.store.lock import StoreLock
 from broker.store.message_store import MessageStore
-from broker.store.results import GetMessageStatus
 from broker.timer.timer_progress import TimerProgress
 from broker.timer.timer_store import TimerMessageStore
 from broker.topics.recovery import recover_topic_configs
@@ -59,7 +58,6 @@ from protocol.command import RemotingCommand
 from protocol.headers import RegisterBrokerRequestHeader
 from protocol.lifecycle import Lifecycle
 from protocol.tls_accept import TlsAcceptor
-from protocol.topics import SCHEDULE_TOPIC, TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -167,13 +165,8 @@ class Broker(Lifecycle):
                 await self.trace.start()
                 self.offsets.on_commit = self.trace.recorder.committed
                 self.client_ids.on_admit = self.trace.recorder.client
-            filters = self.filters
-
-            def has_match(topic: str, queue_id: int, queue_offset: int, message_filter: MessageFilter) -> bool:
-                matched = filters.matches(message_filter, topic, queue_id)
-                return store.get_message(topic, queue_id, queue_offset, 1, message_filter,
-                                         matched).status is GetMessageStatus.FOUND
-            hold = HoldService(store.get_max_offset, config.long_polling.check_interval_ms, has_match)
+            hold = HoldService(store.get_max_offset, config.long_polling.check_interval_ms,
+                               hold_matcher(self.filters, store))
             self.hold_service = hold
             self.delay_offsets.flushed_offset = lambda: store.flushed_offset
             schedule = ScheduleService(store, self.delay_offsets, self.clock.now_ms)
@@ -186,29 +179,8 @@ class Broker(Lifecycle):
                                                    on_lateness=self.metrics.observe_timer_lateness)
             self.metrics.track_timer(timer)
             self.timer_progress.saved = lambda: timer.checkpointer.saved_mark
-            notify_hold = hold.notify_message_arriving if config.long_polling.enable else None
-            index_arrival = self.filters.index.on_arrival      # SQL92 matches of registered subscriptions
-
-            def on_arrival(topic: str, queue_id: int, max_offset: int, tags_code: int,
-                           properties: dict[str, str]) -> None:
-                if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
-                    schedule.on_arrival(topic, queue_id) if topic == SCHEDULE_TOPIC else timer.on_arrival()
-                    return
-                index_arrival(topic, queue_id, max_offset - 1, properties)
-                if notify_hold is not None:
-                    notify_hold(topic, queue_id, max_offset, tags_code, properties)
-            index_run = self.filters.index.on_arrival_run
-            notify_hold_run = hold.notify_run_arriving if config.long_polling.enable else None
-
-            def on_arrival_run(topic: str, queue_id: int, queue_offset: int, units: list[tuple[int, int, int]],
-                               properties: list[dict[str, str]]) -> None:
-                if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
-                    schedule.on_arrival(topic, queue_id) if topic == SCHEDULE_TOPIC else timer.on_arrival()
-                    return
-                index_run(topic, queue_id, queue_offset, properties)
-                if notify_hold_run is not None:
-                    notify_hold_run(topic, queue_id, queue_offset, units, properties)
-            store.set_arrival_listener(on_arrival, on_arrival_run)
+            store.set_arrival_listener(*arrival_listeners(self.filters, hold, schedule, timer,
+                                                          config.long_polling.enable))
             delivers = not config.is_slave and not config.controller_addr   # a slave re-puts nothing (as RocketMQ's)
             if delivers:
                 await schedule.start()

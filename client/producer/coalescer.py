@@ -6,13 +6,23 @@ Nothing waits for a timer (no Nagle delay): the first call of a step schedules a
 `loop.call_soon`, which runs once every task made ready in that step has had its turn, so a lone
 call goes out one loop iteration later, and concurrent ones share a request. A run is cut when it
 reaches `max_items` or would pass `max_bytes`: the run so far goes out at once, the call starts the
-next one."""
+next one.
+
+A run's `send` is started eagerly (issue #38): its first step, up to its first real wait (for the
+transaction producer, the request written to the connection), runs inside `_start` itself, and
+only the rest runs in a task. So the first 64 half messages of a wave of 512 reach the broker
+while this step still builds the others, where a task would have started them one loop iteration
+later, after every other caller ready in this step. Python 3.12's eager tasks do this; 3.11 has
+none, so `_resume` hands the started coroutine to an ordinary task. What `send` does before its
+first wait must therefore not depend on running in a task of its own (no `asyncio.timeout`,
+`current_task` there): it runs in the submitting caller's task."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
 T = TypeVar("T")
@@ -68,7 +78,12 @@ class Coalescer(Generic[K, T, R]):
 
     def _start(self, key: K, items: list[T], futures: list[asyncio.Future[R]]) -> None:
         self.requests += 1
-        task = asyncio.get_running_loop().create_task(self._run(key, items, futures))
+        run = self._run(key, items, futures)
+        try:
+            waits_for = run.send(None)      # eager: the request goes out now (see the module's doc)
+        except StopIteration:
+            return                          # finished without waiting: every future is resolved
+        task = asyncio.get_running_loop().create_task(_finish(run, waits_for))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -93,3 +108,31 @@ class Coalescer(Generic[K, T, R]):
                 future.set_exception(result)
             else:
                 future.set_result(result)
+
+
+async def _finish(run: Coroutine[Any, Any, None], waits_for: Any) -> None:
+    await _resume(run, waits_for)
+
+
+@types.coroutine
+def _resume(run: Coroutine[Any, Any, None], waits_for: Any) -> Generator[Any, Any, None]:
+    """Drive `run`, whose first step was taken outside any task and yielded `waits_for` (a future
+    still marked as awaited, or None), on to its end inside the task awaiting this: what `run`
+    yields goes to the task, what the task sends or throws (a result, a cancellation) goes to
+    `run`."""
+    while True:
+        try:
+            sent = yield waits_for
+        except GeneratorExit:
+            run.close()
+            raise
+        except BaseException as exc:  # every exception (a cancellation too) goes to `run`
+            try:
+                waits_for = run.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                waits_for = run.send(sent)
+            except StopIteration:
+                return

@@ -21,7 +21,7 @@ from client.admin_api import AdminAPI
 from conf.trace import TraceConfig
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import request
-from protocol.trace import merge_timeline
+from protocol.trace import NOTED, merge_timeline, noted
 from tests.conftest import broker_config
 from tests.helpers import free_port, scrape_metrics, send
 
@@ -141,3 +141,9 @@ def test_commits_between_two_writes_become_one_record_per_forward_run() -> None:
     records = recorder.drain()
     assert [(r[3], r[4], r[5]) for r in records] == [(0, None, 5), (0, 5, 2), (0, 2, 4), (1, 7, 9)]
     assert recorder.drain() == [] and recorder.recorded == 4
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.sampled_from([*NOTED, "TAGS", "TRAN_MSG", "PGROUP"]), st.text(max_size=8)))
+def test_noted_keeps_the_noted_properties_in_their_order(properties: dict[str, str]) -> None:
+    assert noted(properties) == tuple(properties.get(name) for name in NOTED)

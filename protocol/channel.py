@@ -78,6 +78,7 @@ class Channel:
         self._outbox: list[Buffer] = []         # frames written at the end of this loop step
         self._outbox_bytes = 0
         self._corked = False                     # a frame was written this step; queue the rest
+        self.write_at_once_bytes: int | None = None     # a frame this large is never queued (None: any is)
         self._read_pauses: set[str] = set()      # why reads are paused (several owners may pause)
         self._close_remark: str | None = None    # remark of an unsolicited error frame (a refusal)
         self._dispatch_limit = max_dispatch_per_step
@@ -107,7 +108,9 @@ class Channel:
 
         The first frame of an event-loop step is written at once (latency); frames sent later in
         the same step are queued and leave together in one `write` at its end (a syscall per small
-        response was the top cost under load). Frames sent while a read's commands are handled
+        response was the top cost under load), unless at least `write_at_once_bytes` long: then it
+        leaves at once with those queued before it (a client's large request, so the peer starts
+        on it while this step goes on). Frames sent while a read's commands are handled
         leave in one write once they all are. A large body is written uncopied."""
         if self._closed or self._aborted:
             raise ConnectionClosed(self.remote_address)
@@ -119,6 +122,12 @@ class Channel:
             return
         size = len(data)
         if self._corked:
+            at_once = self.write_at_once_bytes
+            if at_once is not None and size >= at_once:     # not held back to the step's end
+                self._outbox.append(data)
+                self.flush()
+                self._corked = True
+                return
             self._outbox.append(data)
             self._outbox_bytes += size
             if self._outbox_bytes > _JOIN_BELOW_BYTES:

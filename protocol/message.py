@@ -300,6 +300,14 @@ def msg_id_commit_log_offset(msg_id: str) -> int:
     return int(msg_id[16:], 16)
 
 
+def msg_id_commit_log_offsets(msg_ids: Sequence[str]) -> list[int]:
+    """`msg_id_commit_log_offset` of each id (a batch's answer), the digits checked once for all;
+    `ValueError` if any is malformed."""
+    if any(len(msg_id) != 32 for msg_id in msg_ids) or not _HEX_DIGITS.issuperset("".join(msg_ids)):
+        raise ValueError(f"message ids {list(msg_ids)[:4]!r}... are not all 32 hex digits")
+    return [int(msg_id[16:], 16) for msg_id in msg_ids]
+
+
 def parse_msg_id(msg_id: str) -> tuple[str, int]:
     """(store "ip:port", commit_log_offset) of an offset message id; `ValueError` if malformed."""
     if len(msg_id) != 32 or not _HEX_DIGITS.issuperset(msg_id):

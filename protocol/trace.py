@@ -70,8 +70,11 @@ class QueryMessageTraceRequestHeader(Header):
 
 
 def noted(properties: Mapping[str, str]) -> tuple[str | None, ...]:
-    """The `NOTED` properties of a message, None where it has none."""
-    return tuple(properties.get(name) for name in NOTED)
+    """The `NOTED` properties of a message, None where it has none (`NOTED`'s names spelled out:
+    a generator cost twice as much, once per traced message)."""
+    get = properties.get
+    return (get(PROPERTY_UNIQ_KEY), get(PROPERTY_KEYS), get(PROPERTY_DLQ_RESENT_FROM), get(PROPERTY_ORIGIN_MESSAGE_ID),
+            get(PROPERTY_RETRY_TOPIC))
 
 
 def as_properties(values: Any) -> dict[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from typing import Any
 
 import msgpack
 
@@ -79,16 +80,26 @@ def decode_end_batch(raw: bytes, max_entries: int = MAX_END_BATCH_ENTRIES) -> li
     `EndEntry`'s types, an offset outside 0..2**63-1, a `commit_or_rollback` outside int32): a
     request refused whole, before any entry is resolved."""
     try:
-        value = msgpack.unpackb(raw, raw=False, use_list=True)
+        value = msgpack.unpackb(raw, raw=False, use_list=False)     # arrays as tuples: entries as they are
     except Exception as exc:
         raise MessageIllegal(f"END_TRANSACTION_BATCH body is not msgpack: {exc.__class__.__name__}") from None
-    if type(value) is not list or not value:
+    if type(value) is not tuple or not value:
         raise MessageIllegal("END_TRANSACTION_BATCH body must be a non-empty array of entries")
     if len(value) > max_entries:
         raise MessageIllegal(f"END_TRANSACTION_BATCH holds at most {max_entries} entries, got {len(value)}")
-    entries: list[EndEntry] = []
+    for entry in value:         # the usual entry checked in one expression (~0.5 µs less an entry)
+        if not (type(entry) is tuple and len(entry) == 5 and type(entry[0]) is str
+                and type(entry[1]) is int and 0 <= entry[1] <= _INT64_MAX
+                and type(entry[2]) is int and 0 <= entry[2] <= _INT64_MAX
+                and type(entry[3]) is int and _INT32_MIN <= entry[3] <= _INT32_MAX and type(entry[4]) is str):
+            _refuse_entries(value)
+    return list(value)
+
+
+def _refuse_entries(value: tuple[Any, ...]) -> None:
+    """Raise `MessageIllegal` naming the first wrong entry of a decoded END_TRANSACTION_BATCH."""
     for i, entry in enumerate(value):
-        if type(entry) is not list or len(entry) != 5:
+        if type(entry) is not tuple or len(entry) != 5:
             raise MessageIllegal(f"entry {i} must be [topic, tran_state_table_offset, commit_log_offset, "
                                  f"commit_or_rollback, transaction_id]")
         topic, half_offset, commit_log_offset, action, transaction_id = entry
@@ -99,5 +110,4 @@ def decode_end_batch(raw: bytes, max_entries: int = MAX_END_BATCH_ENTRIES) -> li
             raise MessageIllegal(f"entry {i}: offsets must be within 0..2**63-1")
         if not _INT32_MIN <= action <= _INT32_MAX:
             raise MessageIllegal(f"entry {i}: commit_or_rollback {action} is outside int32")
-        entries.append((topic, half_offset, commit_log_offset, action, transaction_id))
-    return entries
+    raise MessageIllegal("END_TRANSACTION_BATCH entries are malformed")    # unreachable: the caller found one

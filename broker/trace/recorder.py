@@ -87,6 +87,14 @@ class TraceRecorder:
         else:
             self.dropped += 1
 
+    def _room(self, count: int) -> int:
+        """How many of `count` events the queue takes now; the others are counted as dropped."""
+        room = max(self._max - len(self._queue), 0)
+        if room >= count:
+            return count
+        self.dropped += count - room
+        return room
+
     # -- the request paths (one call per event) ---------------------------------------------------
 
     def sent(self, ctx: RequestContext, group: str, topic: str, queue_id: int, queue_offset: int,
@@ -180,15 +188,30 @@ class TraceRecorder:
                     messages: list[tuple[dict[str, str], int, bytes]]) -> None:
         """`sent_half` of each half message a transactional SEND_BATCH_MESSAGE stored (`result`:
         its put, consecutive half offsets from `result.queue_offset`)."""
-        for index, (properties, _, _) in enumerate(messages):
-            self.sent_half(client_addr, group, topic, queue_id, result.queue_offset + index,
-                           result.commit_log_offsets[index], properties)
+        keep = self._room(len(messages))
+        if keep < len(messages):
+            messages = messages[:keep]
+        queue, at, half_offset = self._queue, time(), result.queue_offset
+        for (properties, _, _), commit_log_offset in zip(messages, result.commit_log_offsets, strict=False):
+            queue.append((HALF, at, client_addr, group, topic, queue_id, half_offset, commit_log_offset,
+                          noted(properties)))
+            half_offset += 1
 
     def transaction(self, half_offset: int, outcome: str, info: Any) -> None:
         """The half at `half_offset`: `outcome` one of `protocol.trace.TRANSACTION_EVENTS`;
         `info` for "committed" [topic, queue_id, queue_offset] of the message written, for
         "checked_back" and "half_dropped" the check-backs sent so far, else None."""
         self._add((TRANSACTION, time(), TRANS_HALF_TOPIC, 0, half_offset, outcome, info))
+
+    def committed_run(self, half_offsets: list[int], topic: str, queue_id: int, first_queue_offset: int) -> None:
+        """`transaction(half_offset, "committed", [topic, queue_id, queue_offset])` of halves whose
+        messages were written as one append from `first_queue_offset`, in order."""
+        keep = self._room(len(half_offsets))
+        queue, at, queue_offset = self._queue, time(), first_queue_offset
+        for half_offset in half_offsets[:keep] if keep < len(half_offsets) else half_offsets:
+            queue.append((TRANSACTION, at, TRANS_HALF_TOPIC, 0, half_offset, "committed",
+                          [topic, queue_id, queue_offset]))
+            queue_offset += 1
 
     def client(self, client_addr: str, client_id: str) -> None:
         """The connection from `client_addr` heartbeats as `client_id` (once per connection and id)."""

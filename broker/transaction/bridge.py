@@ -155,11 +155,15 @@ class TransactionBridge:
         halves = [({**properties, **extra}, flag, body) for properties, flag, body in messages]
         result = self._store.put_checked_messages(topic=TRANS_HALF_TOPIC, queue_id=0, messages=halves,
                                                   born_timestamp=born_timestamp, born_host=born_host)
-        if result.ok:
-            now_ms, origin, first = self._now_ms(), (born_timestamp, born_host, 0), result.queue_offset
-            for index, (commit_log_offset, (properties, flag, body)) in enumerate(
-                    zip(result.commit_log_offsets, halves, strict=True)):
-                self._remember(first + index, commit_log_offset, properties, flag, body, origin, now_ms)
+        if result.ok:       # `_remember` of each, inline (~0.4 µs less a half)
+            now_ms, origin, half_offset = self._now_ms(), (born_timestamp, born_host, 0), result.queue_offset
+            add_half, cache = self.table.add_half, self._cache
+            for commit_log_offset, (properties, flag, body) in zip(result.commit_log_offsets, halves, strict=True):
+                add_half(half_offset, commit_log_offset, now_ms)
+                if len(cache) >= HALF_CACHE_LIMIT:
+                    del cache[next(iter(cache))]
+                cache[half_offset] = (commit_log_offset, properties, flag, body, origin)
+                half_offset += 1
         return result
 
     def _remember(self, half_offset: int, commit_log_offset: int, properties: dict[str, str], flag: int,
@@ -227,12 +231,11 @@ class TransactionBridge:
         `end` does."""
         if action not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_NOT_TYPE):
             raise SystemError_(f"commit_or_rollback must be 8 (commit), 12 (rollback) or 0 (unknown), got {action}")
-        state = self.table.state(half_offset)
-        if state is HalfState.RESOLVED:
-            raise SystemError_(f"the half message at transaction offset {half_offset} was already committed, "
-                               f"rolled back or dropped: nothing changed")
         half = self.table.pending.get(half_offset)
-        if half is None:
+        if half is None:        # (a pending half is neither: its state is only looked up when none)
+            if self.table.state(half_offset) is HalfState.RESOLVED:
+                raise SystemError_(f"the half message at transaction offset {half_offset} was already committed, "
+                                   f"rolled back or dropped: nothing changed")
             raise SystemError_(f"no half message at transaction offset {half_offset}: nothing changed")
         if half.commit_log_offset != commit_log_offset:
             raise SystemError_(f"the half message at transaction offset {half_offset} is at commit log offset "
@@ -302,11 +305,10 @@ class TransactionBridge:
             sys_flag=TRANSACTION_COMMIT_TYPE)
         _check(result, "the committed messages")
         self._on_stored(topic, len(run), sum(len(item[3]) for item in run))
-        trace = self.trace
-        for index, item in enumerate(run):
-            if trace is not None:
-                trace.transaction(item[0], "committed", [topic, queue_id, result.queue_offset + index])
-            self._resolve_later(item[0])
+        half_offsets = [item[0] for item in run]
+        if self.trace is not None:
+            self.trace.committed_run(half_offsets, topic, queue_id, result.queue_offset)
+        self._resolve_run(half_offsets)
         return result.end_offset
 
     def roll_back(self, half_offset: int) -> None:
@@ -323,6 +325,21 @@ class TransactionBridge:
         removed = self._removed
         removed.append(half_offset)
         if len(removed) > 1:
+            return
+        try:
+            asyncio.get_running_loop().call_soon(self.flush_ops)
+        except RuntimeError:
+            self.flush_ops()
+
+    def _resolve_run(self, half_offsets: list[int]) -> None:
+        """`_resolve_later` of each of `half_offsets`, in order."""
+        remove, drop, removed = self.table.remove, self._cache.pop, self._removed
+        schedule = not removed
+        for half_offset in half_offsets:
+            remove(half_offset)
+            drop(half_offset, None)
+        removed += half_offsets
+        if not schedule or not removed:
             return
         try:
             asyncio.get_running_loop().call_soon(self.flush_ops)

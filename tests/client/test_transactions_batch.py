@@ -10,6 +10,7 @@ caller waits for its own end's answer."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -21,14 +22,14 @@ import pytest
 from broker.broker import Broker
 from client import LocalTransactionState, Message, MessageExt, NoPermission, TransactionProducer
 from client.admin_api import AdminAPI
-from client.api import ClientAPI
+from client.api import ClientAPI, SendStatus
 from client.errors import ClientStateError
 from client.producer import transaction_producer
 from client.remoting.remoting_client import RemotingClient
 from protocol.codes import Perm
 from protocol.errors import MessageIllegal
 from protocol.message import parse_msg_id
-from protocol.model import PullStatus
+from protocol.model import MessageQueue, PullStatus
 from tests.conftest import broker_config
 from tests.helpers import pull_header, wait_until
 from tests.security_helpers import add_user, admin_api, secured_config
@@ -260,3 +261,15 @@ async def test_past_the_unanswered_bound_a_caller_waits_for_its_answer(
             await producer.send_message_in_transaction(Message("bound", b"c-%d" % i), COMMIT)
             assert not producer._unanswered and txn_broker.transactions.table.pending_count == 0
             assert txn_broker.store.get_max_offset("bound", 0) == i + 1
+
+
+def test_the_fast_result_is_the_dataclass_itself() -> None:
+    """`_send_result` (slots set through their descriptors) makes the same frozen
+    `TransactionSendResult` its `__init__` makes: equal, same hash and repr, still immutable."""
+    values = (SendStatus.FLUSH_DISK_TIMEOUT, "0A00000100002A9F0000000000001000", MessageQueue("t", "b", 3), 17,
+              "7F0000010000AB", LocalTransactionState.ROLLBACK_MESSAGE)
+    fast, slow = transaction_producer._send_result(*values), transaction_producer.TransactionSendResult(*values)
+    assert type(fast) is type(slow) and fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    assert dataclasses.astuple(fast) == values
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.queue_offset = 18  # type: ignore[misc]

@@ -389,3 +389,43 @@ async def test_a_failing_handler_at_the_loss_still_lets_the_close_be_reported(
     protocol.connection_lost(None)
     assert handled == list(range(11)) and closed == [protocol.channel]
     assert "handling 16 commands received before the connection was lost failed" in caplog.text
+
+
+@pytest.mark.parametrize("at_once", [None, 1024])
+async def test_a_frame_of_write_at_once_bytes_leaves_at_once_with_those_queued_before_it(at_once: int | None) -> None:
+    """Frames sent in one loop step after the first are queued to its end, unless one is at least
+    `write_at_once_bytes` long: it leaves at once with those queued before it (in order); a small
+    one after it is queued again. The peer gets all of them, in order, either way."""
+    received: list[RemotingCommand] = []
+    got_all = asyncio.Event()
+
+    def on_request(channel: Channel, cmd: RemotingCommand) -> None:
+        received.append(cmd)
+        if len(received) == 4:
+            got_all.set()
+
+    async with serving(on_request) as server, client(server) as channel:
+        channel.write_at_once_bytes = at_once
+        small, large = b"s" * 16, b"L" * 4096
+
+        def numbered(i: int, body: bytes) -> RemotingCommand:
+            cmd = request(RequestCode.HEART_BEAT, None, body)
+            cmd.opaque = i
+            return cmd
+
+        for i in range(2):      # one step: the first written, the second queued
+            channel.send(numbered(i, small))
+        queued_before = channel.unsent_bytes
+        channel.send(numbered(2, large))
+        after_large = channel.unsent_bytes
+        channel.send(numbered(3, small))
+        assert queued_before > 0
+        if at_once is None:
+            assert after_large > len(large), "queued with the others"
+        else:
+            assert after_large == channel.transport.get_write_buffer_size() < len(large), "written at once"
+            assert channel.unsent_bytes > after_large, "a small frame after it is queued again"
+        async with asyncio.timeout(WAIT_S):
+            await got_all.wait()
+        assert [cmd.opaque for cmd in received] == [0, 1, 2, 3]
+        assert [cmd.body_bytes() for cmd in received] == [small, small, large, small]

@@ -21,7 +21,7 @@ from client.admin_api import AdminAPI
 from conf.trace import TraceConfig
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import request
-from protocol.trace import merge_timeline
+from protocol.trace import NOTED, merge_timeline, noted
 from tests.conftest import broker_config
 from tests.helpers import free_port, scrape_metrics, send
 
@@ -176,3 +176,9 @@ def test_usual_single_sends_are_found_by_each_queue_offset(tmp_path_factory: pyt
     assert sorted((o, r[6]) for r in found for o in r[4] if o in wanted) == [
         (o, addr) for o, addr in kept[1] if o in wanted]
     assert all(r[3] == 1 and any(o in wanted for o in r[4]) for r in found)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.sampled_from([*NOTED, "TAGS", "TRAN_MSG", "PGROUP"]), st.text(max_size=8)))
+def test_noted_keeps_the_noted_properties_in_their_order(properties: dict[str, str]) -> None:
+    assert noted(properties) == tuple(properties.get(name) for name in NOTED)

@@ -66,7 +66,7 @@ def test_every_call_resolved_once_with_its_own_result(
             raise RunFailed(key)
         return [ItemFailed(item.index) if item.mode == ITEM_ERROR else item.index * 10 for item in items]
 
-    async def scenario() -> list[tuple[Call, asyncio.Future[int]]]:
+    async def scenario() -> list[tuple[Call, asyncio.Future[int] | None]]:
         coalescer: Coalescer[str, Call, int] = Coalescer(
             send, max_items=max_items, max_bytes=max_bytes, size=lambda call: call.size,
             on_done=lambda call, outcome: outcomes.setdefault(call.index, []).append(outcome))

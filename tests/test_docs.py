@@ -72,3 +72,9 @@ def test_every_error_the_guide_names_is_exported_by_client() -> None:
     error_names = {name for name in named if isinstance(getattr(errors, name, None), type)}
     assert "SubscriptionParseFailed" in error_names
     assert error_names <= set(client.__all__), sorted(error_names - set(client.__all__))
+
+
+def test_the_readme_stays_a_front_page() -> None:
+    """The README is what rocketq is, the two commands, a quick start, the features and links (issue
+    #36: at most 200 lines); the details live in docs/."""
+    assert len((REPO / "README.md").read_text().splitlines()) <= 200

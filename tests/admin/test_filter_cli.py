@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 from click.testing import CliRunner, Result
 
 from admin.cli import admin_group, register_commands
 from broker.broker import Broker
 from client.api import ClientAPI
-from tests.helpers import send
+from tests.helpers import free_port, send
 
 register_commands()
 
@@ -74,9 +73,7 @@ async def test_bad_expression_shows_a_caret_and_exits_1() -> None:
 
 
 async def test_unreachable_broker_is_one_line_and_exit_2() -> None:
-    with socket.socket() as probe:               # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()                           # a port nobody listens on (below the ephemeral range)
     result = await invoke("-t", "ft", "-e", "a = 1", "--endpoints", f"127.0.0.1:{port}")
     assert result.exit_code == 2
     assert result.output.startswith("error: cannot reach broker") and result.output.count("\n") == 1

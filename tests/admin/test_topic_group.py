@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import socket
-
 from broker.broker import Broker
 from client.api import ClientAPI
 from tests.admin.cli_runner import rocketq, rocketq_json
-from tests.helpers import send
+from tests.helpers import free_port, send
 
 
 async def test_topic_create_update_list_status_route_delete(broker: Broker, client_api: ClientAPI) -> None:
@@ -52,9 +50,7 @@ async def test_group_create_update_list_delete(broker: Broker, client_api: Clien
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()      # below the ephemeral range: no outgoing connection takes it meanwhile
 
 
 async def test_an_unreachable_broker_is_one_line_and_exit_code_2() -> None:

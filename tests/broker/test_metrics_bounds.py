@@ -4,7 +4,6 @@ of a large exposition is rendered off the event loop, so sends are not stalled b
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from pathlib import Path
 
@@ -21,15 +20,13 @@ from protocol.codes import ResponseCode
 from protocol.command import request
 from protocol.frame import encode_frame_bytes
 from tests.conftest import broker_config
-from tests.helpers import pull_header, read_commands, send
+from tests.helpers import free_port, pull_header, read_commands, send
 
 LABELS = {"cluster": "c", "node_id": "n"}
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()      # below the ephemeral range: no outgoing connection takes it meanwhile
 
 
 def _label_sets(text: str, sample_name: str) -> list[dict[str, str]]:

@@ -4,7 +4,6 @@ send cost, scraped over HTTP from the client's own endpoint."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import urllib.request
 
@@ -13,13 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.broker import Broker
 from client import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, Message, MessageExt, Producer, PushConsumer
 from client.api import ClientAPI
-from tests.helpers import wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.helpers import free_port, wait_until
 
 
 def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import socket
 import sys
 import threading
 import time
@@ -23,7 +22,7 @@ from conf.client import ClientConfig
 from protocol.errors import TopicNotExist
 from protocol.headers import PullMessageRequestHeader
 from tests.conftest import TEST_DELAY_LEVELS
-from tests.helpers import pull_header, wait_until
+from tests.helpers import free_port, pull_header, wait_until
 
 OK = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
@@ -231,9 +230,7 @@ async def _create_topic(address: str, topic: str) -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()      # below the ephemeral range: no outgoing connection takes it meanwhile
 
 
 async def test_ack_index_acknowledges_part_of_a_batch(broker: Broker, client_api: ClientAPI) -> None:

@@ -25,17 +25,12 @@ from client import (
 from client.instance import ClientInstance
 from conf.client import ClientConfig
 from tests.conftest import broker_config
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 
 QUICK = ClientConfig(heartbeat_interval_ms=300, rebalance_interval_ms=300, poll_route_interval_ms=300,
                      persist_offset_interval_ms=300, request_timeout_ms=1_000, connect_timeout_ms=1_000)
 
 
-def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def collecting_consumer(group: str, address: str, topic: str, received: list[bytes],

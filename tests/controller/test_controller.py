@@ -5,7 +5,6 @@ follower redirects to the leader (3 controllers), and hostile requests are answe
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import msgpack
 import pytest
 
 from broker.broker import Broker
+from chaos.ha_cluster import free_port_pair
 from conf.auth import AuthConfig
 from conf.controller import ControllerConfig
 from controller.server import Controller
@@ -97,13 +97,11 @@ async def test_hostile_requests_are_refused(fields: dict[str, Any]) -> None:
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports p with p + 1 (Raft) free too."""
+    """Ports p with p + 1 (Raft) free too, below the kernel's ephemeral range (`free_port_pair`)."""
     ports: list[int] = []
     while len(ports) < count:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 1 < 65535 and port not in ports and port + 1 not in ports and port - 1 not in ports:
+        port = free_port_pair()
+        if port not in ports and port + 1 not in ports and port - 1 not in ports:
             ports.append(port)
     return ports
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
 import sys
 import time
 from collections import Counter
@@ -18,16 +17,12 @@ from client.api import ClientAPI
 from client.remoting.remoting_client import RemotingClient
 from conf.client import ClientConfig
 from protocol.errors import MQError, TopicNotExist
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 
 BROKERS = ("broker-a", "broker-b", "broker-c")
 VICTIM = "broker-b"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def broker_process(tmp_path: Path, name: str, namesrv: str, port: int) -> BrokerSubprocess:

@@ -299,9 +299,9 @@ class _Resolver:
                       detail=f"committed: written to {info[0]}:{info[1]}@{info[2]}")
         elif outcome == "rolled_back":
             self._add("rolled_back", at_us, **identity, detail="rolled back: never delivered")
-        elif outcome == "checked_back":
-            self._add("checked_back", at_us, **identity, detail=f"check-back {info}: the producer group was asked "
-                                                                "for the outcome")
+        elif outcome == "checked_back":     # at its millisecond: a commit it brings is placed by its store time (ms)
+            self._add("checked_back", at_us // 1000 * 1000, **identity,
+                      detail=f"check-back {info}: the producer group was asked for the outcome")
         elif outcome == "half_dropped":
             self._add("half_dropped", at_us, **identity,
                       detail=f"dropped after {info} check-backs (transaction_check_max): never delivered")

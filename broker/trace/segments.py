@@ -203,10 +203,12 @@ class TraceSegments:
         return segment
 
     def _seal(self, segment: Segment) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        """Close the segment's file and write its summary. Raises `OSError` on a full disk, with the
+        segment sealed all the same (a missing summary is rebuilt by `load`)."""
+        file, self._file = self._file, None
         segment.sealed = True
+        if file is not None:
+            file.close()
         with self._lock:
             rows = [[t, q, lo, hi] for (t, q), (lo, hi) in segment.summary.items()]
             clients = dict(segment.clients)

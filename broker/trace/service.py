@@ -113,7 +113,10 @@ class TraceService(Service):
 
     def _close(self) -> None:
         with self._writer:
-            self.segments.close()
+            try:
+                self.segments.close()
+            except OSError as exc:  # a full disk: the summary is rebuilt at the next start
+                log.warning("trace: %s not sealed: %s", self.segments.directory, exc)
 
     async def stop(self) -> None:
         await super().stop()

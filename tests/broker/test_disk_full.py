@@ -18,10 +18,12 @@ import pytest
 
 from broker.broker import Broker
 from broker.disk import disk_usage
+from broker.trace.segments import read_records
 from chaos.hostile import small_store_disk
 from client.api import ClientAPI
 from protocol.errors import ServiceNotAvailable
 from protocol.model import PullStatus
+from protocol.trace import SENT
 from tests.conftest import broker_config
 from tests.helpers import pull_header, send, wait_until
 
@@ -48,8 +50,9 @@ def fill(path: Path, leave_free_bytes: int) -> Path:
     return filler
 
 
-def disk_broker(tmp_path: Path, disk: Path, **store_settings: object) -> Broker:
+def disk_broker(tmp_path: Path, disk: Path, *, trace: bool = True, **store_settings: object) -> Broker:
     config = broker_config(tmp_path)
+    config = dataclasses.replace(config, trace=dataclasses.replace(config.trace, enabled=trace))
     store = dataclasses.replace(config.store, path=disk / "store", commit_log_segment_bytes=SEGMENT_BYTES,
                                 consume_queue_segment_units=200,     # a 4000-byte file: no sparse page
                                 disk_check_interval_ms=50, **store_settings)   # type: ignore[arg-type]
@@ -161,7 +164,9 @@ async def test_a_restart_on_a_full_disk_comes_up_read_only_and_rebuilds_once_spa
 async def test_a_topic_config_the_disk_has_no_room_for_is_refused_and_nothing_is_stored(
         tmp_path: Path, client_api: ClientAPI) -> None:
     with small_disk(tmp_path / "disk", DISK_BYTES) as disk:
-        async with disk_broker(tmp_path, disk, disk_space_warning_level_ratio=100) as broker:
+        # no trace: its events would take the last 1,024 bytes, and the disk guard (100 % used)
+        # would refuse the sends before the topic config's ENOSPC is reached (CI saw it)
+        async with disk_broker(tmp_path, disk, trace=False, disk_space_warning_level_ratio=100) as broker:
             await send(client_api, broker.address, "t", b"first")
             filler = fill(disk, leave_free_bytes=1024)             # less than a page
             with pytest.raises(ServiceNotAvailable, match=r"topics\.json failed with ENOSPC"):
@@ -177,3 +182,24 @@ async def test_a_topic_config_the_disk_has_no_room_for_is_refused_and_nothing_is
             assert await pull_all(client_api, broker.address) == [b"first", b"second"]
         saved = json.loads((disk / "store" / "config" / "topics.json").read_text())["topic_config_table"]
         assert {"t", "made", "auto"} <= saved.keys()
+
+
+async def test_a_broker_stops_cleanly_with_its_trace_on_a_full_disk_and_reads_it_after(
+        tmp_path: Path, client_api: ClientAPI) -> None:
+    """The trace's newest segment is sealed at stop (its summary written): on a full disk that
+    fails, the stop goes on (CI saw `OSError: ENOSPC` out of the broker's stop) and the next start
+    reads the segment without its summary."""
+    with small_disk(tmp_path / "disk", DISK_BYTES) as disk:
+        async with disk_broker(tmp_path, disk, disk_space_warning_level_ratio=100) as broker:
+            await send(client_api, broker.address, "t", b"traced")
+            trace = broker.trace
+            assert trace is not None
+            await trace.flush()
+            filler = fill(disk, leave_free_bytes=0)
+        assert not list((disk / "store" / "trace").glob("*.sum"))      # the summary was not written
+        filler.unlink()
+        async with disk_broker(tmp_path, disk) as broker:
+            trace = broker.trace
+            assert trace is not None and trace.segments.segment_count >= 1
+            records = [r for view in trace.segments.snapshot() for r in read_records(view.path, view.size)]
+            assert [r[4] for r in records if r[0] == SENT] == ["t"]

@@ -12,12 +12,11 @@ built with AddressSanitizer and UBSan.
 Functions: `decode_frames`, `frame_bytes`, `decode_message_batch`, `read_batch_body` (through
 `decode_batch`), `offset_msg_ids`, and `canonical_bytes`, `sign_fields`, `signature_matches`,
 `check_signed` (`chaos.twins_signing`), `usual_send`, `send_response` (`chaos.twins_send`)
-(`protocol._speedups`); `encode_run`,
-`write_record` (`chaos.twins_send`), `write_units`,
-`index_keys` (`broker.store._records`). Exits 1 on a difference, or when the process's RSS
-grew more than `--max-rss-growth-mb` after the first tenth of the run (a reference leaked on some
-path; not checked under a sanitizer, whose allocator keeps freed memory), 2 when the C modules
-were not built."""
+(`protocol._speedups`); `encode_run`, `write_record` (`chaos.twins_send`), `write_units`,
+`index_keys`, `read_stored` (`chaos.twins_store`) (`broker.store._records`). Exits 1 on a
+difference, or when the process's RSS grew more than `--max-rss-growth-mb` after the first tenth of
+the run (a reference leaked on some path; not checked under a sanitizer, whose allocator keeps
+freed memory), 2 when the C modules were not built."""
 
 from __future__ import annotations
 
@@ -42,6 +41,7 @@ from broker.store.record import encode_run_py
 from chaos.fuzz import mutated_frame, random_frame
 from chaos.twins_send import check_send_response, check_usual_send, check_write_record
 from chaos.twins_signing import check_canonical_bytes, check_check_signed, check_sign_fields, check_signature_matches
+from chaos.twins_store import check_read_stored
 from protocol import frame, native
 from protocol.command import RemotingCommand
 from protocol.errors import MessageIllegal
@@ -328,6 +328,8 @@ CHECKS: dict[str, tuple[str, Callable[[random.Random, Any], bool]]] = {
     "write_record": ("broker.store._records", lambda rng, c: check_write_record(rng, c, _value, _text, _int, _same)),
     "write_units": ("broker.store._records", check_write_units),
     "index_keys": ("broker.store._records", check_index_keys),
+    "read_stored": ("broker.store._records",
+                    lambda rng, c: check_read_stored(rng, c, _value, _text, _int, mutate, _same)),
 }
 
 

@@ -26,7 +26,11 @@
  *     -> total_size | 0 | None
  *
  * One such record written straight into a commit-log file's map (the one-message send path; the
- * twin is record.py's `write_record_py`): see its comment below. */
+ * twin is record.py's `write_record_py`): see its comment below.
+ *
+ * read_stored(buffer, relative, limit, base, max_count, crc32) -> [entry, ...]
+ *
+ * The usual records of a commit-log file read back for reput (record.py's `read_stored_py`). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -541,6 +545,159 @@ write_units(PyObject *module, PyObject *args)
     return Py_NewRef(converted > 0 ? Py_True : Py_False);
 }
 
+/* read_stored(buffer, relative, limit, base, max_count, crc32) -> [entry, ...]
+ *
+ * The twin of broker/store/record.py's `read_stored_py` (its reference; the store tests and
+ * `make fuzz-twins` run both and compare): reput's reading of records back from a commit-log file
+ * (a slave dispatching what it copied, a restart rebuilding), with no Python per record. From
+ * `relative` on, each record of `buffer` (a commit-log file's mmap) that is intact (as
+ * `record_size_at`: a total size of at least 9 that ends at or before `limit`, a matching CRC) and a
+ * usual stored message (a fixarray of 13, str topic and hosts, ints where protocol/message.py has
+ * ints, a dict of str to str properties, a bin body ending the payload) gives the entry
+ *
+ *     (base + position, total_size, topic, queue_id, queue_offset, store_timestamp, properties)
+ *
+ * Stops at the first record that is not both (a zero tail, a damaged or an unusual record: the
+ * caller looks at it in Python), at `limit`, or after `max_count` entries. ValueError unless
+ * 0 <= relative <= limit <= len(buffer). */
+
+#define STORED_FIELDS 13
+
+static PyObject *
+stored_entry(const unsigned char *payload, Py_ssize_t length, long long commit_log_offset, Py_ssize_t total)
+{
+    mp_reader r = {payload, payload + length};
+    if (length < 1 || *r.p++ != (0x90 | STORED_FIELDS))
+        return Py_NewRef(Py_None);
+    /* types by field: s str, i int, d dict of str to str (the body, a bin, is checked below) */
+    static const char kinds[STORED_FIELDS - 1] = {'s', 'i', 'i', 'i', 'i', 'i', 'i', 's', 'i', 's', 'i', 'd'};
+    PyObject *fields[STORED_FIELDS - 1] = {NULL};
+    PyObject *entry = NULL;
+    int usual = 1;
+    for (int i = 0; i < STORED_FIELDS - 1 && usual; i++) {
+        PyObject *value = mp_read(&r, 0);
+        if (value == NULL)
+            goto done;
+        if (value == MP_FALLBACK) {
+            usual = 0;
+            break;
+        }
+        fields[i] = value;
+        if (kinds[i] == 's') {
+            usual = PyUnicode_CheckExact(value);
+        } else if (kinds[i] == 'i') {
+            usual = PyLong_CheckExact(value);
+        } else {
+            usual = PyDict_CheckExact(value);
+            Py_ssize_t pos = 0;
+            PyObject *key, *text;
+            while (usual && PyDict_Next(value, &pos, &key, &text))
+                usual = PyUnicode_CheckExact(key) && PyUnicode_CheckExact(text);
+        }
+    }
+    if (usual) {                    /* the body: a bin that ends the payload exactly */
+        Py_ssize_t left = r.end - r.p, header, body_length;
+        unsigned char tag = left > 0 ? r.p[0] : 0;
+        if (tag == 0xC4 || tag == 0xC5 || tag == 0xC6) {
+            header = 1 + (1 << (tag - 0xC4));
+            body_length = left >= header ? (Py_ssize_t)mp_be(r.p + 1, (int)(header - 1)) : -1;
+            usual = body_length >= 0 && body_length == left - header;
+        } else {
+            usual = 0;
+        }
+    }
+    if (!usual) {
+        entry = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *offset = PyLong_FromLongLong(commit_log_offset);
+    PyObject *size = offset != NULL ? PyLong_FromSsize_t(total) : NULL;
+    if (size == NULL) {
+        Py_XDECREF(offset);
+        goto done;
+    }
+    entry = PyTuple_Pack(7, offset, size, fields[0], fields[1], fields[2], fields[8], fields[11]);
+    Py_DECREF(offset);
+    Py_DECREF(size);
+done:
+    for (int i = 0; i < STORED_FIELDS - 1; i++)
+        Py_XDECREF(fields[i]);
+    return entry;
+}
+
+static PyObject *
+read_stored(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "read_stored takes 6 arguments");
+        return NULL;
+    }
+    Py_ssize_t relative = PyLong_AsSsize_t(args[1]), limit, max_count;
+    if (relative == -1 && PyErr_Occurred())
+        return NULL;
+    limit = PyLong_AsSsize_t(args[2]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    long long base = PyLong_AsLongLong(args[3]);
+    if (base == -1 && PyErr_Occurred())
+        return NULL;
+    max_count = PyLong_AsSsize_t(args[4]);
+    if (max_count == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *crc32 = args[5];
+    Py_buffer buffer;
+    if (PyObject_GetBuffer(args[0], &buffer, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *entries = NULL;
+    if (relative < 0 || relative > limit || limit > buffer.len) {
+        PyErr_SetString(PyExc_ValueError, "read_stored: relative and limit must lie within the buffer");
+        goto done;
+    }
+    entries = PyList_New(0);
+    const unsigned char *data = buffer.buf;
+    Py_ssize_t position = relative;
+    while (entries != NULL && PyList_GET_SIZE(entries) < max_count && limit - position >= HEADER_BYTES) {
+        Py_ssize_t total = (Py_ssize_t)mp_be(data + position, 4);
+        unsigned long expected = (unsigned long)mp_be(data + position + 4, 4), crc_value;
+        if (total < HEADER_BYTES + 1 || total > limit - position)
+            break;                                  /* a zero tail, or damaged */
+        const unsigned char *payload = data + position + HEADER_BYTES;
+        Py_ssize_t length = total - HEADER_BYTES;
+        if (zlib_crc32 != NULL && length <= 0x7FFFFFFF) {
+            crc_value = zlib_crc32(0, payload, (unsigned int)length);
+        } else {
+            PyObject *bytes = PyBytes_FromStringAndSize((const char *)payload, length);
+            PyObject *crc = bytes != NULL ? PyObject_CallOneArg(crc32, bytes) : NULL;
+            Py_XDECREF(bytes);
+            crc_value = crc != NULL ? PyLong_AsUnsignedLong(crc) : 0;
+            Py_XDECREF(crc);
+            if (PyErr_Occurred()) {
+                Py_CLEAR(entries);
+                break;
+            }
+        }
+        if ((crc_value & 0xFFFFFFFFUL) != expected)
+            break;
+        PyObject *entry = stored_entry(payload, length, base + position, total);
+        if (entry == NULL) {
+            Py_CLEAR(entries);
+            break;
+        }
+        if (entry == Py_None) {
+            Py_DECREF(entry);
+            break;
+        }
+        int failed = PyList_Append(entries, entry);
+        Py_DECREF(entry);
+        if (failed < 0)
+            Py_CLEAR(entries);
+        position += total;
+    }
+done:
+    PyBuffer_Release(&buffer);
+    return entries;
+}
+
 static PyMethodDef methods[] = {
     {"encode_run", encode_run, METH_VARARGS,
      "encode_run(head, messages, start, first_queue_offset, position, limit, crc32) -> "
@@ -554,6 +711,10 @@ static PyMethodDef methods[] = {
     {"index_keys", index_keys, METH_VARARGS,
      "index_keys(table, prefix, properties, units, start, time_bits) -> (stop, added): a batch's "
      "messages added to the key index's table by KEYS words and UNIQ_KEY (see broker/store/key_index.py)."},
+    {"read_stored", (PyCFunction)(void (*)(void))read_stored, METH_FASTCALL,
+     "read_stored(buffer, relative, limit, base, max_count, crc32) -> [(commit_log_offset, total_size, topic, "
+     "queue_id, queue_offset, store_timestamp, properties), ...]: the usual records read back (see "
+     "broker/store/record.py read_stored_py)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -160,6 +160,64 @@ def decode_stored_fields(payload: bytes | memoryview) -> list[Any]:
     return values
 
 
+StoredEntry = tuple[int, int, str, int, int, int, dict[str, str]]
+"""(commit_log_offset, total_size, topic, queue_id, queue_offset, store_timestamp, properties)."""
+
+_INT_FIELDS = (1, 2, 3, 4, 5, 6, 8, 10)       # F_QUEUE_ID .. F_BORN_TIMESTAMP, F_STORE_TIMESTAMP, F_RECONSUME_TIMES
+_STR_FIELDS = (0, 7, 9)                        # F_TOPIC, F_BORN_HOST, F_STORE_HOST
+
+
+def _usual_stored(payload: memoryview) -> list[Any] | None:
+    if payload[0] != 0x90 | STORED_FIELD_COUNT:
+        return None
+    try:
+        fields = decode_stored_fields(payload)
+    except (RecordError, TypeError):       # (TypeError: a list or map as a map key)
+        return None
+    properties = fields[F_PROPERTIES]
+    if (any(type(fields[i]) is not int for i in _INT_FIELDS) or any(type(fields[i]) is not str for i in _STR_FIELDS)
+            or type(properties) is not dict or type(fields[F_BODY]) is not bytes
+            or any(type(k) is not str or type(v) is not str for k, v in properties.items())):
+        return None
+    return fields
+
+
+def read_stored_py(buffer: Any, relative: int, limit: int, base: int, max_count: int) -> list[StoredEntry]:
+    """The records of `buffer` (a commit-log file's map) from `relative` on, read back for reput:
+    a `StoredEntry` per record that is intact (`record_size_at` with `limit`) and a usual stored
+    message (a fixarray of 13, ints, str topic and hosts, a dict of str to str properties, a bytes
+    body), its offset `base + position`. Stops at the first record that is not (a zero tail, a
+    damaged or an unusual record, which the caller looks at itself), or after `max_count` entries.
+    `ValueError` unless 0 <= relative <= limit <= len(buffer). The reference of
+    `broker.store._records.read_stored` (C)."""
+    if not 0 <= relative <= limit <= len(buffer):
+        raise ValueError("read_stored: relative and limit must lie within the buffer")
+    entries: list[StoredEntry] = []
+    position = relative
+    while len(entries) < max_count:
+        size = record_size_at(buffer, position, limit)
+        if size <= 0:
+            break
+        fields = _usual_stored(memoryview(buffer)[position + HEADER_BYTES:position + size])
+        if fields is None:
+            break
+        entries.append((base + position, size, fields[0], fields[1], fields[F_QUEUE_OFFSET], fields[8],
+                        fields[F_PROPERTIES]))
+        position += size
+    return entries
+
+
+_c_read_stored: Callable[..., list[StoredEntry]] | None = _records.read_stored if _records is not None else None
+
+
+def read_stored(buffer: Any, relative: int, limit: int, base: int, max_count: int) -> list[StoredEntry]:
+    """`read_stored_py`, in C when `broker.store._records` was built (no Python per record: a
+    slave's reput read every record it copied this way, a quarter of its CPU in Python)."""
+    if _c_read_stored is not None:
+        return _c_read_stored(buffer, relative, limit, base, max_count, zlib.crc32)
+    return read_stored_py(buffer, relative, limit, base, max_count)
+
+
 def payload_properties(payload: bytes | memoryview) -> dict[str, str] | None:
     """The properties map of a stored payload, None when the payload is not a stored message.
     The body is never decoded: a payload up to `STREAM_PROPERTIES_FROM_BYTES` is unpacked in one C

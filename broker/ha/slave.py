@@ -158,10 +158,10 @@ class HAClient(Service):
             if acker.done():
                 acker.result()          # raises what stopped it
             if kind == KIND_DATA:
+                wanted.set()        # first: the acker asks for the fsync before reput dispatches the bytes
                 end = store.append_replicated(offset, data)
                 del data
                 self.master_offset = max(self.master_offset, end)
-                wanted.set()
             elif kind == KIND_HEARTBEAT:
                 self.master_offset = offset
                 wanted.set()

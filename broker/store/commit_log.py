@@ -39,7 +39,7 @@ from protocol.message import F_COMMIT_LOG_OFFSET
 
 log = logging.getLogger(__name__)
 
-READ_BACK_ENTRIES = 1_024       # records decoded per `read_stored` call by `read_back`
+READ_BACK_ENTRIES = 256         # records decoded per `read_stored` call by `read_back`
 
 PayloadEncoder = Callable[[int, int], bytes]
 """`encode(index, commit_log_offset) -> payload` for message `index` of a batch stored at that offset."""

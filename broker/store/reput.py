@@ -11,6 +11,7 @@ Woken by every hand-off (no polling); on stop it drains everything handed over.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import cast
@@ -50,6 +51,7 @@ per message, so the listener can see at once that nobody waits there (the usual 
 TagsCode = Callable[[str | None], int]
 
 _TAG_CODES_MAX = 4_096
+DISK_SLICE_RECORDS = 256      # records read back from disk per event-loop step of the service
 
 
 class ReputService(Service):
@@ -160,24 +162,34 @@ class ReputService(Service):
 
     async def run(self) -> None:
         while await self.wait(self.idle_interval_ms):
-            self._dispatch_logged()
+            while self._dispatch_logged(DISK_SLICE_RECORDS):   # more read back from disk: let the loop run
+                await asyncio.sleep(0)
         self._dispatch_logged()
 
-    def _dispatch_logged(self) -> None:
+    def _dispatch_logged(self, max_from_disk: int | None = None) -> bool:
+        """`dispatch_available`; True when records read back from disk are left (`max_from_disk`)."""
         try:
-            self.dispatch_available()
+            self.dispatch_available(max_from_disk=max_from_disk)
         except Exception:      # e.g. OSError creating a file: keep the rest and retry on the next wake
             log.exception("reput: dispatch failed at %d; will retry", self.reput_from_offset)
+            return False
+        return self.reput_from_offset < self._handoff_from
 
-    def dispatch_available(self, *, notify: bool = True) -> int:
+    def dispatch_available(self, *, notify: bool = True, max_from_disk: int | None = None) -> int:
         """Dispatch everything available now (synchronously); returns how many records. The
         listener is called unless `notify` is False (start-up re-dispatch). An error from the
         listener is logged and does not stop dispatch; any other error propagates and what was not
-        dispatched is kept for the next call."""
+        dispatched is kept for the next call. With `max_from_disk`, about that many records are
+        read back from disk (whole `read_back` lists) and the rest, and what was handed over after
+        them, wait for the next call: the service's pass over a slave's copied bytes yields to the
+        event loop between slices, so the slave's fsync and acknowledgement are not held behind
+        the dispatch of a large transfer (they were: a SYNC_MASTER's batched sends waited on it)."""
         listener = self.listener if notify else None
         count = 0
         if self.reput_from_offset < self._handoff_from:
-            count += self._dispatch_from_disk(self._handoff_from, listener)
+            count += self._dispatch_from_disk(self._handoff_from, listener, max_from_disk)
+            if self.reput_from_offset < self._handoff_from:
+                return count
             self._handoff_from = self.reput_from_offset
         if self._pending:
             count += self._dispatch_pending(listener)
@@ -213,7 +225,8 @@ class ReputService(Service):
                 self._pending[:0] = pending[done:]
         return done
 
-    def _dispatch_from_disk(self, to_offset: int, listener: ArrivalListener | None) -> int:
+    def _dispatch_from_disk(self, to_offset: int, listener: ArrivalListener | None,
+                            max_records: int | None = None) -> int:
         """Decode and dispatch the records in [reput_from_offset, to_offset). Consecutive records of
         one queue with one store time (a batch, as a slave copies it from its master) go into the
         consume queue, the key index and the listener as one run, as `hand_off_run` does."""
@@ -259,6 +272,9 @@ class ReputService(Service):
                     head = (topic, queue_id, queue_offset, stored_at)
                 run.append((commit_log_offset, size, tags_code, properties))
                 count += 1
+            if max_records is not None and count >= max_records:      # the rest on the next call
+                self._dispatch_run(head, run, listener)
+                return count
         self._dispatch_run(head, run, listener)
         # past a zero tail at the end (or a damaged record, logged by `records`)
         self.reput_from_offset = max(self.reput_from_offset, to_offset)

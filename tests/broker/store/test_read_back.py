@@ -4,6 +4,7 @@ dispatches usual, unusual and undecodable records copied from a master."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import zlib
 from typing import Any
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from broker.store.message_store import MessageStore
 from broker.store.record import encode_record, read_stored_py
+from broker.store.reput import DISK_SLICE_RECORDS
 from protocol import native
 from protocol.subscription import tags_code
 from tests.broker.store.conftest import TagFilter, bodies, eventually
@@ -106,3 +108,18 @@ async def test_a_slave_store_dispatches_usual_unusual_and_undecodable_records(
     assert bodies(store.get_message("t", 0, 0, 32, TagFilter({tags_code("B")}))) == [b"m1", b"m3"]
     skipped = [r.getMessage() for r in caplog.records if "skipping undecodable record" in r.getMessage()]
     assert len(skipped) == 2, skipped
+
+
+async def test_reput_reads_a_large_transfer_back_in_slices_letting_the_loop_run(store: MessageStore) -> None:
+    """A slave's transfer of 600 records is dispatched 256 at a time, with the event loop running
+    between slices (a callback queued behind reput's wake-up runs after the first slice, not after
+    all 600): the slave's fsync completion and acknowledgement no longer wait for the whole
+    transfer's dispatch."""
+    records = [stored({"topic": "t", "queue_id": 0, "queue_offset": i, "store_timestamp": 5 + i // 100,
+                       "properties": {"TAGS": "A", "UNIQ_KEY": f"k{i}"}, "body": b"m%d" % i}) for i in range(600)]
+    seen: list[int] = []
+    store.append_replicated(0, b"".join(records))
+    asyncio.get_running_loop().call_soon(lambda: seen.append(store.get_max_offset("t", 0)))
+    await eventually(lambda: store.get_max_offset("t", 0) == 600)
+    assert seen == [DISK_SLICE_RECORDS]
+    assert bodies(store.get_message("t", 0, 590, 32, None)) == [b"m%d" % i for i in range(590, 600)]

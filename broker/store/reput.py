@@ -2,8 +2,10 @@
 (RocketMQ `ReputMessageService`, REFERENCE.md §4.4 and §3 "Arrival source").
 
 Two sources, in commit-log order:
-- records in [reput_from_offset, handoff_from) are read back from disk and decoded (msgpack): the
-  backlog found at start-up by recovery;
+- records in [reput_from_offset, handoff_from) are read back from disk (`CommitLog.read_back`:
+  `_records.read_stored` in C when built): the backlog found at start-up by recovery, and every
+  transfer a slave copies from its master; the service dispatches them `DISK_SLICE_RECORDS` at a
+  time and lets the event loop run between slices;
 - everything appended since start arrives as `DispatchEntry` tuples handed over by the store's put
   path (`hand_off`), so the hot path decodes nothing again.
 Woken by every hand-off (no polling); on stop it drains everything handed over.

@@ -35,12 +35,21 @@ def free_port_pair() -> int:
     """A port p on 127.0.0.1 with p + 1 free too (a broker's HA port, a controller's Raft port),
     drawn below Linux's ephemeral range (32768-60999): a port bind(0) hands out can be taken by an
     outgoing connection's local end before the daemon meant for it binds it, or rebinds it after a
-    restart (seen: "address already in use")."""
+    restart (seen: "address already in use"). Never a port of a pair this process drew lately: pairs
+    are often all drawn before any daemon binds its own, and a draw of p + 1 (free until the daemon
+    given p binds its HA port there) made two brokers share a port (CI saw it)."""
     for _ in range(1_000):
         port = random.randrange(20_000, 32_000)
-        if _bindable(port) and _bindable(port + 1):
+        if not {port - 1, port, port + 1} & _DRAWN.keys() and _bindable(port) and _bindable(port + 1):
+            _DRAWN[port] = _DRAWN[port + 1] = None
+            while len(_DRAWN) > _DRAWN_KEPT:
+                del _DRAWN[next(iter(_DRAWN))]
             return port
     raise OSError("no free pair of ports in 20000-32000 on 127.0.0.1")
+
+
+_DRAWN: dict[int, None] = {}     # ports of the pairs drawn lately, oldest first
+_DRAWN_KEPT = 1_024
 
 
 def _bindable(port: int) -> bool:

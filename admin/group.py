@@ -13,7 +13,7 @@ from admin.cluster import on_each_broker
 from admin.common import command_options, print_json, run_admin, show, table
 from client.admin_api import AdminAPI
 from protocol.errors import SystemError_
-from protocol.headers import CreateSubscriptionGroupRequestHeader
+from protocol.headers import MAX_BROKER_ID, CreateSubscriptionGroupRequestHeader
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -37,25 +37,49 @@ def _group_options(command: _F) -> _F:
         click.option("--fifo/--no-fifo", "fifo", default=None,
                      help="A FIFO group (consume_message_orderly): POP hands each queue out in order. "
                           "[default: off]"),
+        click.option("--broker-id", "-i", type=click.IntRange(0, MAX_BROKER_ID), default=None,
+                     help="With slave_read_enable: the broker id pulls of messages still in memory are sent to "
+                          "(mqadmin -i). [default: 0, the master]"),
+        click.option("--which-broker-when-consume-slowly", "-w", type=click.IntRange(0, MAX_BROKER_ID),
+                     default=None, help="With slave_read_enable: the broker id pulls far behind the log's end are "
+                                        "sent to (mqadmin -w). [default: 1, a slave]"),
     ]):
         command = option(command)
     return command
 
 
-async def _write_group(api: AdminAPI, address: str, group: str, consume_enable: bool | None,
-                       broadcast_enable: bool | None, retry_queues: int | None, retry_max_times: int | None,
-                       *, refuse_existing: bool, fifo: bool | None = None) -> CreateSubscriptionGroupRequestHeader:
+@dataclasses.dataclass(frozen=True)
+class GroupChange:
+    """What `group create|update` sets; None: kept (update) or the default (create)."""
+
+    consume_enable: bool | None = None
+    broadcast_enable: bool | None = None
+    retry_queues: int | None = None
+    retry_max_times: int | None = None
+    fifo: bool | None = None
+    broker_id: int | None = None
+    which_broker_when_consume_slowly: int | None = None
+
+
+async def _write_group(api: AdminAPI, address: str, group: str, change: GroupChange,
+                       *, refuse_existing: bool) -> CreateSubscriptionGroupRequestHeader:
     existing = {g.group_name: g for g in await api.get_all_subscription_groups(address)}.get(group)
     if refuse_existing and existing is not None:
         raise SystemError_(f"group {group!r} already exists (use `group update`)")
     base = existing if existing is not None else CreateSubscriptionGroupRequestHeader(group_name=group)
+
+    def pick(given: Any, kept: Any) -> Any:
+        return kept if given is None else given
     header = CreateSubscriptionGroupRequestHeader(
         group_name=group,
-        consume_enable=base.consume_enable if consume_enable is None else consume_enable,
-        consume_broadcast_enable=base.consume_broadcast_enable if broadcast_enable is None else broadcast_enable,
-        retry_queue_nums=base.retry_queue_nums if retry_queues is None else retry_queues,
-        retry_max_times=base.retry_max_times if retry_max_times is None else retry_max_times,
-        consume_message_orderly=base.consume_message_orderly if fifo is None else fifo)
+        consume_enable=pick(change.consume_enable, base.consume_enable),
+        consume_broadcast_enable=pick(change.broadcast_enable, base.consume_broadcast_enable),
+        retry_queue_nums=pick(change.retry_queues, base.retry_queue_nums),
+        retry_max_times=pick(change.retry_max_times, base.retry_max_times),
+        consume_message_orderly=pick(change.fifo, base.consume_message_orderly),
+        broker_id=pick(change.broker_id, base.broker_id),
+        which_broker_when_consume_slowly=pick(change.which_broker_when_consume_slowly,
+                                              base.which_broker_when_consume_slowly))
     await api.create_subscription_group(address, header)
     return header
 
@@ -67,7 +91,13 @@ def _print_written(header: CreateSubscriptionGroupRequestHeader, as_json: bool, 
         click.echo(f"{verb} group {header.group_name}: consume {'on' if header.consume_enable else 'off'}, "
                    f"broadcast {'on' if header.consume_broadcast_enable else 'off'}, "
                    f"{header.retry_queue_nums} retry queue(s), retry max {header.retry_max_times}"
-                   f"{', fifo' if header.consume_message_orderly else ''}")
+                   f"{', fifo' if header.consume_message_orderly else ''}"
+                   f"{_broker_ids(header.broker_id, header.which_broker_when_consume_slowly)}")
+
+
+def _broker_ids(broker_id: int, slowly: int) -> str:
+    """", pulls to broker 0 (slowly: 1)" when either differs from the defaults, else ""."""
+    return "" if (broker_id, slowly) == (0, 1) else f", pulls to broker {broker_id} (slowly: {slowly})"
 
 
 def _write_command(name: str, example: str, *, refuse_existing: bool, summary: str) -> click.Command:
@@ -77,11 +107,9 @@ def _write_command(name: str, example: str, *, refuse_existing: bool, summary: s
     @group_group.command(name, help=summary, epilog=example_epilog(example))
     @_group_options
     @command_options
-    def write(group: str, consume_enable: bool | None, broadcast_enable: bool | None, retry_queues: int | None,
-              retry_max_times: int | None, fifo: bool | None, endpoints: str, as_json: bool) -> None:
+    def write(group: str, endpoints: str, as_json: bool, **change: Any) -> None:
         header = run_admin(endpoints, lambda api, address: _write_group(
-            api, address, group, consume_enable, broadcast_enable, retry_queues, retry_max_times,
-            refuse_existing=refuse_existing, fifo=fifo))
+            api, address, group, GroupChange(**change), refuse_existing=refuse_existing))
         _print_written(header, as_json, verb)
     return write
 

@@ -152,6 +152,8 @@ class SubscriptionGroupData:
     retry_queue_nums: int = 1
     retry_max_times: int = 16
     consume_message_orderly: bool = False
+    broker_id: int = 0                          # slave_read_enable: pulls in memory go to this broker id
+    which_broker_when_consume_slowly: int = 1   # ... and pulls far behind to this one
 
 
 @body

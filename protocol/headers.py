@@ -211,6 +211,9 @@ class GetRouteInfoRequestHeader(Header):
     topic: str
 
 
+MAX_BROKER_ID = 1_000_000     # broker ids a group may send pulls to (slave_read_enable)
+
+
 @header
 class CreateSubscriptionGroupRequestHeader(Header):
     group_name: str

@@ -73,7 +73,8 @@ class TopicGroupAdminProcessor:
         table = [SubscriptionGroupData(group_name=g.group_name, consume_enable=g.consume_enable,
                                        consume_broadcast_enable=g.consume_broadcast_enable,
                                        retry_queue_nums=g.retry_queue_nums, retry_max_times=g.retry_max_times,
-                                       consume_message_orderly=g.consume_message_orderly)
+                                       consume_message_orderly=g.consume_message_orderly, broker_id=g.broker_id,
+                                       which_broker_when_consume_slowly=g.which_broker_when_consume_slowly)
                  for g in self._groups.groups()]
         return request.response(body=encode_body(SubscriptionGroupTable(subscription_group_table=table)))
 

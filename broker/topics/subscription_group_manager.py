@@ -7,9 +7,8 @@ from typing import Any
 
 from broker.persist import DurableTable
 from protocol.errors import SubscriptionGroupNotExist, SystemError_
+from protocol.headers import MAX_BROKER_ID
 from protocol.topics import check_group
-
-MAX_BROKER_ID = 1_000_000     # broker ids a group may send pulls to (slave_read_enable)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

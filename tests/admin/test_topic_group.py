@@ -75,3 +75,25 @@ async def test_group_fifo_flag_is_created_kept_and_cleared(broker: Broker) -> No
     assert cleared["consume_message_orderly"] is False
     listed = {g["group_name"]: g for g in await rocketq_json("admin", "group", "list", *ep)}
     assert listed["order-flow"]["consume_message_orderly"] is False
+
+
+async def test_group_broker_ids_for_slave_reads_are_set_kept_and_listed(broker: Broker) -> None:
+    """`--broker-id` / `--which-broker-when-consume-slowly` (mqadmin updateSubGroup -i / -w) reach
+    the broker's group config; an update of another field keeps them (it used to reset both to the
+    defaults: GET_ALL_SUBSCRIPTIONGROUP_CONFIG did not carry them); out of range is refused."""
+    ep = ("--endpoints", broker.address)
+    created = await rocketq("admin", "group", "create", "-g", "reads", "-i", "2", "-w", "3", *ep)
+    assert created.exit_code == 0 and "pulls to broker 2 (slowly: 3)" in created.output, created.output
+    config = broker.groups.get("reads")
+    assert config is not None and (config.broker_id, config.which_broker_when_consume_slowly) == (2, 3)
+    kept = await rocketq_json("admin", "updateSubGroup", "-g", "reads", "--retry-max-times", "4", *ep)
+    assert (kept["broker_id"], kept["which_broker_when_consume_slowly"], kept["retry_max_times"]) == (2, 3, 4)
+    config = broker.groups.get("reads")
+    assert config is not None and (config.broker_id, config.which_broker_when_consume_slowly) == (2, 3)
+    changed = await rocketq_json("admin", "group", "update", "-g", "reads", "--which-broker-when-consume-slowly",
+                                 "1", *ep)
+    assert (changed["broker_id"], changed["which_broker_when_consume_slowly"]) == (2, 1)
+    listed = {g["group_name"]: g for g in await rocketq_json("admin", "group", "list", *ep)}
+    assert (listed["reads"]["broker_id"], listed["reads"]["which_broker_when_consume_slowly"]) == (2, 1)
+    refused = await rocketq("admin", "group", "update", "-g", "reads", "--broker-id", "1000001", *ep)
+    assert refused.exit_code == 2 and "1000001" in refused.output

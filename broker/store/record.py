@@ -18,10 +18,18 @@ import msgpack
 from protocol import native
 from protocol.message import (
     F_BODY,
+    F_BORN_HOST,
+    F_BORN_TIMESTAMP,
     F_COMMIT_LOG_OFFSET,
     F_FLAG,
     F_PROPERTIES,
+    F_QUEUE_ID,
     F_QUEUE_OFFSET,
+    F_RECONSUME_TIMES,
+    F_STORE_HOST,
+    F_STORE_TIMESTAMP,
+    F_SYS_FLAG,
+    F_TOPIC,
     STORED_FIELD_COUNT,
 )
 
@@ -163,8 +171,15 @@ def decode_stored_fields(payload: bytes | memoryview) -> list[Any]:
 StoredEntry = tuple[int, int, str, int, int, int, dict[str, str]]
 """(commit_log_offset, total_size, topic, queue_id, queue_offset, store_timestamp, properties)."""
 
-_INT_FIELDS = (1, 2, 3, 4, 5, 6, 8, 10)       # F_QUEUE_ID .. F_BORN_TIMESTAMP, F_STORE_TIMESTAMP, F_RECONSUME_TIMES
-_STR_FIELDS = (0, 7, 9)                        # F_TOPIC, F_BORN_HOST, F_STORE_HOST
+_INT_FIELDS = (F_QUEUE_ID, F_QUEUE_OFFSET, F_COMMIT_LOG_OFFSET, F_FLAG, F_SYS_FLAG, F_BORN_TIMESTAMP,
+               F_STORE_TIMESTAMP, F_RECONSUME_TIMES)
+_STR_FIELDS = (F_TOPIC, F_BORN_HOST, F_STORE_HOST)
+
+
+def stored_entry(commit_log_offset: int, total_size: int, fields: list[Any]) -> StoredEntry:
+    """The `StoredEntry` of a record at `commit_log_offset` whose payload decoded to `fields`."""
+    return (commit_log_offset, total_size, fields[F_TOPIC], fields[F_QUEUE_ID], fields[F_QUEUE_OFFSET],
+            fields[F_STORE_TIMESTAMP], fields[F_PROPERTIES])
 
 
 def _usual_stored(payload: memoryview) -> list[Any] | None:
@@ -201,8 +216,7 @@ def read_stored_py(buffer: Any, relative: int, limit: int, base: int, max_count:
         fields = _usual_stored(memoryview(buffer)[position + HEADER_BYTES:position + size])
         if fields is None:
             break
-        entries.append((base + position, size, fields[0], fields[1], fields[F_QUEUE_OFFSET], fields[8],
-                        fields[F_PROPERTIES]))
+        entries.append(stored_entry(base + position, size, fields))
         position += size
     return entries
 

@@ -22,14 +22,9 @@ from broker.schedule.delay_levels import deliver_at_ms
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from broker.store.key_index import KeyIndex
-from broker.store.record import RecordError, StoredEntry, decode_stored_fields
+from broker.store.record import RecordError, StoredEntry, decode_stored_fields, stored_entry
 from broker.timer.deliver_time import timer_due_of
 from protocol.message import (
-    F_PROPERTIES,
-    F_QUEUE_ID,
-    F_QUEUE_OFFSET,
-    F_STORE_TIMESTAMP,
-    F_TOPIC,
     PROPERTY_TAGS,
 )
 from protocol.service import Service
@@ -292,8 +287,7 @@ class ReputService(Service):
         except (RecordError, TypeError) as exc:
             log.error("reput: skipping undecodable record at %d: %s", commit_log_offset, exc)
             return None
-        return [(commit_log_offset, size, fields[F_TOPIC], fields[F_QUEUE_ID], fields[F_QUEUE_OFFSET],
-                 fields[F_STORE_TIMESTAMP], fields[F_PROPERTIES])]
+        return [stored_entry(commit_log_offset, size, fields)]
 
     def _tags_code_of(self, tag: str | None) -> int:
         """`tags_code(tag)`, remembered (a topic's few tags recur: its Python loop per message was

@@ -8,8 +8,8 @@
 - `broker.store._records`: a batch's commit-log records encoded in C (broker/store/record.py,
   `encode_run`; each record's CRC from the libz.so.1 it finds at import), a single send's record
   written into the commit log's map (`write_record`), its consume-queue units
-  written (consume_queue.py, `write_units`) and its messages' KEYS words and UNIQ_KEYs indexed
-  (key_index.py, `index_keys`).
+  written (consume_queue.py, `write_units`), its messages' KEYS words and UNIQ_KEYs indexed in
+  the key index's ring (key_index.py, `KeyRing`) and records read back (record.py, `read_stored`).
 
 `optional=True`: where one cannot be compiled (no C compiler or Python headers, or not Linux), the
 install goes on without it and rocketq runs its pure-Python twin."""

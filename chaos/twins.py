@@ -13,7 +13,7 @@ Functions: `decode_frames`, `frame_bytes`, `decode_message_batch`, `read_batch_b
 `decode_batch`), `offset_msg_ids`, and `canonical_bytes`, `sign_fields`, `signature_matches`,
 `check_signed` (`chaos.twins_signing`), `usual_send`, `send_response` (`chaos.twins_send`)
 (`protocol._speedups`); `encode_run`, `write_record` (`chaos.twins_send`), `write_units`,
-`index_keys`, `read_stored` (`chaos.twins_store`) (`broker.store._records`). Exits 1 on a
+`KeyRing`, `read_stored` (both `chaos.twins_store`) (`broker.store._records`). Exits 1 on a
 difference, or when the process's RSS grew more than `--max-rss-growth-mb` after the first tenth of
 the run (a reference leaked on some path; not checked under a sanitizer, whose allocator keeps
 freed memory), 2 when the C modules were not built."""
@@ -36,18 +36,16 @@ import psutil
 
 from broker.processors.send_message import decode_batch, decode_batch_py
 from broker.store.consume_queue import write_units_py
-from broker.store.key_index import index_keys_py
 from broker.store.record import encode_run_py
 from chaos.fuzz import mutated_frame, random_frame
 from chaos.twins_send import check_send_response, check_usual_send, check_write_record
 from chaos.twins_signing import check_canonical_bytes, check_check_signed, check_sign_fields, check_signature_matches
-from chaos.twins_store import check_read_stored
+from chaos.twins_store import check_key_ring, check_read_stored
 from protocol import frame, native
 from protocol.command import RemotingCommand
 from protocol.errors import MessageIllegal
 from protocol.message import decode_message_batch_py, encode_stored_message, offset_msg_ids_py
 
-TIME_MASK = (1 << 44) - 1
 INTS = [0, 1, -1, 31, 127, 128, 255, 256, 65_535, 65_536, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63,
         2**64 - 1, 2**64, -(2**31), -(2**31) - 1, -(2**63), -(2**63) - 1, -32, -33, -128, -129]
 TEXTS = ["", "t", "é", "日本", "\ud800", "a" * 31, "b" * 32, "c" * 255, "d" * 256, "e" * 65_536]
@@ -282,35 +280,6 @@ def check_write_units(rng: random.Random, records: Any) -> bool:
     return True
 
 
-def check_index_keys(rng: random.Random, records: Any) -> bool:
-    """Both indexers driven as `KeyIndex` drives them: where one stops (a message it leaves to
-    `KeyIndex.add`), that message is indexed by the twin alone and the run goes on after it."""
-    count = rng.randint(0, 6)
-    words = "".join(rng.choice(["a", "k", "kk", " ", "\t", "\u00a0", "\u3000", "é"]) for _ in range(rng.randint(0, 8)))
-    kinds: list[Any] = [{"UNIQ_KEY": ""}, {"UNIQ_KEY": "a", "KEYS": "k"}, {}, {"UNIQ_KEY": 5}, {"KEYS": 5},
-                        {"TAGS": "x", "UNIQ_KEY": "d"}, {"KEYS": words}, {"KEYS": words, "UNIQ_KEY": "a"},
-                        {"KEYS": "a a k", "UNIQ_KEY": ""}, ["UNIQ_KEY"]]
-    properties = [rng.choice([{"UNIQ_KEY": rng.choice(["a", "b", "c"])}, *kinds]) for _ in range(count)]
-    units = [(rng.randrange(1 << 50) if rng.random() < 0.8 else rng.randrange(1 << 70), 1, 0)
-             for _ in range(rng.randint(max(0, count - 1), count + 1))]
-    start, time_bits = rng.randint(-2, 3), rng.choice([0, TIME_MASK, 12_345])
-    before: dict[str, Any] = rng.choice([{}, {"t#a": 5}, {"t#b": [1, 2]}])
-
-    def run(indexer: Callable[..., tuple[int, int]]) -> Any:
-        table = {key: (list(entry) if isinstance(entry, list) else entry) for key, entry in before.items()}
-        index, end, counts = start, min(len(properties), len(units)), []
-        while True:
-            stop, added = indexer(table, "t#", properties, units, index, time_bits)
-            counts.append((stop, added))
-            if stop >= end:
-                return table, counts
-            index_keys_py(table, "t#", properties[stop:stop + 1], units[stop:stop + 1], 0, time_bits)
-            index = stop + 1
-    _same("index_keys", (before, properties, units, start, time_bits), outcome(run, index_keys_py),
-          outcome(run, records.index_keys))
-    return True
-
-
 CHECKS: dict[str, tuple[str, Callable[[random.Random, Any], bool]]] = {
     "decode_frames": ("protocol._speedups", check_decode_frames),
     "frame_bytes": ("protocol._speedups", check_frame_bytes),
@@ -327,7 +296,7 @@ CHECKS: dict[str, tuple[str, Callable[[random.Random, Any], bool]]] = {
     "send_response": ("protocol._speedups", lambda rng, c: check_send_response(rng, c, _value, _text, _int, _same)),
     "write_record": ("broker.store._records", lambda rng, c: check_write_record(rng, c, _value, _text, _int, _same)),
     "write_units": ("broker.store._records", check_write_units),
-    "index_keys": ("broker.store._records", check_index_keys),
+    "key_ring": ("broker.store._records", lambda rng, c: check_key_ring(rng, c, _same)),
     "read_stored": ("broker.store._records",
                     lambda rng, c: check_read_stored(rng, c, _value, _text, _int, mutate, _same)),
 }

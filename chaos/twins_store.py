@@ -1,8 +1,10 @@
-"""The store's read-back in `chaos.twins`: `read_stored` (`broker.store._records`, twin
-`broker.store.record.read_stored_py`) over commit-log files of usual records, records with one
-field of another type, payloads mutated and re-sealed with a valid CRC (so the decoder, not the CRC
-check, meets them), damaged headers and zero tails. The drawers (`value`, `text`, `integer`),
-`mutate` and the comparison (`same`, which raises `chaos.twins.Divergence`) are `chaos.twins`'s."""
+"""The store's checks in `chaos.twins`: the key index's ring (`KeyRing`, twin
+`broker.store.key_index.KeyRingPy`), driven by random calls, every answer compared; and its
+read-back: `read_stored` (`broker.store._records`, twin `broker.store.record.read_stored_py`) over
+commit-log files of usual records, records with one field of another type, payloads mutated and
+re-sealed with a valid CRC (so the decoder, not the CRC check, meets them), damaged headers and
+zero tails. The drawers (`value`, `text`, `integer`), `mutate` and the comparison (`same`, which
+raises `chaos.twins.Divergence`) are `chaos.twins`'s."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 
 import msgpack
 
+from broker.store.key_index import KeyRingPy
 from broker.store.record import read_stored_py
 
 Draw = Callable[[random.Random], Any]
@@ -66,4 +69,39 @@ def check_read_stored(rng: random.Random, records: Any, value: Draw, text: Draw,
     args = (out if rng.random() < 0.8 else bytes(out), relative, limit, rng.choice([0, 1 << 40]),
             100 if rng.random() < 0.8 else rng.choice([0, 1, 2]))
     same("read_stored", args, _outcome(read_stored_py, *args), _outcome(records.read_stored, *args, zlib.crc32))
+    return True
+
+
+def check_key_ring(rng: random.Random, records: Any, same: Same) -> bool:
+    """Both rings (`KeyRing`, twin `KeyRingPy`) of one small capacity driven by the same calls, as
+    `KeyIndex` drives them (a message `add_run` leaves goes through `add`, a bad value raises),
+    every answer compared (an exception by its type: the messages differ)."""
+    count = rng.randint(0, 6)
+    words = "".join(rng.choice(["a", "k", "kk", " ", "\t", "\u00a0", "\u3000", "é"]) for _ in range(rng.randint(0, 8)))
+    kinds: list[Any] = [{"UNIQ_KEY": ""}, {"UNIQ_KEY": "a", "KEYS": "k"}, {}, {"UNIQ_KEY": 5}, {"KEYS": 5},
+                        {"TAGS": "x", "UNIQ_KEY": "d"}, {"KEYS": words}, {"KEYS": words, "UNIQ_KEY": "a"},
+                        {"KEYS": "a a k", "UNIQ_KEY": ""}, ["UNIQ_KEY"]]
+    calls: list[tuple[Any, ...]] = []
+    for _ in range(rng.randint(1, 12)):
+        properties = [rng.choice([{"UNIQ_KEY": rng.choice(["a", "b", "c"])}, *kinds]) for _ in range(count)]
+        units = [(rng.choice([rng.randrange(1 << 50), rng.randrange(1 << 70), -1, True]), 1, 0)
+                 for _ in range(rng.randint(max(0, count - 1), count + 1))]
+        stored_ms = rng.choice([0, -5, 12_345, (1 << 63) - 1, 1 << 63])
+        calls.append(rng.choice([
+            ("add_run", rng.choice(["t#", "u#"]), properties, units, rng.randint(-2, 3), stored_ms),
+            ("add", "t#", rng.choice(["a", "k", "kk", "é", ""]), rng.choice([0, 7, (1 << 63) - 1, 1 << 63, -1]),
+             stored_ms),
+            ("query", rng.choice(["t#", "u#"]), rng.choice(["a", "b", "c", "d", "k", "kk", "é"]),
+             rng.randint(-1, 5), rng.choice([0, 12_345, -5]), rng.choice([0, 12_345, -1]))]))
+    capacity = rng.randint(0, 5)
+
+    def run(make: Callable[[int], Any]) -> Any:
+        ring = make(capacity)
+        answers = []
+        for name, *args in calls:
+            answer = _outcome(getattr(ring, name), *args)
+            answers.append(answer[:2] if answer[0] == "error" else answer)
+            answers.append(len(ring))
+        return answers
+    same("KeyRing", (capacity, calls), run(KeyRingPy), run(records.KeyRing))
     return True

@@ -40,7 +40,7 @@ class StoreConfig:
     disk_max_used_space_ratio: int = 75                # diskMaxUsedSpaceRatio %: past it, oldest files go
     disk_space_warning_level_ratio: int = 90           # diskSpaceWarningLevelRatio %: past it, sends refused
     clean_resource_interval_ms: int = 10_000           # cleanResourceInterval: how often retention runs
-    key_index_max_entries: int = 1_000_000             # message keys kept for QUERY_MESSAGE (in memory)
+    key_index_max_entries: int = 1_000_000             # keys kept for QUERY_MESSAGE (in memory, 40 bytes each)
     disk_check_interval_ms: int = 1_000                # how often disk use is sampled (refuse / resume sends)
     # a DEDUP send is stored once per (producer group, UNIQ_KEY) within this window; 0: off
     dedup_window_ms: int = 0

@@ -1,5 +1,5 @@
 /* broker.store._records: the commit-log records of a batch, encoded in C, its consume-queue units
- * written (`write_units`) and its messages' keys indexed (`index_keys`), below `encode_run`.
+ * written (`write_units`) and its messages' keys indexed (`KeyRing`), below `encode_run`.
  *
  * encode_run(head, messages, start, first_queue_offset, position, limit, crc32)
  *     -> (data, commit_log_offsets, sizes) | None
@@ -300,114 +300,225 @@ done:
     return result;
 }
 
-/* index_keys(table, prefix, properties, units, start, time_bits) -> (stop, added)
+/* KeyRing(capacity): the key index's table (broker/store/key_index.py; the twin `KeyRingPy` there is
+ * its reference: the key-index tests and `make fuzz-twins` drive both and compare every answer).
  *
- * The twin of broker/store/key_index.py's `index_keys_py` (its reference; the key-index tests and
- * `make fuzz-twins` run both and compare the tables): from message `start` on, each message is
- * indexed with the entry `commit_log_offset << 44 | time_bits` (commit_log_offset is item 0 of
- * `units[i]`, a tuple) under `prefix + word` for each distinct word of its KEYS property
- * (`str.split()`, in order of first appearance), then under `prefix + UNIQ_KEY` for a non-empty
- * UNIQ_KEY that is not one of those words; a message with neither is skipped. A new key maps to
- * the entry, a key holding one entry (an int) to the list of both, a key holding a list gets the
- * entry appended. `table` is a dict or an OrderedDict (set through the mapping protocol, so an
- * OrderedDict keeps its order). Stops at the first message that is anything else (properties not a
- * dict, KEYS or UNIQ_KEY not a str, a unit not a tuple whose item 0 is an int in 0..2**63) and
- * returns its index (len(properties) when none is) and the number of entries added before it: the
- * caller indexes that one in Python and calls again after it. */
+ * A fixed ring of `capacity` items (key hash, commit_log_offset, stored_ms), each also linked to
+ * the previous item of its hash bucket; the item added `capacity` items ago is overwritten, so the
+ * oldest entries are forgotten first and the memory is fixed (32 bytes an item and 8 a bucket,
+ * allocated zeroed and touched only as used), with no Python object per entry. This is RocketMQ's
+ * IndexFile (hash slots, items linked to the previous of their slot) kept in memory as a ring.
+ * A key is its hash (`key_hash`: Python's str hash of the key, keyed per process, mixed with the
+ * prefix's), so a query can return a message of another key whose hash is the same (2**-64 a
+ * pair): the caller checks the messages it reads.
+ *
+ *   add(prefix, key, commit_log_offset, stored_ms): one entry (offset in 0..2**63-1, else ValueError)
+ *   add_run(prefix, properties, units, start, stored_ms) -> (stop, added): from message `start` on,
+ *       each message is indexed under `prefix + word` for each distinct word of its KEYS property
+ *       (`str.split()`, in order of first appearance), then under `prefix + UNIQ_KEY` for a non-empty
+ *       UNIQ_KEY that is not one of those words, with commit_log_offset item 0 of `units[i]` (a tuple);
+ *       a message with neither is skipped. Stops at the first message that is anything else
+ *       (properties not a dict, KEYS or UNIQ_KEY not a str, a unit not a tuple whose item 0 is an int
+ *       in 0..2**63-1) and returns its index (len(properties) when none is) and the entries added
+ *       before it: the caller indexes that one in Python and calls again after it.
+ *   query(prefix, key, max_num, begin_ms, end_ms) -> [commit_log_offset, ...]: newest first, at most
+ *       max_num, stored within [begin_ms, end_ms] (end_ms <= 0: no upper bound).
+ *   len(ring): the entries held (min(added, capacity)). */
 
-#define TIME_BITS 44
+typedef struct {
+    uint64_t hash;
+    uint64_t offset;
+    int64_t stored_ms;
+    uint64_t prev;              /* 1 + the sequence number of the bucket's previous item; 0: none */
+} ring_item;
 
-static PyObject *
-entry_value(PyObject *commit_log_offset, unsigned long long time_bits)
+typedef struct {
+    PyObject_HEAD
+    uint64_t capacity;          /* 0: nothing is kept */
+    uint64_t mask;              /* buckets - 1 (buckets: a power of two ≥ capacity) */
+    uint64_t next;              /* entries ever added: the sequence number of the next one */
+    ring_item *items;           /* item of sequence number s at s % capacity */
+    uint64_t *heads;            /* per bucket: 1 + the sequence number of its newest item; 0: none */
+} KeyRing;
+
+#define MAX_RING_CAPACITY (1ULL << 36)
+
+static uint64_t
+mix_hash(Py_hash_t prefix_hash, Py_hash_t key_hash)
 {
-    int overflow = 0;
-    long long offset = PyLong_AsLongLongAndOverflow(commit_log_offset, &overflow);
-    if (offset == -1 && PyErr_Occurred())
-        return NULL;
-    if (overflow || offset < 0)
-        return Py_NewRef(Py_None);           /* unusual: left to Python */
-    unsigned long long low = ((unsigned long long)offset << TIME_BITS) | time_bits;
-    unsigned long long high = (unsigned long long)offset >> (64 - TIME_BITS);
-    if (high == 0)
-        return PyLong_FromUnsignedLongLong(low);
-    unsigned char bytes[16];
-    for (int i = 0; i < 8; i++) {
-        bytes[i] = (unsigned char)(low >> (8 * i));
-        bytes[8 + i] = (unsigned char)(high >> (8 * i));
-    }
-    return _PyLong_FromByteArray(bytes, 16, 1, 0);
+    uint64_t x = ((uint64_t)prefix_hash * 0x9E3779B97F4A7C15ULL) ^ (uint64_t)key_hash;
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 32;
+    return x;
 }
 
-/* `entry` under `prefix + name` in `table`: 0, or -1 with an exception set. */
-static int
-add_entry(PyObject *table, PyObject *prefix, PyObject *name, PyObject *entry)
+static void
+ring_insert(KeyRing *ring, uint64_t hash, uint64_t offset, int64_t stored_ms)
 {
-    PyObject *key = PyUnicode_Concat(prefix, name);
-    if (key == NULL)
+    if (ring->capacity == 0)
+        return;
+    uint64_t seq = ring->next++;
+    ring_item *item = &ring->items[seq % ring->capacity];
+    uint64_t *head = &ring->heads[hash & ring->mask];
+    item->hash = hash;
+    item->offset = offset;
+    item->stored_ms = stored_ms;
+    item->prev = *head;
+    *head = seq + 1;
+}
+
+/* `key` (a str) indexed under prefix: 0, or -1 with an exception set. */
+static int
+ring_add_key(KeyRing *ring, Py_hash_t prefix_hash, PyObject *key, uint64_t offset, int64_t stored_ms)
+{
+    Py_hash_t key_hash = PyObject_Hash(key);
+    if (key_hash == -1)
         return -1;
-    PyObject *found = PyDict_GetItemWithError(table, key);      /* borrowed */
-    int failed;
-    if (found == NULL)
-        failed = PyErr_Occurred() != NULL || PyObject_SetItem(table, key, entry) < 0;
-    else if (PyList_CheckExact(found))
-        failed = PyList_Append(found, entry) < 0;
-    else {
-        PyObject *pair = PyList_New(2);
-        failed = pair == NULL;
-        if (!failed) {
-            PyList_SET_ITEM(pair, 0, Py_NewRef(found));
-            PyList_SET_ITEM(pair, 1, Py_NewRef(entry));
-            failed = PyObject_SetItem(table, key, pair) < 0;
-            Py_DECREF(pair);
+    ring_insert(ring, mix_hash(prefix_hash, key_hash), offset, stored_ms);
+    return 0;
+}
+
+static int
+KeyRing_init(KeyRing *self, PyObject *args, PyObject *kwds)
+{
+    long long capacity;
+    static char *names[] = {"capacity", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L:KeyRing", names, &capacity))
+        return -1;
+    if (capacity < 0 || (unsigned long long)capacity > MAX_RING_CAPACITY) {
+        PyErr_Format(PyExc_ValueError, "a key ring holds 0 to %llu entries, not %lld", MAX_RING_CAPACITY, capacity);
+        return -1;
+    }
+    if (self->items != NULL || self->heads != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a KeyRing is initialised once");
+        return -1;
+    }
+    uint64_t buckets = 1;
+    while (buckets < (uint64_t)capacity)
+        buckets <<= 1;
+    if (capacity > 0) {
+        self->items = PyMem_RawCalloc((size_t)capacity, sizeof(ring_item));
+        self->heads = PyMem_RawCalloc((size_t)buckets, sizeof(uint64_t));
+        if (self->items == NULL || self->heads == NULL) {
+            PyMem_RawFree(self->items);
+            PyMem_RawFree(self->heads);
+            self->items = NULL;
+            self->heads = NULL;
+            PyErr_NoMemory();
+            return -1;
         }
     }
-    Py_DECREF(key);
-    return failed ? -1 : 0;
+    self->capacity = (uint64_t)capacity;
+    self->mask = buckets - 1;
+    self->next = 0;
+    return 0;
 }
 
-/* One message's KEYS words (a str) and UNIQ_KEY (NULL or a non-empty str) indexed with `entry`:
- * the number of entries added, or -1 with an exception set. The words are deduplicated through a
- * set, so a KEYS of many words costs linear time. */
+static void
+KeyRing_dealloc(KeyRing *self)
+{
+    PyMem_RawFree(self->items);
+    PyMem_RawFree(self->heads);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
 static Py_ssize_t
-add_words(PyObject *table, PyObject *prefix, PyObject *words, PyObject *uniq, PyObject *entry)
+KeyRing_len(KeyRing *self)
+{
+    return (Py_ssize_t)(self->next < self->capacity ? self->next : self->capacity);
+}
+
+/* A commit-log offset in 0..2**63-1: 1; out of range or not an exact int: 0; -1 with an exception. */
+static int
+usual_offset(PyObject *value, uint64_t *offset)
+{
+    if (!PyLong_CheckExact(value))
+        return 0;
+    int overflow = 0;
+    long long parsed = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (parsed == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || parsed < 0)
+        return 0;
+    *offset = (uint64_t)parsed;
+    return 1;
+}
+
+static PyObject *
+KeyRing_add(KeyRing *self, PyObject *args)
+{
+    PyObject *prefix, *key, *offset_value;
+    long long stored_ms;
+    uint64_t offset;
+    if (!PyArg_ParseTuple(args, "UUOL:add", &prefix, &key, &offset_value, &stored_ms))
+        return NULL;
+    int usual = usual_offset(offset_value, &offset);
+    if (usual < 0)
+        return NULL;
+    if (!usual) {
+        PyErr_SetString(PyExc_ValueError, "commit_log_offset must be an int in 0..2**63-1");
+        return NULL;
+    }
+    Py_hash_t prefix_hash = PyObject_Hash(prefix);
+    if (prefix_hash == -1 || ring_add_key(self, prefix_hash, key, offset, stored_ms) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* One message's KEYS words (a str) and UNIQ_KEY (NULL or a non-empty str) indexed: the number of
+ * entries added, or -1 with an exception set. Words are deduplicated through a set (one word, the
+ * usual KEYS, needs none), so a KEYS of many words costs linear time. */
+static Py_ssize_t
+add_words(KeyRing *ring, Py_hash_t prefix_hash, PyObject *words, PyObject *uniq, uint64_t offset, int64_t stored_ms)
 {
     PyObject *split = PyUnicode_Split(words, NULL, -1);
     if (split == NULL)
         return -1;
-    PyObject *seen = PySet_New(NULL);
-    Py_ssize_t added = -1;
+    Py_ssize_t count = PyList_GET_SIZE(split), indexed = -1, added = 0;
+    PyObject *seen = NULL;
+    if (count == 1) {
+        PyObject *word = PyList_GET_ITEM(split, 0);
+        int same = uniq != NULL ? PyUnicode_Compare(word, uniq) == 0 : 0;
+        if (PyErr_Occurred() || ring_add_key(ring, prefix_hash, word, offset, stored_ms) < 0
+                || (uniq != NULL && !same && ring_add_key(ring, prefix_hash, uniq, offset, stored_ms) < 0))
+            goto done;
+        indexed = 1 + (uniq != NULL && !same);
+        goto done;
+    }
+    seen = PySet_New(NULL);
     if (seen == NULL)
         goto done;
-    Py_ssize_t count = PyList_GET_SIZE(split), indexed = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *word = PyList_GET_ITEM(split, i);
         int known = PySet_Contains(seen, word);
-        if (known < 0 || (!known && (PySet_Add(seen, word) < 0 || add_entry(table, prefix, word, entry) < 0)))
+        if (known < 0 || (!known && (PySet_Add(seen, word) < 0
+                                     || ring_add_key(ring, prefix_hash, word, offset, stored_ms) < 0)))
             goto done;
-        indexed += !known;
+        added += !known;
     }
     if (uniq != NULL) {
         int known = PySet_Contains(seen, uniq);
-        if (known < 0 || (!known && add_entry(table, prefix, uniq, entry) < 0))
+        if (known < 0 || (!known && ring_add_key(ring, prefix_hash, uniq, offset, stored_ms) < 0))
             goto done;
-        indexed += !known;
+        added += !known;
     }
-    added = indexed;
+    indexed = added;
 done:
     Py_DECREF(split);
     Py_XDECREF(seen);
-    return added;
+    return indexed;
 }
 
 static PyObject *
-index_keys(PyObject *module, PyObject *args)
+KeyRing_add_run(KeyRing *self, PyObject *args)
 {
-    PyObject *table, *prefix, *properties, *units;
+    PyObject *prefix, *properties, *units;
     Py_ssize_t start, added = 0;
-    unsigned long long time_bits;
+    long long stored_ms;
     static PyObject *uniq_name = NULL, *keys_name = NULL;
-    if (!PyArg_ParseTuple(args, "O!UO!O!nK:index_keys", &PyDict_Type, &table, &prefix, &PyList_Type,
-                          &properties, &PyList_Type, &units, &start, &time_bits))
+    if (!PyArg_ParseTuple(args, "UO!O!nL:add_run", &prefix, &PyList_Type, &properties, &PyList_Type, &units,
+                          &start, &stored_ms))
         return NULL;
     if (uniq_name == NULL) {
         uniq_name = PyUnicode_InternFromString("UNIQ_KEY");
@@ -415,7 +526,9 @@ index_keys(PyObject *module, PyObject *args)
         if (uniq_name == NULL || keys_name == NULL)
             return NULL;
     }
-    time_bits &= (1ULL << TIME_BITS) - 1;
+    Py_hash_t prefix_hash = PyObject_Hash(prefix);
+    if (prefix_hash == -1)
+        return NULL;
     Py_ssize_t count = PyList_GET_SIZE(properties);
     if (PyList_GET_SIZE(units) < count)
         count = PyList_GET_SIZE(units);
@@ -439,22 +552,84 @@ index_keys(PyObject *module, PyObject *args)
             words = NULL;
         if (uniq == NULL && words == NULL)
             continue;                            /* nothing to index */
-        PyObject *entry = entry_value(PyTuple_GET_ITEM(unit, 0), time_bits);
-        if (entry == NULL)
+        uint64_t offset;
+        int usual = usual_offset(PyTuple_GET_ITEM(unit, 0), &offset);
+        if (usual < 0)
             return NULL;
-        if (entry == Py_None) {
-            Py_DECREF(entry);
+        if (!usual)
             break;
-        }
-        Py_ssize_t more = words != NULL ? add_words(table, prefix, words, uniq, entry)
-                                        : add_entry(table, prefix, uniq, entry) < 0 ? -1 : 1;
-        Py_DECREF(entry);
+        Py_ssize_t more = words != NULL ? add_words(self, prefix_hash, words, uniq, offset, stored_ms)
+                          : ring_add_key(self, prefix_hash, uniq, offset, stored_ms) < 0 ? -1 : 1;
         if (more < 0)
             return NULL;
         added += more;
     }
     return Py_BuildValue("(nn)", index, added);
 }
+
+static PyObject *
+KeyRing_query(KeyRing *self, PyObject *args)
+{
+    PyObject *prefix, *key;
+    Py_ssize_t max_num;
+    long long begin_ms = 0, end_ms = 0;
+    if (!PyArg_ParseTuple(args, "UUn|LL:query", &prefix, &key, &max_num, &begin_ms, &end_ms))
+        return NULL;
+    Py_hash_t prefix_hash = PyObject_Hash(prefix), key_hash = PyObject_Hash(key);
+    if (prefix_hash == -1 || key_hash == -1)
+        return NULL;
+    PyObject *found = PyList_New(0);
+    if (found == NULL || max_num <= 0 || self->capacity == 0)
+        return found;
+    uint64_t hash = mix_hash(prefix_hash, key_hash);
+    uint64_t oldest = self->next > self->capacity ? self->next - self->capacity : 0;
+    uint64_t link = self->heads[hash & self->mask];
+    while (link != 0 && link - 1 >= oldest) {      /* a link older than the ring's oldest item is gone */
+        ring_item *item = &self->items[(link - 1) % self->capacity];
+        if (item->hash == hash && item->stored_ms >= begin_ms && (end_ms <= 0 || item->stored_ms <= end_ms)) {
+            PyObject *offset = PyLong_FromUnsignedLongLong(item->offset);
+            int failed = offset == NULL || PyList_Append(found, offset) < 0;
+            Py_XDECREF(offset);
+            if (failed) {
+                Py_DECREF(found);
+                return NULL;
+            }
+            if (PyList_GET_SIZE(found) >= max_num)
+                break;
+        }
+        link = item->prev;
+    }
+    return found;
+}
+
+static PyMethodDef KeyRing_methods[] = {
+    {"add", (PyCFunction)KeyRing_add, METH_VARARGS,
+     "add(prefix, key, commit_log_offset, stored_ms): one entry under prefix + key."},
+    {"add_run", (PyCFunction)KeyRing_add_run, METH_VARARGS,
+     "add_run(prefix, properties, units, start, stored_ms) -> (stop, added): a batch's messages indexed by "
+     "KEYS words and UNIQ_KEY (see broker/store/key_index.py KeyRingPy)."},
+    {"query", (PyCFunction)KeyRing_query, METH_VARARGS,
+     "query(prefix, key, max_num, begin_ms=0, end_ms=0) -> [commit_log_offset, ...], newest first."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods KeyRing_as_sequence = {
+    .sq_length = (lenfunc)KeyRing_len,
+};
+
+static PyTypeObject KeyRing_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "broker.store._records.KeyRing",
+    .tp_basicsize = sizeof(KeyRing),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "KeyRing(capacity): the key index's fixed ring of (key hash, commit_log_offset, stored_ms) "
+              "(see broker/store/key_index.py KeyRingPy, its twin).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)KeyRing_init,
+    .tp_dealloc = (destructor)KeyRing_dealloc,
+    .tp_methods = KeyRing_methods,
+    .tp_as_sequence = &KeyRing_as_sequence,
+};
 
 /* write_units(buffer, position, units) -> bool
  *
@@ -708,9 +883,6 @@ static PyMethodDef methods[] = {
     {"write_units", write_units, METH_VARARGS,
      "write_units(buffer, position, units) -> bool: a run of consume-queue units written at `position` "
      "(see broker/store/consume_queue.py)."},
-    {"index_keys", index_keys, METH_VARARGS,
-     "index_keys(table, prefix, properties, units, start, time_bits) -> (stop, added): a batch's "
-     "messages added to the key index's table by KEYS words and UNIQ_KEY (see broker/store/key_index.py)."},
     {"read_stored", (PyCFunction)(void (*)(void))read_stored, METH_FASTCALL,
      "read_stored(buffer, relative, limit, base, max_count, crc32) -> [(commit_log_offset, total_size, topic, "
      "queue_id, queue_offset, store_timestamp, properties), ...]: the usual records read back (see "
@@ -722,7 +894,7 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "broker.store._records",
     "A batch's commit-log records encoded in C (see broker/store/record.py encode_run_py), its consume-"
     "queue units written (consume_queue.py write_units_py) and its keys indexed (key_index.py "
-    "index_keys_py).", -1,
+    "KeyRingPy).", -1,
     methods,
 };
 
@@ -732,8 +904,11 @@ PyInit__records(void)
     void *libz = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
     if (libz != NULL)
         zlib_crc32 = (crc32_function)dlsym(libz, "crc32");
+    if (PyType_Ready(&KeyRing_Type) < 0)
+        return NULL;
     PyObject *module = PyModule_Create(&module_def);
-    if (module != NULL && PyModule_AddIntConstant(module, "c_crc32", zlib_crc32 != NULL) < 0)
+    if (module != NULL && (PyModule_AddIntConstant(module, "c_crc32", zlib_crc32 != NULL) < 0
+                           || PyModule_AddObjectRef(module, "KeyRing", (PyObject *)&KeyRing_Type) < 0))
         Py_CLEAR(module);
     return module;
 }

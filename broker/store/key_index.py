@@ -3,14 +3,14 @@
 Each message is indexed under `topic#key` for every word of its KEYS property and for its UNIQ_KEY.
 Built by reput as it dispatches (the same pass that fills the consume queues) and rebuilt at start
 from the commit log (`rebuild`), so it needs no file of its own. Memory is bounded: past
-`max_entries` offsets the keys indexed longest ago are forgotten first. RocketMQ keeps a hashed
-index file on disk (20 M entries per file); an in-memory table is enough for admin lookups here,
-at the cost of the rebuild scan at start."""
+`max_entries` entries the oldest are forgotten first. RocketMQ keeps a hashed index file on disk
+(20 M entries per file); the same structure kept as a ring in memory is enough for admin lookups
+here, at the cost of the rebuild scan at start."""
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -22,38 +22,106 @@ from protocol.message import F_PROPERTIES, F_STORE_TIMESTAMP, F_TOPIC, PROPERTY_
 log = logging.getLogger(__name__)
 
 
-_TIME_BITS = 44                     # epoch ms below 2**44: until the year 2527
-_TIME_MASK = (1 << _TIME_BITS) - 1
+_MASK = (1 << 64) - 1
+MAX_OFFSET = (1 << 63) - 1
+_MIN_MS, _MAX_MS = -(1 << 63), (1 << 63) - 1        # a store time is a signed 64-bit int (C's long long)
 
 
-def index_keys_py(table: dict[str, int | list[int]], prefix: str, properties: list[dict[str, str]],
-                  units: list[tuple[int, Any, Any]], start: int, time_bits: int) -> tuple[int, int]:
-    """Index a batch's messages from message `start` on, each with the entry
-    `commit_log_offset << 44 | time_bits` (`commit_log_offset` being `units[i][0]`) under
-    `prefix + key` (`prefix` is "topic#") for each of its keys (`message_keys`): the words of its
-    KEYS property, then its UNIQ_KEY; a message with neither is skipped. Stops at the first message
-    that is anything else (properties not a dict, KEYS or UNIQ_KEY not a str, a unit not a tuple
-    whose item 0 is an int in 0..2**63) and returns (its index, or len(properties) when none is;
-    the entries added before it): the caller indexes that one with `KeyIndex.add` and calls again
-    after it. The reference of `broker.store._records.index_keys` (C), which does the same."""
-    count = min(len(properties), len(units))
-    index, added = max(start, 0), 0
-    while index < count:
-        props, unit = properties[index], units[index]
-        if type(props) is not dict or type(unit) is not tuple or not unit or type(unit[0]) is not int:
-            break
-        words, uniq = props.get(PROPERTY_KEYS), props.get(PROPERTY_UNIQ_KEY)
-        if (words is not None and type(words) is not str) or (uniq is not None and type(uniq) is not str):
-            break
-        if words or uniq:
-            if not 0 <= unit[0] < 1 << 63:
+def key_hash(prefix: str, key: str) -> int:
+    """The 64-bit hash an entry of `prefix + key` is held under: Python's str hash of each (SipHash,
+    keyed per process, so a client cannot choose keys that share a bucket), mixed. The same as
+    `mix_hash` in broker/store/_records.c."""
+    x = ((hash(prefix) & _MASK) * 0x9E3779B97F4A7C15 & _MASK) ^ (hash(key) & _MASK)
+    x ^= x >> 29
+    x = x * 0xBF58476D1CE4E5B9 & _MASK
+    return x ^ (x >> 32)
+
+
+def _check_ms(stored_ms: int) -> None:
+    if not _MIN_MS <= stored_ms <= _MAX_MS:
+        raise OverflowError("stored_ms must fit a signed 64-bit int")
+
+
+class KeyRingPy:
+    """The key index's table: at most `capacity` entries (key hash, commit_log_offset, stored_ms);
+    past it each new entry forgets the oldest one. The reference of `broker.store._records.KeyRing`
+    (C: a fixed ring of 32-byte items linked per hash bucket, RocketMQ's IndexFile kept in memory,
+    with no Python object per entry), which answers every call as this does.
+
+    - `add(prefix, key, commit_log_offset, stored_ms)`: one entry; raises `ValueError` for an
+      offset outside 0..2**63-1, `OverflowError` for a store time outside a signed 64-bit int (both
+      methods), `TypeError` for a non-str prefix or key;
+    - `add_run(prefix, properties, units, start, stored_ms) -> (stop, added)`: from message `start`
+      on, each message under each of its `message_keys` with commit_log_offset `units[i][0]`. Stops
+      at the first message that is anything else (properties not a dict, KEYS or UNIQ_KEY not a
+      str, a unit not a tuple whose item 0 is an int, or one outside 0..2**63-1 for a message with a
+      key) and returns its index (or len(properties)) and the entries added before it: the caller
+      indexes that one itself (`KeyIndex.add`) and calls again after it;
+    - `query(prefix, key, max_num, begin_ms=0, end_ms=0)`: the offsets held under the key's hash,
+      newest first, at most `max_num`, stored within [begin_ms, end_ms] (end_ms ≤ 0: no upper
+      bound). Another key of the same 64-bit hash shares them (2**-64 a pair): the caller checks."""
+
+    def __init__(self, capacity: int) -> None:
+        if not 0 <= capacity <= 1 << 36:
+            raise ValueError(f"a key ring holds 0 to {1 << 36} entries, not {capacity}")
+        self.capacity = capacity
+        self._order: deque[int] = deque()                           # each entry's hash, oldest first
+        self._by_hash: dict[int, deque[tuple[int, int]]] = {}       # hash -> (offset, stored_ms), oldest first
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def _insert(self, hashed: int, offset: int, stored_ms: int) -> None:
+        if not self.capacity:
+            return
+        self._order.append(hashed)
+        self._by_hash.setdefault(hashed, deque()).append((offset, stored_ms))
+        if len(self._order) > self.capacity:
+            oldest = self._order.popleft()
+            held = self._by_hash[oldest]
+            held.popleft()
+            if not held:
+                del self._by_hash[oldest]
+
+    def add(self, prefix: str, key: str, commit_log_offset: int, stored_ms: int) -> None:
+        if not isinstance(prefix, str) or not isinstance(key, str):
+            raise TypeError("a key ring's prefix and key are str")
+        _check_ms(stored_ms)
+        if type(commit_log_offset) is not int or not 0 <= commit_log_offset <= MAX_OFFSET:
+            raise ValueError("commit_log_offset must be an int in 0..2**63-1")
+        self._insert(key_hash(prefix, key), commit_log_offset, stored_ms)
+
+    def add_run(self, prefix: str, properties: list[dict[str, str]], units: list[tuple[int, Any, Any]],
+                start: int, stored_ms: int) -> tuple[int, int]:
+        _check_ms(stored_ms)
+        count = min(len(properties), len(units))
+        index, added = max(start, 0), 0
+        while index < count:
+            props, unit = properties[index], units[index]
+            if type(props) is not dict or type(unit) is not tuple or not unit or type(unit[0]) is not int:
                 break
-            entry = unit[0] << _TIME_BITS | time_bits
-            for key in message_keys(words, uniq):
-                _add_entry(table, prefix + key, entry)
-                added += 1
-        index += 1
-    return index, added
+            words, uniq = props.get(PROPERTY_KEYS), props.get(PROPERTY_UNIQ_KEY)
+            if (words is not None and type(words) is not str) or (uniq is not None and type(uniq) is not str):
+                break
+            if words or uniq:
+                if not 0 <= unit[0] <= MAX_OFFSET:
+                    break
+                for key in message_keys(words, uniq):
+                    self._insert(key_hash(prefix, key), unit[0], stored_ms)
+                    added += 1
+            index += 1
+        return index, added
+
+    def query(self, prefix: str, key: str, max_num: int, begin_ms: int = 0, end_ms: int = 0) -> list[int]:
+        found: list[int] = []
+        if max_num <= 0:
+            return found
+        for offset, stored_ms in reversed(self._by_hash.get(key_hash(prefix, key), ())):
+            if stored_ms >= begin_ms and (end_ms <= 0 or stored_ms <= end_ms):
+                found.append(offset)
+                if len(found) >= max_num:
+                    break
+        return found
 
 
 def message_keys(words: str | None, uniq: str | None) -> list[str]:
@@ -66,100 +134,68 @@ def message_keys(words: str | None, uniq: str | None) -> list[str]:
     return keys
 
 
-def _add_entry(table: dict[str, int | list[int]], index_key: str, entry: int) -> None:
-    """`entry` under `index_key`: the key's only entry, or one more of its list."""
-    found = table.get(index_key)
-    if found is None:
-        table[index_key] = entry
-    elif isinstance(found, list):
-        found.append(entry)
-    else:
-        table[index_key] = [found, entry]
-
-
 _records = native.load("broker.store._records")
-index_keys: Callable[[dict[str, int | list[int]], str, list[dict[str, str]], list[tuple[int, Any, Any]],
-                      int, int], tuple[int, int]] = (
-    _records.index_keys if _records is not None else index_keys_py)
-"""`index_keys_py`, in C when `broker.store._records` was built (no Python per message)."""
+KeyRing: Callable[[int], KeyRingPy] = _records.KeyRing if _records is not None else KeyRingPy
+"""`KeyRingPy`, in C when `broker.store._records` was built (no Python object per entry)."""
 
 
 class KeyIndex:
-    """`topic#key` → the commit-log offsets and store times of the messages indexed under it.
+    """`topic#key` → the commit-log offsets and store times of the messages indexed under it, at
+    most `max_entries` entries (one per key of a message; 0: nothing is indexed), the oldest
+    forgotten first.
 
-    Built for millions of entries on the send path without feeding the garbage collector: a key is
-    one string (`topic#key`, RocketMQ's index key) and an entry one int (commit_log_offset << 44 |
-    stored_at_ms), and a key with one message (the usual UNIQ_KEY) maps to that int, not a list.
-    Neither strings nor ints are tracked by the collector; the tuples and one-element lists this
-    used before were, and the collector's rounds over them cost 1.3 of the 1.8 µs an add took."""
+    Held in a `KeyRing` (C when built): a fixed ring of (key hash, offset, store time), so the send
+    path allocates nothing per entry and the memory is bounded by `max_entries` (32 bytes an entry
+    and 8 a hash bucket, touched as used). The dict of `topic#key` strings this used before cost
+    1 µs an entry on the send path at a million entries (the table's cache misses, the strings made
+    and freed, the eviction) and ~150 bytes an entry of memory. An entry is found by its key's hash,
+    so `query` answers the offsets of the key (and, at 2**-64 a pair, of another key with the same
+    hash: `store_reads.query_by_key` checks the messages it reads)."""
 
     def __init__(self, max_entries: int) -> None:
-        self._max_entries = max_entries
-        self._table: OrderedDict[str, int | list[int]] = OrderedDict()
-        self._entries = 0
+        self._ring = KeyRing(max(max_entries, 0))
 
     def __len__(self) -> int:
-        return self._entries
+        return len(self._ring)
 
     def add(self, topic: str, properties: dict[str, str], commit_log_offset: int, stored_at_ms: int) -> None:
         """Index one message by its KEYS words and UNIQ_KEY (`message_keys`; nothing when it has
-        neither)."""
-        if self._max_entries <= 0:
+        neither, or when either is not a str or the offset is outside 0..2**63-1)."""
+        if not isinstance(properties, dict) or type(commit_log_offset) is not int or type(stored_at_ms) is not int:
             return
-        entry = commit_log_offset << _TIME_BITS | (stored_at_ms & _TIME_MASK)
-        table = self._table
-        words = properties.get(PROPERTY_KEYS)
-        uniq = properties.get(PROPERTY_UNIQ_KEY)
-        if words:
-            keys = message_keys(words, uniq)
-            for key in keys:
-                _add_entry(table, f"{topic}#{key}", entry)
-            self._entries += len(keys)
-        elif uniq:              # the usual message: a UNIQ_KEY and no KEYS
-            _add_entry(table, f"{topic}#{uniq}", entry)
-            self._entries += 1
-        else:
+        words, uniq = properties.get(PROPERTY_KEYS), properties.get(PROPERTY_UNIQ_KEY)
+        if ((words is not None and not isinstance(words, str)) or (uniq is not None and not isinstance(uniq, str))
+                or not 0 <= commit_log_offset <= MAX_OFFSET or not _MIN_MS <= stored_at_ms <= _MAX_MS):
             return
-        self._evict()
+        prefix = f"{topic}#"
+        if words is None and uniq:          # the usual message: a UNIQ_KEY and no KEYS
+            self._ring.add(prefix, uniq, commit_log_offset, stored_at_ms)
+            return
+        for key in message_keys(words, uniq):
+            self._ring.add(prefix, key, commit_log_offset, stored_at_ms)
 
     def add_run(self, topic: str, properties: list[dict[str, str]], units: list[tuple[int, Any, Any]],
                 stored_at_ms: int) -> None:
         """`add` of a batch's messages (one topic, one store time), in order; `units[i]` is message
-        i's (commit_log_offset, ...), as reput hands them off. Indexed by `index_keys` (C when
-        built); a message it leaves (unusual types) by `add`."""
-        if self._max_entries <= 0:
-            return
-        table, prefix, time_bits = self._table, f"{topic}#", stored_at_ms & _TIME_MASK
+        i's (commit_log_offset, ...), as reput hands them off. A message `KeyRing.add_run` leaves
+        (unusual types) goes through `add`."""
+        ring, prefix = self._ring, f"{topic}#"
         count, index = len(properties), 0
         while index < count:
-            stop, added = index_keys(table, prefix, properties, units, index, time_bits)
-            self._entries += added
-            if stop < count:
-                self.add(topic, properties[stop], units[stop][0], stored_at_ms)
+            stop, _ = ring.add_run(prefix, properties, units, index, stored_at_ms)
+            if stop < count and stop < len(units):
+                unit = units[stop]
+                offset = unit[0] if isinstance(unit, tuple | list) and unit else None
+                self.add(topic, properties[stop], offset, stored_at_ms)
                 stop += 1
+            elif stop < count:
+                break
             index = stop
-        self._evict()
-
-    def _evict(self) -> None:
-        """Forget the keys indexed longest ago while more than `max_entries` entries are held."""
-        table = self._table
-        while self._entries > self._max_entries and table:
-            _, dropped = table.popitem(last=False)
-            self._entries -= len(dropped) if type(dropped) is list else 1
 
     def query(self, topic: str, key: str, max_num: int, begin_ms: int = 0, end_ms: int = 0) -> list[int]:
         """Commit-log offsets of `topic`'s messages with `key`, newest first, at most `max_num`,
         stored within [begin_ms, end_ms] (end 0: no upper bound)."""
-        found = self._table.get(f"{topic}#{key}")
-        entries: list[int] = [] if found is None else found if isinstance(found, list) else [found]
-        result = []
-        for entry in reversed(entries):
-            stored_at_ms = entry & _TIME_MASK
-            if stored_at_ms >= begin_ms and (end_ms <= 0 or stored_at_ms <= end_ms):
-                result.append(entry >> _TIME_BITS)
-                if len(result) >= max_num:
-                    break
-        return result
+        return self._ring.query(f"{topic}#", key, max_num, begin_ms, end_ms)
 
     def rebuild(self, records: Iterable[tuple[str, dict[str, str], int, int]]) -> None:
         """Add (topic, properties, commit_log_offset, stored_at_ms) in commit-log order."""

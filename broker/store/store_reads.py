@@ -27,12 +27,29 @@ from broker.store.results import (
 from conf.store import StoreConfig
 from protocol.message import (
     F_COMMIT_LOG_OFFSET,
+    F_PROPERTIES,
     F_STORE_TIMESTAMP,
+    F_TOPIC,
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_KEY,
 )
 
 _CQ_UNITS = struct.Struct(">QIq").iter_unpack
 _MIN_UNITS_EXAMINED = 800            # 16000 bytes of consume queue (RocketMQ maxFilterMessageCount)
 _TOTAL_RAM_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _has_key(payload: memoryview | bytes, topic: str, key: str) -> bool:
+    """Whether the stored message `payload` is of `topic` and has `key` (`message_keys`)."""
+    try:
+        fields = decode_stored_fields(payload)
+    except RecordError:
+        return False
+    properties = fields[F_PROPERTIES]
+    if fields[F_TOPIC] != topic or not isinstance(properties, dict):
+        return False
+    words, uniq = properties.get(PROPERTY_KEYS), properties.get(PROPERTY_UNIQ_KEY)
+    return key == uniq or (isinstance(words, str) and key in words.split())
 
 
 class StoreReads:
@@ -240,9 +257,10 @@ class StoreReads:
     def query_by_key(self, topic: str, key: str, max_num: int, begin_ms: int = 0,
                      end_ms: int = 0) -> list[memoryview | bytes]:
         """Stored payloads of `topic`'s messages with `key` in KEYS or as UNIQ_KEY, newest first
-        (see `KeyIndex.query`); messages whose files were removed are left out."""
+        (see `KeyIndex.query`); messages whose files were removed are left out, and so is a message
+        the index holds under the key's hash that is not of this topic and key (a hash collision)."""
         found = (self.look_message_by_offset(o) for o in self.key_index.query(topic, key, max_num, begin_ms, end_ms))
-        return [payload for payload in found if payload is not None]
+        return [payload for payload in found if payload is not None and _has_key(payload, topic, key)]
 
     def look_message_by_offset(self, commit_log_offset: int) -> memoryview | bytes | None:
         """The stored payload of the record starting at `commit_log_offset` (checked: size, CRC and

@@ -1,5 +1,5 @@
-"""`KeyIndex`: keys → offsets, newest first, bounded, with time bounds; a batch's messages indexed
-in C as in Python."""
+"""`KeyIndex`: keys → offsets, newest first, bounded, with time bounds; its ring (`KeyRing`) in C
+answering as the Python twin."""
 
 from __future__ import annotations
 
@@ -10,8 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.store.key_index import KeyIndex, index_keys, index_keys_py, message_keys
+from broker.store.key_index import KeyIndex, KeyRing, KeyRingPy, message_keys
+from broker.store.message_store import MessageStore
+from broker.store.store_reads import _has_key
 from protocol import native
+from protocol.message import decode_message_batch
+from tests.broker.store.conftest import put
 
 native_records = native.load("broker.store._records")
 
@@ -32,14 +36,19 @@ def test_keys_and_uniq_key_are_indexed_newest_first_within_time_bounds() -> None
     assert index.query("other", "shared", 10) == [400] and index.query("t", "missing", 10) == []
 
 
-def test_the_oldest_keys_are_forgotten_past_max_entries() -> None:
+def test_the_oldest_entries_are_forgotten_past_max_entries() -> None:
     index = KeyIndex(3)
     index.add("t", {"KEYS": "a"}, 1, 1)
     index.add("t", {"KEYS": "a"}, 2, 2)                        # "a" now holds two entries
     index.add("t", {"UNIQ_KEY": "u"}, 3, 3)
-    index.add("t", {"UNIQ_KEY": "v"}, 4, 4)                    # 4 entries > 3: "a" (2 entries) goes
-    assert index.query("t", "a", 10) == [] and len(index) == 2
+    index.add("t", {"UNIQ_KEY": "v"}, 4, 4)                    # 4 entries > 3: the oldest, a@1, goes
+    assert index.query("t", "a", 10) == [2] and len(index) == 3
     assert index.query("t", "u", 10) == [3] and index.query("t", "v", 10) == [4]
+    for offset in range(5, 5 + 3 * 1_000):                     # the ring goes round a thousand times
+        index.add("t", {"UNIQ_KEY": f"w{offset % 7}"}, offset, offset)
+    assert len(index) == 3 and index.query("t", "a", 10) == [] and index.query("t", "u", 10) == []
+    assert index.query("t", "w6", 10) == [3002] and index.query("t", "w0", 10) == [3003]
+    assert index.query("t", "w1", 10) == [3004] and index.query("t", "w2", 10) == []
 
 
 def test_large_offsets_and_times_round_trip() -> None:
@@ -84,41 +93,84 @@ def test_a_batch_added_at_once_indexes_its_messages_in_order(batch: list[tuple[d
         assert at_once.query("t", key, 100) == one_by_one.query("t", key, 100)
 
 
+RINGS = [pytest.param(KeyRing, marks=pytest.mark.skipif(native_records is None, reason="broker.store._records "
+                                                                                     "was not built")), KeyRingPy]
+
+
 @pytest.mark.skipif(native_records is None, reason="broker.store._records was not built (no C compiler?)")
 @given(batch=st.lists(st.tuples(properties_strategy, offsets_strategy), max_size=12),
-       start=st.integers(0, 12), time_bits=st.integers(0, (1 << 44) - 1), before=st.booleans())
-def test_the_c_index_writes_the_table_the_python_twin_writes(batch: list[tuple[dict[str, str], int]], start: int,
-                                                             time_bits: int, before: bool) -> None:
-    assert index_keys is not index_keys_py
+       start=st.integers(0, 12), stored_ms=st.integers(-(1 << 63), (1 << 63) - 1), capacity=st.integers(0, 8),
+       before=st.booleans())
+def test_the_c_ring_answers_as_the_python_twin(batch: list[tuple[dict[str, str], int]], start: int, stored_ms: int,
+                                               capacity: int, before: bool) -> None:
+    assert KeyRing is not KeyRingPy
     properties, units = [p for p, _ in batch], [(offset, 0, 0) for _, offset in batch]
-    tables: list[OrderedDict[str, Any]] = []
-    stops = []
-    for index in (index_keys, index_keys_py):
-        table: OrderedDict[str, Any] = OrderedDict({"t#u2": 5, "t#u3": [6, 7]} if before else {})
-        stops.append(index(table, "t#", properties, units, start, time_bits))
-        tables.append(table)
-    assert stops[0] == stops[1]
-    assert list(tables[0].items()) == list(tables[1].items())     # same keys, entries and order
+    answers = []
+    for make in (KeyRing, KeyRingPy):
+        ring = make(capacity)
+        if before:
+            ring.add("t#", "u2", 5, 1)
+            ring.add("t#", "u3", 6, 2)
+        stop = ring.add_run("t#", properties, units, start, stored_ms)
+        queries = {key: ring.query("t#", key, 100, begin, end) for key in ("u1", "u2", "u3", "u4", "k1", "k2", "")
+                   for begin, end in ((0, 0), (stored_ms, stored_ms), (-(1 << 63), -1))}
+        answers.append((stop, len(ring), queries, ring.query("other#", "u1", 100)))
+    assert answers[0] == answers[1]
 
 
-@pytest.mark.parametrize("index", [
-    pytest.param(index_keys, marks=pytest.mark.skipif(native_records is None, reason="broker.store._records "
-                                                                                      "was not built")),
-    index_keys_py])
+@pytest.mark.parametrize("make", RINGS)
+@given(operations=st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, (1 << 63) - 1),
+                                     st.integers(0, 9)), max_size=40),
+       capacity=st.integers(0, 6), max_num=st.integers(-1, 8), begin_ms=st.integers(0, 9), end_ms=st.integers(0, 9))
+def test_a_ring_holds_the_newest_entries_of_a_key_as_a_list_would(make: Any, operations: list[tuple[str, int, int]],
+                                                                    capacity: int, max_num: int, begin_ms: int,
+                                                                    end_ms: int) -> None:
+    ring = make(capacity)
+    for key, offset, stored_ms in operations:
+        ring.add("t#", key, offset, stored_ms)
+    held = operations[max(len(operations) - capacity, 0):] if capacity else []
+    assert len(ring) == len(held)
+    for key in ("a", "b", "c", "d"):
+        expected = [offset for k, offset, ms in reversed(held)
+                    if k == key and ms >= begin_ms and (end_ms <= 0 or ms <= end_ms)][:max(max_num, 0)]
+        assert ring.query("t#", key, max_num, begin_ms, end_ms) == expected
+
+
+@pytest.mark.parametrize("make", RINGS)
+def test_a_ring_refuses_what_it_cannot_hold(make: Any) -> None:
+    ring = make(4)
+    with pytest.raises(ValueError, match="commit_log_offset"):
+        ring.add("t#", "k", -1, 0)
+    with pytest.raises(ValueError, match="commit_log_offset"):
+        ring.add("t#", "k", 1 << 63, 0)
+    with pytest.raises(OverflowError):
+        ring.add("t#", "k", 1, 1 << 63)
+    with pytest.raises(TypeError):
+        ring.add("t#", 5, 1, 0)
+    with pytest.raises(ValueError, match="0 to"):
+        make(-1)
+    assert len(ring) == 0 and ring.query("t#", "k", 5) == []
+
+
+@pytest.mark.parametrize("make", RINGS)
 @pytest.mark.parametrize(("properties", "unit"), [
     ({"UNIQ_KEY": 7}, (1, 0, 0)),                  # a UNIQ_KEY that is not str
     ({"KEYS": ["k"]}, (1, 0, 0)),                  # KEYS that are not a str
     ({"UNIQ_KEY": "u", "KEYS": b"k"}, (1, 0, 0)),
     ({"UNIQ_KEY": "u"}, (-1, 0, 0)),               # a negative offset
-    ({"KEYS": "k"}, (1 << 63, 0, 0)),              # an offset past 64 bits
+    ({"KEYS": "k"}, (1 << 63, 0, 0)),              # an offset past 63 bits
     ({"UNIQ_KEY": "u"}, [1, 0, 0]),                # a unit that is not a tuple
     ({"UNIQ_KEY": "u"}, (True, 0, 0)),             # an offset that is not an int
     (OrderedDict(UNIQ_KEY="u"), (1, 0, 0)),        # properties that are not a dict
 ])
-def test_the_index_leaves_anything_unusual_to_key_index_add(index: Any, properties: Any, unit: Any) -> None:
-    table: dict[str, Any] = {}
-    assert index(table, "t#", [{"UNIQ_KEY": "a", "KEYS": "b a"}, properties], [(3, 0, 0), unit], 0, 9) == (1, 2)
-    assert table == {"t#b": 3 << 44 | 9, "t#a": 3 << 44 | 9}
+def test_the_ring_leaves_anything_unusual_to_key_index_add(make: Any, properties: Any, unit: Any) -> None:
+    ring = make(10)
+    assert ring.add_run("t#", [{"UNIQ_KEY": "a", "KEYS": "b a"}, properties], [(3, 0, 0), unit], 0, 9) == (1, 2)
+    assert len(ring) == 2 and ring.query("t#", "a", 5) == [3] and ring.query("t#", "b", 5) == [3]
+    index = KeyIndex(10)                        # which indexes what it can of it, and raises nothing
+    index.add_run("t", [{"UNIQ_KEY": "a", "KEYS": "b a"}, properties, {"UNIQ_KEY": "z"}],
+                  [(3, 0, 0), unit, (4, 0, 0)], 9)
+    assert index.query("t", "z", 5) == [4] and index.query("t", "a", 5) == [3]
 
 
 def test_a_message_is_indexed_under_each_distinct_word_then_its_uniq_key() -> None:
@@ -129,3 +181,18 @@ def test_a_message_is_indexed_under_each_distinct_word_then_its_uniq_key() -> No
     index.add("t", {"KEYS": "k " * 10_000, "UNIQ_KEY": "u"}, 5, 1)       # 10,000 words, one key
     index.add_run("t", [{"KEYS": "k " * 10_000}], [(6, 0, 0)], 1)
     assert len(index) == 3 and index.query("t", "k", 10) == [6, 5] and index.query("t", "u", 10) == [5]
+
+
+async def test_a_query_by_key_answers_only_messages_of_its_topic_and_key(store: MessageStore) -> None:
+    """The ring answers by a key's hash; `query_by_key` reads each message and keeps those of the
+    topic with the key (a KEYS word or the UNIQ_KEY), so another key of the same hash never shows."""
+    first = put(store, "t", 0, properties={"KEYS": "k1 k2", "UNIQ_KEY": "U1"}).commit_log_offsets[0]
+    second = put(store, "t", 1, properties={"KEYS": "k2"}).commit_log_offsets[0]
+    put(store, "other", 0, properties={"KEYS": "k1"})
+    assert [decode_message_batch(p)[0].commit_log_offset for p in store.query_by_key("t", "k2", 10)] == [second, first]
+    payload = store.look_message_by_offset(first)
+    assert payload is not None
+    assert [_has_key(payload, "t", key) for key in ("k1", "k2", "U1")] == [True, True, True]
+    assert [_has_key(payload, topic, key) for topic, key in (("other", "k1"), ("t", "k3"), ("t", "k"), ("t", ""))] \
+        == [False, False, False, False]
+    assert not _has_key(b"\x93\x01\x02\x03", "t", "k1") and not _has_key(b"\xc1", "t", "k1")

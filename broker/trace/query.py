@@ -24,50 +24,33 @@ from broker.remoting.context import RequestContext
 from broker.store.message_store import MessageStore
 from broker.topics.system_topics import NOT_ALLOWED_SEND_TOPICS
 from broker.topics.topic_config_manager import TopicConfigManager
+from broker.trace.resolver import Entry, Resolver
 from broker.trace.segments import find_message_records, find_queue_records, matches
 from broker.trace.service import TraceService
 from protocol.command import RemotingCommand
 from protocol.errors import SystemError_
 from protocol.message import (
-    F_COMMIT_LOG_OFFSET,
     F_PROPERTIES,
-    F_QUEUE_ID,
-    F_QUEUE_OFFSET,
-    F_RECONSUME_TIMES,
     F_STORE_TIMESTAMP,
     F_TOPIC,
-    PROPERTY_DLQ_RESENT_FROM,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_UNIQ_KEY,
-    make_msg_id,
     msg_id_prefix,
     parse_msg_id,
 )
-from protocol.topics import TRANS_HALF_TOPIC, dlq_topic, retry_topic
+from protocol.topics import dlq_topic, retry_topic
 from protocol.trace import (
-    ACKED,
     BACK,
-    CHANGED,
-    COMMITTED,
     HALF,
     MAX_QUERY_CHARS,
     MAX_TRACE_ENTRIES,
-    POPPED,
-    PULLED,
-    REVIVED,
     SENT,
-    SENT_BATCH,
-    SENT_SET,
-    TRANSACTION,
     QueryMessageTraceRequestHeader,
     as_properties,
     merge_timeline,
 )
 
-TOOLS_CONSUMER = "TOOLS_CONSUMER"           # the admin's own reads: not deliveries
 _KEY_INDEX_MATCHES = 64
-Location = tuple[str, int, int]             # (topic, queue_id, queue_offset)
-Entry = dict[str, Any]
 
 
 def check_query(header: QueryMessageTraceRequestHeader) -> str:
@@ -106,7 +89,7 @@ class TraceQueryProcessor:
         if service is not None:
             await service.flush()                 # the query sees every event recorded before it
         clients = service.segments.client_ids() if service is not None else {}
-        resolver = _Resolver(self._address, limit, self._store_time, clients)
+        resolver = Resolver(self._address, limit, self._store_time, clients)
         commit_log_offset = self._offset_of(wanted)
         fields = None
         if commit_log_offset is not None:          # an offset msg id of this broker: read the message
@@ -151,7 +134,7 @@ class TraceQueryProcessor:
         except ValueError:
             return None
 
-    def _stored(self, resolver: _Resolver, wanted: str, topic: str) -> None:
+    def _stored(self, resolver: Resolver, wanted: str, topic: str) -> None:
         """The stored messages found by `wanted` in the store's key index, in `topic` or in every
         topic of this broker (a message sent in a batch, whose send is recorded per batch, is
         found this way; so is one whose SENT record was dropped)."""
@@ -166,7 +149,7 @@ class TraceQueryProcessor:
                 if matches(fields[F_PROPERTIES], wanted):
                     resolver.stored_message(fields)
 
-    def _copies(self, resolver: _Resolver, topic: str) -> None:
+    def _copies(self, resolver: Resolver, topic: str) -> None:
         """The stored copies of the messages found so far (retry messages the schedule service
         stored, DLQ copies, the original when only a copy was found), by UNIQ_KEY in the key index."""
         topics = set(resolver.topics) | ({topic} if topic else set())
@@ -189,191 +172,3 @@ def _topics_of(record: list[Any]) -> set[str]:
     if isinstance(properties, dict) and PROPERTY_RETRY_TOPIC in properties:
         topics.add(properties[PROPERTY_RETRY_TOPIC])
     return topics
-
-
-class _Resolver:
-    """Builds the entries of one query: message records and stored copies first (their locations
-    collected), then the queue records covering those locations."""
-
-    def __init__(self, address: str, limit: int, store_time: Callable[[int], int | None],
-                 clients: dict[str, str]) -> None:
-        self.address, self._limit, self._store_time, self._clients = address, limit, store_time, clients
-        self.entries: list[Entry] = []
-        self.locations: dict[Location, Entry] = {}      # a copy's place -> its identity (msg_id, uniq_key)
-        self.uniq_keys: set[str] = set()
-        self.topics: set[str] = set()
-        self.groups: set[str] = set()
-        self._consumed: set[tuple[str, Location]] = set()
-        self._sent_back: set[tuple[str, str]] = set()     # (group, msg_id) of copies a group sent back
-        self._stored_us: dict[Location, int] = {}         # a place's store time (epoch µs)
-        self._resent_from: dict[Location, str] = {}       # a stored copy's DLQ_RESENT_FROM (a resend)
-
-    @property
-    def full(self) -> bool:
-        """Whether the query's `max_entries` are reached (nothing more is looked up)."""
-        return len(self.entries) >= self._limit
-
-    def _add(self, event: str, at_us: int, **fields: Any) -> None:
-        if len(self.entries) < self._limit:
-            self.entries.append({"at_ms": at_us // 1000, "at_us": at_us, "event": event, "broker": self.address,
-                                 **{k: v for k, v in fields.items() if v is not None and v != ""}})
-
-    def _place(self, topic: str, queue_id: int, queue_offset: int, msg_id: str, uniq_key: str | None) -> Entry:
-        identity = {"msg_id": msg_id, "uniq_key": uniq_key, "topic": topic, "queue_id": queue_id,
-                    "queue_offset": queue_offset}
-        self.locations.setdefault((topic, queue_id, queue_offset), identity)
-        self.topics.add(topic)
-        if uniq_key:
-            self.uniq_keys.add(uniq_key)
-        return identity
-
-    def message_record(self, record: list[Any]) -> None:
-        kind, at_us, properties = record[0], int(record[1] * 1_000_000), as_properties(record[-1])
-        uniq = properties.get(PROPERTY_UNIQ_KEY) or None
-        if kind == SENT:
-            _, _, addr, group, topic, queue_id, queue_offset, offset, _ = record
-            client_id = self._clients.get(addr)
-            stored_ms = self._store_time(offset)      # recorded after the put: a delivery may come first
-            at_us = stored_ms * 1000 if stored_ms else at_us
-            msg_id = make_msg_id(self.address, offset)
-            if queue_offset < 0:        # delayed (DELAY level or timer): its place is known once delivered
-                place = {"msg_id": msg_id, "uniq_key": uniq, "topic": topic, "queue_id": queue_id}
-                self.topics.add(topic)
-                if uniq:
-                    self.uniq_keys.add(uniq)
-            else:
-                place = self._place(topic, queue_id, queue_offset, msg_id, uniq)
-            resent_from = properties.get(PROPERTY_DLQ_RESENT_FROM)
-            event = "resent_from_dlq" if resent_from else "sent"
-            detail = f"copy of DLQ message {resent_from}" if resent_from else f"producer group {group}"
-            self._add(event, at_us, **place, group=group, client_id=client_id, client_addr=addr, detail=detail)
-            self._add("stored", at_us, **place, detail=f"commit-log offset {offset}")
-        elif kind == BACK:
-            _, _, addr, group, origin_offset, delay_level, to_dlq, topic, queue_id, queue_offset, offset, _ = record
-            client_id = self._clients.get(addr)
-            self.groups.add(group)
-            origin, copy_id = make_msg_id(self.address, origin_offset), make_msg_id(self.address, offset)
-            self._sent_back.add((group, origin))
-            if uniq:
-                self.uniq_keys.add(uniq)
-            if to_dlq:
-                place = self._place(topic, queue_id, queue_offset, copy_id, uniq)
-                self._add("sent_back", at_us, msg_id=origin, uniq_key=uniq, group=group, client_id=client_id,
-                          client_addr=addr, detail=f"consumption failed: to the DLQ as {copy_id}")
-                self._add("to_dlq", at_us, **place, group=group, detail=f"commit-log offset {offset}")
-            else:
-                self._add("sent_back", at_us, msg_id=origin, uniq_key=uniq, group=group, client_id=client_id,
-                          client_addr=addr, detail=f"consumption failed: retry {copy_id} at delay level {delay_level}")
-        elif kind == HALF:
-            self._half(record, at_us, uniq)
-        else:       # DLQ: POP gave up on it
-            _, _, group, topic, queue_id, queue_offset, dlq, dlq_queue_id, dlq_queue_offset, offset, _ = record
-            self.groups.add(group)
-            place = self._place(dlq, dlq_queue_id, dlq_queue_offset, make_msg_id(self.address, offset), uniq)
-            self._add("to_dlq", at_us, **place, group=group,
-                      detail=f"not acknowledged: moved from {topic}:{queue_id}@{queue_offset}")
-
-    def _half(self, record: list[Any], at_us: int, uniq: str | None) -> None:
-        """A transactional send's half message: "sent_half"; its place in the half queue is kept
-        (its TRANSACTION records are found there), the real topic searched for the committed copy."""
-        _, _, addr, group, topic, queue_id, half_offset, offset, _ = record
-        stored_ms = self._store_time(offset)
-        msg_id = make_msg_id(self.address, offset)
-        self.locations.setdefault((TRANS_HALF_TOPIC, 0, half_offset),
-                                  {"msg_id": msg_id, "uniq_key": uniq, "topic": topic, "queue_id": queue_id})
-        self.topics.add(topic)
-        if uniq:
-            self.uniq_keys.add(uniq)
-        self._add("sent_half", stored_ms * 1000 if stored_ms else at_us, msg_id=msg_id, uniq_key=uniq, topic=topic,
-                  queue_id=queue_id, group=group, client_id=self._clients.get(addr), client_addr=addr,
-                  detail=f"producer group {group}: a half message, held at {TRANS_HALF_TOPIC}:0@{half_offset} "
-                         f"until committed or rolled back")
-
-    def _transaction(self, record: list[Any], at_us: int, place: Entry) -> None:
-        """A TRANSACTION record of a half found: its check-back or outcome."""
-        outcome, info = record[5], record[6]
-        identity = {k: place[k] for k in ("msg_id", "uniq_key", "topic", "queue_id") if k in place}
-        if outcome == "committed" and isinstance(info, list) and len(info) == 3:
-            stored_us = self._stored_us.get((info[0], info[1], info[2]))   # the commit is recorded after its put
-            self._add("committed", min(at_us, stored_us) if stored_us else at_us, **identity,
-                      detail=f"committed: written to {info[0]}:{info[1]}@{info[2]}")
-        elif outcome == "rolled_back":
-            self._add("rolled_back", at_us, **identity, detail="rolled back: never delivered")
-        elif outcome == "checked_back":     # at its millisecond: a commit it brings is placed by its store time (ms)
-            self._add("checked_back", at_us // 1000 * 1000, **identity,
-                      detail=f"check-back {info}: the producer group was asked for the outcome")
-        elif outcome == "half_dropped":
-            self._add("half_dropped", at_us, **identity,
-                      detail=f"dropped after {info} check-backs (transaction_check_max): never delivered")
-
-    def stored_message(self, fields: list[Any]) -> None:
-        """A copy found in the store (a retry message the schedule service stored, a DLQ copy, or the
-        message itself): a "retry_stored" / "stored" entry unless its place is known already."""
-        location = (fields[F_TOPIC], fields[F_QUEUE_ID], fields[F_QUEUE_OFFSET])
-        if location in self.locations:
-            return
-        self._stored_us[location] = fields[F_STORE_TIMESTAMP] * 1000
-        properties = fields[F_PROPERTIES]
-        if PROPERTY_DLQ_RESENT_FROM in properties:
-            self._resent_from[location] = properties[PROPERTY_DLQ_RESENT_FROM]
-        msg_id = make_msg_id(self.address, fields[F_COMMIT_LOG_OFFSET])
-        place = self._place(*location, msg_id, properties.get(PROPERTY_UNIQ_KEY))
-        topic = location[0]
-        if topic.startswith("%RETRY%"):
-            self._add("retry_stored", fields[F_STORE_TIMESTAMP] * 1000, **place,
-                      detail=f"retry {fields[F_RECONSUME_TIMES]} of {properties.get(PROPERTY_RETRY_TOPIC, '?')}")
-        elif topic.startswith("%DLQ%"):
-            self._add("to_dlq", fields[F_STORE_TIMESTAMP] * 1000, **place, detail="in the dead-letter queue")
-        else:
-            self._add("stored", fields[F_STORE_TIMESTAMP] * 1000, **place,
-                      detail=f"commit-log offset {fields[F_COMMIT_LOG_OFFSET]}")
-
-    def queue_record(self, record: list[Any]) -> None:
-        kind, at_us, topic, queue_id = record[0], int(record[1] * 1_000_000), record[2], record[3]
-        for (place_topic, place_queue_id, queue_offset), place in self.locations.items():
-            if place_topic != topic or place_queue_id != queue_id:
-                continue
-            if kind == SENT_BATCH:
-                from_offset, next_offset, group, addr = record[4:8]
-                if from_offset <= queue_offset < next_offset:
-                    at = self._stored_us.get((topic, queue_id, queue_offset), at_us)
-                    self._add("sent", at, **place, group=group, client_id=self._clients.get(addr), client_addr=addr,
-                              detail=f"producer group {group}, in a batch of {next_offset - from_offset}")
-            elif kind == SENT_SET:
-                offsets, group, addr = record[4:7]
-                if queue_offset in offsets:
-                    location = (topic, queue_id, queue_offset)
-                    resent_from = self._resent_from.get(location)
-                    self._add("resent_from_dlq" if resent_from else "sent", self._stored_us.get(location, at_us),
-                              **place, group=group, client_id=self._clients.get(addr), client_addr=addr,
-                              detail=f"copy of DLQ message {resent_from}" if resent_from else f"producer group {group}")
-            elif kind == PULLED:
-                from_offset, next_offset, group, addr, count = record[4:9]
-                client_id = self._clients.get(addr)
-                if from_offset <= queue_offset < next_offset and group != TOOLS_CONSUMER:
-                    filtered = count < next_offset - from_offset
-                    self._add("delivered", at_us, **place, group=group, client_id=client_id, client_addr=addr,
-                              detail="by pull" + (" (a filtered pull: if it matched the filter)" if filtered else ""))
-            elif kind == COMMITTED and not topic.startswith("%DLQ%"):   # there: `dlq resend --all`'s mark
-                old, new, group, addr = record[4:8]
-                key = (group, (topic, queue_id, queue_offset))
-                if ((old is None or old <= queue_offset) and queue_offset < new and key not in self._consumed
-                        and (group, place["msg_id"]) not in self._sent_back):   # its outcome: the send-back
-                    self._consumed.add(key)
-                    self._add("consumed", at_us, **place, group=group, client_addr=addr,
-                              detail=f"the group's committed offset moved to {new}")
-            elif kind == POPPED:
-                if queue_offset in record[4]:
-                    self._add("popped", at_us, **place, group=record[5],
-                              detail=f"by pop, invisible until {record[6]} (epoch ms)")
-            elif record[4] == queue_offset:
-                group = record[5]
-                if kind == TRANSACTION:
-                    self._transaction(record, at_us, place)
-                elif kind == ACKED:
-                    self._add("acked", at_us, **place, group=group, detail="POP acknowledged")
-                elif kind == CHANGED:
-                    self._add("invisible_changed", at_us, **place, group=group,
-                              detail=f"invisible until {record[6]} (epoch ms)")
-                elif kind == REVIVED:
-                    self._add("revived", at_us, **place, group=group, detail="not acknowledged in time: visible again")

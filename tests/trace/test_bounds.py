@@ -187,10 +187,10 @@ def test_noted_keeps_the_noted_properties_in_their_order(properties: dict[str, s
 def test_a_check_back_and_the_commit_it_brings_in_one_millisecond_keep_their_order() -> None:
     """A check-back recorded at 12.345 ms whose commit is stored at 12.9 ms (a store time has ms
     precision: 12.000): the timeline still reads check-back, commit, stored."""
-    from broker.trace.query import _Resolver
+    from broker.trace.resolver import Resolver
     from protocol.topics import TRANS_HALF_TOPIC
     from protocol.trace import TRANSACTION
-    resolver = _Resolver("127.0.0.1:10911", 100, lambda offset: None, {})
+    resolver = Resolver("127.0.0.1:10911", 100, lambda offset: None, {})
     place = {"msg_id": "H", "uniq_key": "U", "topic": "payments", "queue_id": 0}
     resolver.locations[(TRANS_HALF_TOPIC, 0, 7)] = place
     resolver._stored_us[("payments", 0, 3)] = 12_000          # the committed copy's store time, in µs

@@ -36,6 +36,8 @@ SENT_SET = "N"                  # a queue record: the usual single sends of one 
 CLIENT = "H"                                                                 # a connection's client id
 HALF = "T"                      # a message record: a transactional send stored its half message
 TRANSACTION = "E"               # a queue record of the half queue: a half's check-back or outcome
+HALF_BATCH = "U"                # a queue record of the half queue: the halves of a transactional batch send
+COMMITTED_RUN = "W"             # a queue record of the half queue: halves committed by one append
 MESSAGE_KINDS = frozenset((SENT, BACK, DLQ, HALF))
 OTHER_KINDS = frozenset((SENT, BACK, DLQ, CLIENT, HALF))    # records that cover no queue offsets
 

@@ -347,7 +347,7 @@ class SendMessageProcessor:
                                                     born_host=ctx.client_addr)
                 check_put(result)
                 if self._trace is not None:
-                    self._trace.sent_halves(ctx.client_addr, group, topic, queue_id, result, messages)
+                    self._trace.sent_halves(ctx.client_addr, group, topic, queue_id, result, len(messages))
                 return RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
                     "msg_ids": offset_msg_ids(self._msg_id_prefix, result.commit_log_offsets),
                     "queue_id": queue_id, "queue_offset": result.queue_offset}), result.end_offset

@@ -33,12 +33,13 @@ from protocol.message import (
     F_PROPERTIES,
     F_STORE_TIMESTAMP,
     F_TOPIC,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_UNIQ_KEY,
     msg_id_prefix,
     parse_msg_id,
 )
-from protocol.topics import dlq_topic, retry_topic
+from protocol.topics import TRANS_HALF_TOPIC, dlq_topic, retry_topic
 from protocol.trace import (
     BACK,
     HALF,
@@ -139,6 +140,11 @@ class TraceQueryProcessor:
         topic of this broker (a message sent in a batch, whose send is recorded per batch, is
         found this way; so is one whose SENT record was dropped)."""
         names = [topic] if topic else sorted(t.topic for t in self._topics.topics())
+        for payload in self._store.query_by_key(TRANS_HALF_TOPIC, wanted, _KEY_INDEX_MATCHES):
+            fields = msgpack.unpackb(payload, raw=False)      # a half message (sent in a batch: no record)
+            properties = fields[F_PROPERTIES]
+            if matches(properties, wanted) and (not topic or properties.get(PROPERTY_REAL_TOPIC) == topic):
+                resolver.half_message(fields)
         for name in names:
             if resolver.full:
                 return

@@ -16,6 +16,8 @@ from protocol.message import (
     F_STORE_TIMESTAMP,
     F_TOPIC,
     PROPERTY_DLQ_RESENT_FROM,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_UNIQ_KEY,
     make_msg_id,
@@ -26,7 +28,9 @@ from protocol.trace import (
     BACK,
     CHANGED,
     COMMITTED,
+    COMMITTED_RUN,
     HALF,
+    HALF_BATCH,
     POPPED,
     PULLED,
     REVIVED,
@@ -40,6 +44,11 @@ from protocol.trace import (
 TOOLS_CONSUMER = "TOOLS_CONSUMER"           # the admin's own reads: not deliveries
 Location = tuple[str, int, int]             # (topic, queue_id, queue_offset)
 Entry = dict[str, Any]
+
+
+def _identity(place: Entry) -> Entry:
+    """What names a message in its entries: msg_id, uniq_key, topic and queue_id."""
+    return {k: place[k] for k in ("msg_id", "uniq_key", "topic", "queue_id") if k in place}
 
 
 class Resolver:
@@ -140,14 +149,46 @@ class Resolver:
                   detail=f"producer group {group}: a half message, held at {TRANS_HALF_TOPIC}:0@{half_offset} "
                          f"until committed or rolled back")
 
+    def half_message(self, fields: list[Any]) -> None:
+        """A half message found in the store (one sent in a batch has no message record: its
+        HALF_BATCH queue record is found at its place): its place in the half queue is kept, as
+        `_half` keeps it, unless known already."""
+        location = (TRANS_HALF_TOPIC, 0, fields[F_QUEUE_OFFSET])
+        if location in self.locations:
+            return
+        properties = fields[F_PROPERTIES]
+        uniq, topic = properties.get(PROPERTY_UNIQ_KEY) or None, properties.get(PROPERTY_REAL_TOPIC, "")
+        try:
+            queue_id = int(properties.get(PROPERTY_REAL_QUEUE_ID, -1))
+        except ValueError:
+            queue_id = -1
+        self.locations[location] = {"msg_id": make_msg_id(self.address, fields[F_COMMIT_LOG_OFFSET]),
+                                    "uniq_key": uniq, "topic": topic, "queue_id": queue_id}
+        self._stored_us[location] = fields[F_STORE_TIMESTAMP] * 1000
+        self.topics.add(topic)
+        if uniq:
+            self.uniq_keys.add(uniq)
+
+    def _half_batch(self, record: list[Any], at_us: int, half_offset: int, place: Entry) -> None:
+        """A HALF_BATCH record covering a half found: its "sent_half", as `_half` adds it."""
+        from_offset, next_offset, group, addr = record[4:8]
+        if from_offset <= half_offset < next_offset:
+            self._add("sent_half", self._stored_us.get((TRANS_HALF_TOPIC, 0, half_offset), at_us), **place,
+                      group=group, client_id=self._clients.get(addr), client_addr=addr,
+                      detail=f"producer group {group}: a half message, held at {TRANS_HALF_TOPIC}:0@{half_offset} "
+                             f"until committed or rolled back")
+
+    def _committed(self, at_us: int, identity: Entry, info: list[Any]) -> None:
+        stored_us = self._stored_us.get((info[0], info[1], info[2]))   # the commit is recorded after its put
+        self._add("committed", min(at_us, stored_us) if stored_us else at_us, **identity,
+                  detail=f"committed: written to {info[0]}:{info[1]}@{info[2]}")
+
     def _transaction(self, record: list[Any], at_us: int, place: Entry) -> None:
         """A TRANSACTION record of a half found: its check-back or outcome."""
         outcome, info = record[5], record[6]
-        identity = {k: place[k] for k in ("msg_id", "uniq_key", "topic", "queue_id") if k in place}
+        identity = _identity(place)
         if outcome == "committed" and isinstance(info, list) and len(info) == 3:
-            stored_us = self._stored_us.get((info[0], info[1], info[2]))   # the commit is recorded after its put
-            self._add("committed", min(at_us, stored_us) if stored_us else at_us, **identity,
-                      detail=f"committed: written to {info[0]}:{info[1]}@{info[2]}")
+            self._committed(at_us, identity, info)
         elif outcome == "rolled_back":
             self._add("rolled_back", at_us, **identity, detail="rolled back: never delivered")
         elif outcome == "checked_back":     # at its millisecond: a commit it brings is placed by its store time (ms)
@@ -160,6 +201,9 @@ class Resolver:
     def stored_message(self, fields: list[Any]) -> None:
         """A copy found in the store (a retry message the schedule service stored, a DLQ copy, or the
         message itself): a "retry_stored" / "stored" entry unless its place is known already."""
+        if fields[F_TOPIC] == TRANS_HALF_TOPIC:
+            self.half_message(fields)
+            return
         location = (fields[F_TOPIC], fields[F_QUEUE_ID], fields[F_QUEUE_OFFSET])
         if location in self.locations:
             return
@@ -213,6 +257,13 @@ class Resolver:
                     self._consumed.add(key)
                     self._add("consumed", at_us, **place, group=group, client_addr=addr,
                               detail=f"the group's committed offset moved to {new}")
+            elif kind == HALF_BATCH:
+                self._half_batch(record, at_us, queue_offset, place)
+            elif kind == COMMITTED_RUN:
+                half_offsets, real_topic, real_queue_id, first = record[4:8]
+                if queue_offset in half_offsets:
+                    self._committed(at_us, _identity(place),
+                                    [real_topic, real_queue_id, first + half_offsets.index(queue_offset)])
             elif kind == POPPED:
                 if queue_offset in record[4]:
                     self._add("popped", at_us, **place, group=record[5],

@@ -31,6 +31,8 @@ from protocol.message import PROPERTY_DLQ_RESENT_FROM, PROPERTY_KEYS, PROPERTY_O
 from protocol.trace import (
     CLIENT,
     COMMITTED,
+    COMMITTED_RUN,
+    HALF_BATCH,
     MESSAGE_KINDS,
     OTHER_KINDS,
     POPPED,
@@ -73,9 +75,9 @@ def _covered(record: Sequence[Any]) -> tuple[str, int, int, int] | None:
     if kind in OTHER_KINDS:
         return None
     topic, queue_id = record[2], record[3]
-    if kind in (PULLED, SENT_BATCH):        # [from, next)
+    if kind in (PULLED, SENT_BATCH, HALF_BATCH):        # [from, next)
         return (topic, queue_id, record[4], record[5] - 1) if record[5] > record[4] else None
-    if kind in (POPPED, SENT_SET):
+    if kind in (POPPED, SENT_SET, COMMITTED_RUN):
         return (topic, queue_id, min(record[4]), max(record[4])) if record[4] else None
     if kind == COMMITTED:   # old -> new: passes the offsets old..new-1 (the first commit: 0..new-1)
         old, new = record[4], record[5]
@@ -338,6 +340,6 @@ def _spans(span: list[int] | None, offsets: set[int]) -> bool:
 def _matches(record: Sequence[Any], offsets: set[int]) -> bool:
     covered = _covered(record)
     assert covered is not None
-    if record[0] in (POPPED, SENT_SET):
+    if record[0] in (POPPED, SENT_SET, COMMITTED_RUN):
         return any(o in offsets for o in record[4])
     return any(covered[2] <= o <= covered[3] for o in offsets)

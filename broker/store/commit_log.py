@@ -289,6 +289,8 @@ class CommitLog:
                 return None
             start = relative = position - segment.start_offset
             limit = min(segment.size, end - segment.start_offset)
+            if limit == end - segment.start_offset and limit - start <= max_bytes and limit > start:
+                return position, segment.view[start:limit]     # up to the log's end: whole records, no walk
             unpack = RECORD_HEADER.unpack_from      # the master's own records: sizes only, no CRC here
             while relative + HEADER_BYTES <= limit:
                 total = unpack(segment.mm, relative)[0]

@@ -9,8 +9,7 @@ import pytest
 from broker.broker import Broker
 from client.api import ClientAPI
 from tests.admin.cli_runner import rocketq
-from tests.helpers import send
-from tests.namesrv.test_failover import free_port
+from tests.helpers import free_port, send
 
 ENV = "ROCKETQ_ENDPOINTS"
 

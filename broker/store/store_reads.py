@@ -15,7 +15,7 @@ from typing import Any
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable
 from broker.store.flush import CommitLogFlushService
-from broker.store.key_index import KeyIndex
+from broker.store.key_index import KeyIndex, message_keys
 from broker.store.record import HEADER_BYTES, RecordError, decode_stored_fields, payload_properties
 from broker.store.reput import ReputService
 from broker.store.results import (
@@ -49,7 +49,8 @@ def _has_key(payload: memoryview | bytes, topic: str, key: str) -> bool:
     if fields[F_TOPIC] != topic or not isinstance(properties, dict):
         return False
     words, uniq = properties.get(PROPERTY_KEYS), properties.get(PROPERTY_UNIQ_KEY)
-    return key == uniq or (isinstance(words, str) and key in words.split())
+    return (isinstance(words, str | None) and isinstance(uniq, str | None)
+            and key in message_keys(words, uniq))
 
 
 class StoreReads:

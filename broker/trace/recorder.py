@@ -95,14 +95,6 @@ class TraceRecorder:
         else:
             self.dropped += 1
 
-    def _room(self, count: int) -> int:
-        """How many of `count` events the queue takes now; the others are counted as dropped."""
-        room = max(self._max - len(self._queue), 0)
-        if room >= count:
-            return count
-        self.dropped += count - room
-        return room
-
     # -- the request paths (one call per event) ---------------------------------------------------
 
     def sent(self, ctx: RequestContext, group: str, topic: str, queue_id: int, queue_offset: int,

@@ -737,38 +737,197 @@ write_units(PyObject *module, PyObject *args)
  * 0 <= relative <= limit <= len(buffer). */
 
 #define STORED_FIELDS 13
+#define STR_CACHE_SLOTS 32
+#define STR_CACHE_MAX 48
 
+/* The short strings (topics, property names, tags) one `read_stored` call decoded, so a string
+ * recurring in the records it reads (a run's topic, every message's "TAGS" and its usual value) is
+ * decoded once: a slot holds where its bytes lie in the buffer and the str made of them. */
+typedef struct {
+    const unsigned char *bytes[STR_CACHE_SLOTS];
+    Py_ssize_t length[STR_CACHE_SLOTS];
+    PyObject *text[STR_CACHE_SLOTS];
+} str_cache;
+
+static void
+str_cache_clear(str_cache *cache)
+{
+    for (int i = 0; i < STR_CACHE_SLOTS; i++)
+        Py_CLEAR(cache->text[i]);
+}
+
+/* A str header at `r` (fixstr, str8/16/32): the length, its bytes at *out; -1 when it is none. */
+static Py_ssize_t
+str_header(mp_reader *r, const unsigned char **out)
+{
+    if (r->p >= r->end)
+        return -1;
+    unsigned char tag = *r->p;
+    Py_ssize_t n;
+    r->p++;
+    if (tag >= 0xA0 && tag <= 0xBF)
+        n = tag & 0x1F;
+    else if (tag >= 0xD9 && tag <= 0xDB)
+        n = mp_length(r, 1 << (tag - 0xD9));
+    else
+        return -1;
+    if (n < 0 || mp_take(r, n, out) < 0)
+        return -1;
+    return n;
+}
+
+/* The str at `r`, through `cache` (`key`: interned, as msgpack interns map keys); MP_FALLBACK when
+ * it is no str or no valid UTF-8 (the record is then unusual, as for msgpack's UnicodeDecodeError). */
 static PyObject *
-stored_entry(const unsigned char *payload, Py_ssize_t length, long long commit_log_offset, Py_ssize_t total)
+cached_str(mp_reader *r, str_cache *cache, int key)
+{
+    const unsigned char *b;
+    Py_ssize_t n = str_header(r, &b);
+    if (n < 0)
+        return MP_FALLBACK;
+    int slot = -1;
+    if (n <= STR_CACHE_MAX) {
+        slot = (int)(((size_t)n * 31u + (n ? b[0] * 7u + b[n - 1] : 0u) + (n > 2 ? b[n / 2] : 0u))
+                     % STR_CACHE_SLOTS);
+        if (cache->text[slot] != NULL && cache->length[slot] == n && memcmp(cache->bytes[slot], b, (size_t)n) == 0)
+            return Py_NewRef(cache->text[slot]);
+    }
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)b, n, NULL);
+    if (text == NULL) {
+        PyErr_Clear();
+        return MP_FALLBACK;
+    }
+    if (key)
+        PyUnicode_InternInPlace(&text);
+    if (slot >= 0) {
+        Py_XSETREF(cache->text[slot], Py_NewRef(text));
+        cache->bytes[slot] = b;
+        cache->length[slot] = n;
+    }
+    return text;
+}
+
+/* Past the str or int at `r` without making it: 1, or 0 when it is not one (an int: any msgpack
+ * int, which msgpack decodes to an int; a str: valid UTF-8, as msgpack decodes it). */
+static int
+skip_field(mp_reader *r, char kind)
+{
+    if (kind == 's') {
+        const unsigned char *b;
+        Py_ssize_t n = str_header(r, &b);
+        if (n < 0)
+            return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (b[i] >= 0x80) {                 /* not ASCII: decode to check, as msgpack would */
+                PyObject *text = PyUnicode_DecodeUTF8((const char *)b, n, NULL);
+                if (text == NULL) {
+                    PyErr_Clear();
+                    return 0;
+                }
+                Py_DECREF(text);
+                break;
+            }
+        }
+        return 1;
+    }
+    if (r->p >= r->end)
+        return 0;
+    unsigned char tag = *r->p++;
+    if (tag <= 0x7F || tag >= 0xE0)
+        return 1;
+    const unsigned char *b;
+    if (tag >= 0xCC && tag <= 0xCF)
+        return mp_take(r, 1 << (tag - 0xCC), &b) == 0;
+    if (tag >= 0xD0 && tag <= 0xD3)
+        return mp_take(r, 1 << (tag - 0xD0), &b) == 0;
+    return 0;
+}
+
+/* The properties map at `r` (a map of str to str; keys interned, strings through `cache`); None
+ * when it is not one, NULL with an exception. */
+static PyObject *
+read_properties(mp_reader *r, str_cache *cache)
+{
+    if (r->p >= r->end)
+        return Py_NewRef(Py_None);
+    unsigned char tag = *r->p++;
+    Py_ssize_t n;
+    if (tag >= 0x80 && tag <= 0x8F)
+        n = tag & 0x0F;
+    else if (tag == 0xDE || tag == 0xDF)
+        n = mp_length(r, 2 << (tag - 0xDE));
+    else
+        return Py_NewRef(Py_None);
+    if (n < 0 || n > (r->end - r->p) / 2)
+        return Py_NewRef(Py_None);
+    PyObject *dict = _PyDict_NewPresized(n);
+    if (dict == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = cached_str(r, cache, 1);
+        if (key == MP_FALLBACK) {
+            Py_DECREF(dict);
+            return Py_NewRef(Py_None);
+        }
+        PyObject *value = cached_str(r, cache, 0);
+        if (value == MP_FALLBACK) {
+            Py_DECREF(key);
+            Py_DECREF(dict);
+            return Py_NewRef(Py_None);
+        }
+        int failed = PyDict_SetItem(dict, key, value);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (failed < 0) {
+            Py_DECREF(dict);
+            return NULL;
+        }
+    }
+    return dict;
+}
+
+/* The entry of the record whose payload is `payload`; None when it is not a usual stored message,
+ * NULL with an exception. Only the fields the entry holds become objects: the others are checked
+ * for their type and passed over. */
+static PyObject *
+stored_entry(const unsigned char *payload, Py_ssize_t length, long long commit_log_offset, Py_ssize_t total,
+             str_cache *cache)
 {
     mp_reader r = {payload, payload + length};
     if (length < 1 || *r.p++ != (0x90 | STORED_FIELDS))
         return Py_NewRef(Py_None);
-    /* types by field: s str, i int, d dict of str to str (the body, a bin, is checked below) */
+    /* field 0 the topic, 1 queue_id, 2 queue_offset, 8 store_timestamp, 11 the properties: kept */
     static const char kinds[STORED_FIELDS - 1] = {'s', 'i', 'i', 'i', 'i', 'i', 'i', 's', 'i', 's', 'i', 'd'};
-    PyObject *fields[STORED_FIELDS - 1] = {NULL};
+    PyObject *kept[STORED_FIELDS - 1] = {NULL};
     PyObject *entry = NULL;
     int usual = 1;
     for (int i = 0; i < STORED_FIELDS - 1 && usual; i++) {
-        PyObject *value = mp_read(&r, 0);
+        PyObject *value;
+        if (i == 0) {
+            value = cached_str(&r, cache, 0);
+        } else if (i == 11) {
+            value = read_properties(&r, cache);
+            if (value == Py_None) {
+                Py_DECREF(value);
+                value = MP_FALLBACK;
+            }
+        } else if (i == 1 || i == 2 || i == 8) {
+            value = mp_read(&r, 0);
+            if (value != NULL && value != MP_FALLBACK && !PyLong_CheckExact(value)) {
+                Py_DECREF(value);
+                value = MP_FALLBACK;
+            }
+        } else {
+            usual = skip_field(&r, kinds[i]);
+            continue;
+        }
         if (value == NULL)
             goto done;
         if (value == MP_FALLBACK) {
             usual = 0;
             break;
         }
-        fields[i] = value;
-        if (kinds[i] == 's') {
-            usual = PyUnicode_CheckExact(value);
-        } else if (kinds[i] == 'i') {
-            usual = PyLong_CheckExact(value);
-        } else {
-            usual = PyDict_CheckExact(value);
-            Py_ssize_t pos = 0;
-            PyObject *key, *text;
-            while (usual && PyDict_Next(value, &pos, &key, &text))
-                usual = PyUnicode_CheckExact(key) && PyUnicode_CheckExact(text);
-        }
+        kept[i] = value;
     }
     if (usual) {                    /* the body: a bin that ends the payload exactly */
         Py_ssize_t left = r.end - r.p, header, body_length;
@@ -791,12 +950,24 @@ stored_entry(const unsigned char *payload, Py_ssize_t length, long long commit_l
         Py_XDECREF(offset);
         goto done;
     }
-    entry = PyTuple_Pack(7, offset, size, fields[0], fields[1], fields[2], fields[8], fields[11]);
-    Py_DECREF(offset);
-    Py_DECREF(size);
+    entry = PyTuple_New(7);
+    if (entry == NULL) {
+        Py_DECREF(offset);
+        Py_DECREF(size);
+        goto done;
+    }
+    PyTuple_SET_ITEM(entry, 0, offset);                 /* the tuple takes these references */
+    PyTuple_SET_ITEM(entry, 1, size);
+    int at = 2;
+    for (int i = 0; i < STORED_FIELDS - 1; i++) {
+        if (kept[i] != NULL) {
+            PyTuple_SET_ITEM(entry, at++, kept[i]);
+            kept[i] = NULL;
+        }
+    }
 done:
     for (int i = 0; i < STORED_FIELDS - 1; i++)
-        Py_XDECREF(fields[i]);
+        Py_XDECREF(kept[i]);
     return entry;
 }
 
@@ -829,6 +1000,7 @@ read_stored(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     entries = PyList_New(0);
+    str_cache cache = {{NULL}, {0}, {NULL}};
     const unsigned char *data = buffer.buf;
     Py_ssize_t position = relative;
     while (entries != NULL && PyList_GET_SIZE(entries) < max_count && limit - position >= HEADER_BYTES) {
@@ -853,7 +1025,7 @@ read_stored(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         if ((crc_value & 0xFFFFFFFFUL) != expected)
             break;
-        PyObject *entry = stored_entry(payload, length, base + position, total);
+        PyObject *entry = stored_entry(payload, length, base + position, total, &cache);
         if (entry == NULL) {
             Py_CLEAR(entries);
             break;
@@ -868,6 +1040,7 @@ read_stored(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_CLEAR(entries);
         position += total;
     }
+    str_cache_clear(&cache);
 done:
     PyBuffer_Release(&buffer);
     return entries;

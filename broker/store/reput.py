@@ -228,8 +228,7 @@ class ReputService(Service):
         one queue with one store time (a batch, as a slave copies it from its master) go into the
         consume queue, the key index and the listener as one run, as `hand_off_run` does."""
         count = 0
-        run: list[tuple[int, int, int, dict[str, str]]] = []     # (commit_log_offset, size, tags_code, properties)
-        head: tuple[str, int, int, int] = ("", -1, -1, -1)      # the run's topic, queue_id, first queue offset, time
+        run = _Run("", -1, -1, -1)
         codes = self._tag_codes
         for item in self._commit_log.read_back(self.reput_from_offset, to_offset):
             if type(item) is list:
@@ -238,41 +237,45 @@ class ReputService(Service):
                 record = cast(tuple[int, int, memoryview], item)
                 decoded = self._decoded(record)
                 if decoded is None:     # undecodable: logged and passed
-                    self._dispatch_run(head, run, listener)
-                    run = []
+                    self._dispatch_run(run, listener)
+                    run = _Run("", -1, -1, -1)
                     self.reput_from_offset = record[0] + record[1]
                     count += 1
                     continue
                 entries = decoded
-            for commit_log_offset, size, topic, queue_id, queue_offset, stored_at, properties in entries:
+            units, properties = run.units, run.properties
+            for commit_log_offset, size, topic, queue_id, queue_offset, stored_at, props in entries:
+                if queue_offset != run.next_queue_offset or topic != run.topic or queue_id != run.queue_id \
+                        or stored_at != run.stored_at:
+                    self._dispatch_run(run, listener)
+                    run = _Run(topic, queue_id, queue_offset, stored_at)
+                    units, properties = run.units, run.properties
                 try:
-                    if topic == SCHEDULE_TOPIC:     # the unit holds the due time (REFERENCE.md §10)
-                        tags_code = deliver_at_ms(stored_at, queue_id + 1, self._delay_levels)
-                    elif topic == TIMER_TOPIC:      # and the timer message's (TIMER_OUT_MS)
-                        tags_code = timer_due_of(properties)
+                    if run.special:
+                        if topic == SCHEDULE_TOPIC:     # the unit holds the due time (REFERENCE.md §10)
+                            tags_code = deliver_at_ms(stored_at, queue_id + 1, self._delay_levels)
+                        else:                           # and the timer message's (TIMER_OUT_MS)
+                            tags_code = timer_due_of(props)
                     else:
-                        tag = properties.get(PROPERTY_TAGS)
+                        tag = props.get(PROPERTY_TAGS)
                         known = codes.get(tag)
                         tags_code = known if known is not None else self._tags_code_of(tag)
                 except (ValueError, TypeError, AttributeError) as exc:
-                    self._dispatch_run(head, run, listener)
-                    run = []
+                    self._dispatch_run(run, listener)
+                    run = _Run("", -1, -1, -1)
+                    units, properties = run.units, run.properties
                     log.error("reput: skipping undecodable record at %d: %s", commit_log_offset, exc)
                     self.reput_from_offset = commit_log_offset + size
                     count += 1
                     continue
-                if run and (topic, queue_id, head[2] + len(run), stored_at) != (
-                        head[0], head[1], queue_offset, head[3]):
-                    self._dispatch_run(head, run, listener)
-                    run = []
-                if not run:
-                    head = (topic, queue_id, queue_offset, stored_at)
-                run.append((commit_log_offset, size, tags_code, properties))
+                units.append((commit_log_offset, size, tags_code))
+                properties.append(props)
+                run.next_queue_offset += 1
                 count += 1
             if max_records is not None and count >= max_records:      # the rest on the next call
-                self._dispatch_run(head, run, listener)
+                self._dispatch_run(run, listener)
                 return count
-        self._dispatch_run(head, run, listener)
+        self._dispatch_run(run, listener)
         # past a zero tail at the end (or a damaged record, logged by `records`)
         self.reput_from_offset = max(self.reput_from_offset, to_offset)
         return count
@@ -298,19 +301,17 @@ class ReputService(Service):
         self._tag_codes[tag] = code
         return code
 
-    def _dispatch_run(self, head: tuple[str, int, int, int], run: list[tuple[int, int, int, dict[str, str]]],
-                      listener: ArrivalListener | None) -> None:
+    def _dispatch_run(self, run: _Run, listener: ArrivalListener | None) -> None:
         """One queue's consecutive records read back from disk: into the consume queue in one write
         when they follow its end in one file, else one by one; then the key index and the
         listener. An `OSError` (a full disk) propagates with `reput_from_offset` at the run's start
         (or at the record that failed), so the next call goes on from there."""
-        if not run:
+        units, properties = run.units, run.properties
+        if not units:
             return
-        topic, queue_id, first_queue_offset, stored_at = head
+        topic, queue_id, first_queue_offset, stored_at = run.topic, run.queue_id, run.first_queue_offset, run.stored_at
         queue = self._consume_queues.get_or_create(topic, queue_id)
-        units = [(offset, size, code) for offset, size, code, _ in run]
-        properties = [props for _, _, _, props in run]
-        if len(run) > 1 and queue.append_run(first_queue_offset, units):
+        if len(units) > 1 and queue.append_run(first_queue_offset, units):
             last_offset, last_size, _ = units[-1]
             self.reput_from_offset = last_offset + last_size
             if self.key_index is not None:
@@ -326,13 +327,30 @@ class ReputService(Service):
             for index, (_, _, code) in enumerate(units):
                 _notify(listener, topic, queue_id, first_queue_offset + index + 1, code, properties[index])
             return
-        for index, (commit_log_offset, size, code, props) in enumerate(run):
+        for index, (commit_log_offset, size, code) in enumerate(units):
+            props = properties[index]
             appended = queue.append(commit_log_offset, size, code, first_queue_offset + index)
             if self.key_index is not None:
                 self.key_index.add(topic, props, commit_log_offset, stored_at)
             if appended and listener is not None:
                 _notify(listener, topic, queue_id, first_queue_offset + index + 1, code, props)
             self.reput_from_offset = commit_log_offset + size
+
+
+class _Run:
+    """Consecutive records read back from disk that go into one queue at one store time: their
+    units (commit_log_offset, size, tags_code) and properties, and the queue offset the next record
+    must have to join them. `special`: a topic whose unit holds a due time, not a tag's code."""
+
+    __slots__ = ("first_queue_offset", "next_queue_offset", "properties", "queue_id", "special", "stored_at",
+                 "topic", "units")
+
+    def __init__(self, topic: str, queue_id: int, first_queue_offset: int, stored_at: int) -> None:
+        self.topic, self.queue_id, self.stored_at = topic, queue_id, stored_at
+        self.first_queue_offset = self.next_queue_offset = first_queue_offset
+        self.special = topic in (SCHEDULE_TOPIC, TIMER_TOPIC)
+        self.units: list[tuple[int, int, int]] = []
+        self.properties: list[dict[str, str]] = []
 
 
 def _notify(listener: ArrivalListener, topic: str, queue_id: int, max_offset: int, tags_code: int,

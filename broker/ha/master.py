@@ -250,8 +250,9 @@ class HAServer:
             # a record larger than the room left waits for the acks (alone, it may exceed the window)
             if chunk is not None and (len(chunk[1]) <= room or stream.sent == stream.acked):
                 offset, data = chunk
-                writer.write(transfer_header(KIND_DATA, offset, len(data)))
-                writer.write(data)
+                # one write, so one send: the header alone went out as its own segment and woke
+                # the slave for 16 bytes (the copy is ~10 µs for a chunk of thousands of records)
+                writer.write(transfer_header(KIND_DATA, offset, len(data)) + data)
                 stream.sent = offset + len(data)
                 del data, chunk
                 await writer.drain()

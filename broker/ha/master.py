@@ -22,6 +22,7 @@ import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from auth.enforcer import Enforcer, Peer
 from broker.ha.epochs import consistent_offset
@@ -193,41 +194,29 @@ class HAServer:
         self.gate.acknowledged(connection_id, hello.max_offset)
         arrived = asyncio.Event()
         self._arrived.add(arrived)
-        sender = asyncio.create_task(self._send(stream, writer, arrived), name=f"ha-send-{connection_id}")
         watchdog = Watchdog(writer.transport, self._config.housekeeping_timeout_ms)
-        acks = asyncio.create_task(self._read_acks(connection_id, stream, reader, arrived, watchdog),
-                                   name=f"ha-acks-{connection_id}")
-        try:
-            done, _ = await asyncio.wait((sender, acks), return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()           # raises what ended the connection
-        finally:
-            watchdog.cancel()
-            self._arrived.discard(arrived)
-            for task in (sender, acks):
-                task.cancel()
-            await asyncio.gather(sender, acks, return_exceptions=True)
 
-    async def _read_acks(self, connection_id: int, stream: _Stream, reader: asyncio.StreamReader,
-                         arrived: asyncio.Event, watchdog: Watchdog) -> None:
-        """Acks as they come, several per read when the slave got ahead: the last one counts."""
-        pending = b""
-        while True:
-            data = await reader.read(64 * ACK.size)
-            if not data:
-                raise asyncio.IncompleteReadError(pending, None)
-            watchdog.touch()
-            pending += data
-            whole = len(pending) - len(pending) % ACK.size
-            if not whole:
-                continue
-            (acked,) = ACK.unpack_from(pending, whole - ACK.size)
-            pending = pending[whole:]
+        def acknowledged(acked: int) -> None:
             if acked > stream.sent:
                 raise HAProtocolError(f"ack {acked} is past what was sent ({stream.sent})")
             stream.acked = max(stream.acked, acked)
             self.gate.acknowledged(connection_id, stream.acked)
             arrived.set()              # the window may have opened
+
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        acks = _AckReader(writer.transport, acknowledged, ended, watchdog)
+        sender = asyncio.create_task(self._send(stream, writer, arrived), name=f"ha-send-{connection_id}")
+        try:
+            acks.take_over(reader)
+            done, _ = await asyncio.wait((sender, ended), return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()           # raises what ended the connection
+        finally:
+            watchdog.cancel()
+            self._arrived.discard(arrived)
+            ended.cancel()              # (done: its exception was raised above; else nobody reads it)
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
 
     async def _send(self, stream: _Stream, writer: asyncio.StreamWriter, arrived: asyncio.Event) -> None:
         config, store = self._config, self._store
@@ -274,3 +263,56 @@ class _Stream:
 
     def __init__(self, start: int) -> None:
         self.sent = self.acked = start
+
+
+class _AckReader(asyncio.Protocol):
+    """A slave's acks (`>Q` commit-log ends, several per read when it got ahead: the last counts),
+    read in the transport's own callback: a StreamReader woke a reading task one event-loop step
+    later, and every send the ack covers was answered that much later (on a busy master a step is
+    1-2 ms). Installed on the transport after the hello; flow control and the connection's loss are
+    passed on to the stream's protocol, so the writer's `drain` and `wait_closed` work as before.
+    What ends the connection (an ack past what was sent, the peer's close) is set on `ended`."""
+
+    def __init__(self, transport: asyncio.WriteTransport, on_ack: Callable[[int], None],
+                 ended: asyncio.Future[None], watchdog: Watchdog) -> None:
+        self._transport, self._on_ack, self._ended, self._watchdog = transport, on_ack, ended, watchdog
+        self._stream_protocol = transport.get_protocol()
+        self._pending = b""
+
+    def take_over(self, reader: asyncio.StreamReader) -> None:
+        """Read from now on instead of `reader`; bytes it already buffered are taken first."""
+        buffered = bytes(getattr(reader, "_buffer", b""))
+        self._transport.set_protocol(self)
+        if buffered:
+            self.data_received(buffered)
+
+    def data_received(self, data: bytes) -> None:
+        self._watchdog.touch()
+        pending = self._pending + data if self._pending else data
+        whole = len(pending) - len(pending) % ACK.size
+        self._pending = pending[whole:]
+        if whole and not self._ended.done():
+            (acked,) = ACK.unpack_from(pending, whole - ACK.size)
+            try:
+                self._on_ack(acked)
+            except HAProtocolError as exc:
+                self._end(exc)
+                self._transport.abort()
+
+    def eof_received(self) -> bool:
+        self._end(asyncio.IncompleteReadError(self._pending, None))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(exc if exc is not None else asyncio.IncompleteReadError(self._pending, None))
+        self._stream_protocol.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        cast(asyncio.Protocol, self._stream_protocol).pause_writing()
+
+    def resume_writing(self) -> None:
+        cast(asyncio.Protocol, self._stream_protocol).resume_writing()
+
+    def _end(self, exc: BaseException) -> None:
+        if not self._ended.done():
+            self._ended.set_exception(exc)

@@ -4,7 +4,10 @@ Connects to the master's HA address (`ha_master_address`, else what the name ser
 slave's registration with), says hello with its commit-log end (signed with
 `auth.inner_credentials` when set; TLS with `[tls]`), then appends what the master streams at the
 same offsets (the store's reput dispatches this broker's own consume queues from disk), fsyncs it
-under SYNC_FLUSH, and acknowledges its end after every write and every heartbeat. A cut or refused
+under SYNC_FLUSH, and acknowledges its end after every write and every heartbeat (from the fsync's
+completion: `_Acker`). The hello's offset counts as acknowledged, so under SYNC_FLUSH it is sent
+only once the log is on disk up to it (a session cut during an fsync must not let the master answer
+sends that only the slave's page cache holds). A cut or refused
 connection, a silent master (`housekeeping_timeout_ms`) or a protocol error: reconnect after a
 capped exponential backoff (100 ms doubling to 5 s), resuming from the slave's own end."""
 
@@ -108,6 +111,10 @@ class HAClient(Service):
 
     async def _replicate(self, address: str) -> None:
         config, store = self._config, self._store
+        if self._sync_flush:
+            # the hello's offset counts as acknowledged by the master (a SYNC_MASTER answers the
+            # sends it covers): it must be on disk, also after a session cut during an fsync
+            await store.wait_flushed(store.commit_log_max_offset())
         host, _, port = address.rpartition(":")
         async with asyncio.timeout(config.connect_timeout_ms / 1000):
             reader, writer = await asyncio.open_connection(host, int(port), ssl=self._tls,
@@ -136,50 +143,39 @@ class HAClient(Service):
         log.info("replicating from master %s from commit-log offset %d (master at %s)", address,
                  store.commit_log_max_offset(), answer.fields.get("master_max_offset"))
         watchdog = Watchdog(writer.transport, config.housekeeping_timeout_ms)
-        wanted = asyncio.Event()
-        acker = asyncio.create_task(self._acknowledge(writer, wanted), name="ha-ack")
+        acker = _Acker(self, writer)
         try:
-            await self._receive(reader, watchdog, wanted, acker)
+            await self._receive(reader, watchdog, acker)
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            if acker.error is not None:         # the acker cut the connection: say why
+                raise acker.error from exc
+            raise
         finally:
             watchdog.cancel()
-            acker.cancel()
-            await asyncio.gather(acker, return_exceptions=True)
+            acker.closed = True         # a round still out acknowledges nothing on this stream
 
-    async def _receive(self, reader: asyncio.StreamReader, watchdog: Watchdog, wanted: asyncio.Event,
-                       acker: asyncio.Task[None]) -> None:
-        """Append every transfer as it comes (the acker fsyncs and acknowledges behind, so one fsync
-        covers every transfer that arrived meanwhile: the slave's group commit)."""
+    async def _receive(self, reader: asyncio.StreamReader, watchdog: Watchdog, acker: _Acker) -> None:
+        """Append every transfer as it comes and have it acknowledged (the acker asks for the fsync
+        at once, before reput dispatches the bytes, and one fsync covers every transfer that
+        arrived while the last one ran: the slave's group commit)."""
         store, max_length = self._store, max(self._config.window_bytes, MAX_METADATA_BYTES)
         while True:
             kind, offset, length = parse_transfer_header(await reader.readexactly(TRANSFER_HEADER.size),
                                                          max_length)
             data = await reader.readexactly(length) if length else b""
             watchdog.touch()
-            if acker.done():
-                acker.result()          # raises what stopped it
+            if acker.error is not None:
+                raise acker.error
             if kind == KIND_DATA:
-                wanted.set()        # first: the acker asks for the fsync before reput dispatches the bytes
                 end = store.append_replicated(offset, data)
                 del data
                 self.master_offset = max(self.master_offset, end)
+                acker.want()
             elif kind == KIND_HEARTBEAT:
                 self.master_offset = offset
-                wanted.set()
+                acker.want()
             else:
                 self._apply_metadata(data)
-
-    async def _acknowledge(self, writer: asyncio.StreamWriter, wanted: asyncio.Event) -> None:
-        """Acknowledge the commit-log end once it is written (and fsynced under SYNC_FLUSH)."""
-        store = self._store
-        while True:
-            await wanted.wait()
-            wanted.clear()
-            end = store.commit_log_max_offset()
-            if self._sync_flush:
-                await store.wait_flushed(end)
-            writer.write(ACK.pack(end))
-            if self._master_epochs:
-                self._adopt_epochs()
 
     def _adopt_epochs(self) -> None:
         """Copy the master's epoch entries this log has reached (none pending: stop looking)."""
@@ -189,3 +185,56 @@ class HAClient(Service):
 
 
 
+
+
+class _Acker:
+    """Acknowledges the slave's commit-log end once it is written (and fsynced under SYNC_FLUSH),
+    from the fsync round's completion itself: it is the `Settable` the flush service resolves, so
+    no task waits to be woken a loop step later to write the ack. One fsync wait at a time; what
+    arrives meanwhile is acknowledged by the next (`want` again). A failed or timed-out fsync is
+    kept in `error` and cuts the connection (the slave reconnects and resumes from its end)."""
+
+    __slots__ = ("_again", "_client", "_out", "_writer", "closed", "error")
+
+    def __init__(self, client: HAClient, writer: asyncio.StreamWriter) -> None:
+        self._client, self._writer = client, writer
+        self._out = self._again = self.closed = False
+        self.error: BaseException | None = None
+
+    def want(self) -> None:
+        """The log grew (or a heartbeat asks for the end): acknowledge once it is durable."""
+        if self._out:
+            self._again = True
+            return
+        store = self._client._store
+        end = store.commit_log_max_offset()
+        if self._client._sync_flush:
+            self._out = True
+            store.resolve_when_fsynced(end, self, end)     # may call set_result at once
+        else:
+            self._ack(end)
+
+    def _ack(self, end: int) -> None:
+        if self.closed or self.error is not None:
+            return
+        self._writer.write(ACK.pack(end))
+        if self._client._master_epochs:
+            self._client._adopt_epochs()
+
+    # -- Settable, for the flush service -------------------------------------------------------------
+
+    def done(self) -> bool:
+        return False
+
+    def set_result(self, end: int, /) -> None:
+        self._out = False
+        self._ack(end)
+        if self._again:
+            self._again = False
+            self.want()
+
+    def set_exception(self, exc: BaseException, /) -> None:
+        self._out = False
+        if self.error is None and not self.closed:
+            self.error = exc
+            self._writer.transport.abort()

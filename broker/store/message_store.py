@@ -291,6 +291,16 @@ class MessageStore(StoreWrites, StoreReads):
         `sync_flush_timeout_ms`. ASYNC_FLUSH: returns at once."""
         await self._commit_log_flush.wait_flushed(commit_log_end_offset)
 
+    def resolve_when_fsynced(self, commit_log_end_offset: int, future: Settable[T], value: T) -> None:
+        """`future.set_result(value)` once the commit log is fsynced up to `commit_log_end_offset`
+        (at once under ASYNC_FLUSH or when it already is), else `FlushDiskTimeoutError` after
+        `sync_flush_timeout_ms`; the replica gate is never asked (a slave acknowledging its copy)."""
+        flush = self._commit_log_flush
+        if not flush.sync_flush or commit_log_end_offset <= flush.flushed_offset:
+            future.set_result(value)
+        else:
+            flush.resolve_when_flushed(commit_log_end_offset, future, value)
+
     def resolve_when_flushed(self, commit_log_end_offset: int, future: Settable[T], value: T) -> None:
         """SYNC_FLUSH: `future.set_result(value)` once fsynced up to `commit_log_end_offset`, or
         `FlushDiskTimeoutError` after `sync_flush_timeout_ms` (see `wait_flushed`); for a caller

@@ -31,41 +31,43 @@ def sync_flush(config: object, timeout_ms: int = 5_000) -> BrokerConfig:
 
 async def test_a_sync_flush_slave_acknowledges_each_write_once_fsynced(tmp_path: Path, client_api: ClientAPI) -> None:
     """Every SYNC_MASTER send returns with the slave's commit log fsynced past it."""
-    async with Broker(sync_flush(broker_config(tmp_path / "master", broker_role="SYNC_MASTER"))) as master:
-        async with Broker(sync_flush(slave_config(tmp_path, master))) as slave:
-            assert slave.store is not None and master.store is not None
-            slave_store, master_store = slave.store, master.store
-            await wait_until(lambda: slave.replication is not None and slave.replication.client is not None
-                             and slave.replication.client.connected, what="slave connected")
-            results = await asyncio.gather(*(send(client_api, master.address, "ha", f"m{i}".encode(), queue_id=i % 4)
-                                             for i in range(64)))
-            assert len(results) == 64
-            flushed = slave_store._commit_log_flush.flushed_offset
-            assert flushed >= master_store.commit_log_max_offset()
+    async with Broker(sync_flush(broker_config(tmp_path / "master", broker_role="SYNC_MASTER"))) as master, \
+            Broker(sync_flush(slave_config(tmp_path, master))) as slave:
+        assert slave.store is not None and master.store is not None
+        slave_store, master_store = slave.store, master.store
+        await wait_until(lambda: slave.replication is not None and slave.replication.client is not None
+                         and slave.replication.client.connected, what="slave connected")
+        results = await asyncio.gather(*(send(client_api, master.address, "ha", f"m{i}".encode(), queue_id=i % 4)
+                                         for i in range(64)))
+        assert len(results) == 64
+        flushed = slave_store._commit_log_flush.flushed_offset
+        assert flushed >= master_store.commit_log_max_offset()
 
 
 async def test_a_slave_whose_disk_is_too_slow_reconnects_and_catches_up(
-        tmp_path: Path, client_api: ClientAPI, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    async with Broker(sync_flush(broker_config(tmp_path / "master", broker_role="SYNC_MASTER"), timeout_ms=300)) as master:
-        async with Broker(sync_flush(slave_config(tmp_path, master), timeout_ms=100)) as slave:
-            assert slave.store is not None and slave.replication is not None and slave.replication.client is not None
-            client, slave_store = slave.replication.client, slave.store
-            await wait_until(lambda: client.connected, what="slave connected")
-            await send(client_api, master.address, "ha", b"before")
-            disk = Disk(slave_store, monkeypatch)
-            sessions = client.sessions
-            with caplog.at_level(logging.WARNING, logger="broker.ha.slave"):
-                disk.slow(400)                  # past the slave's sync_flush_timeout_ms
-                with pytest.raises((FlushSlaveTimeout, SlaveNotAvailable)):
-                    await send(client_api, master.address, "ha", b"while slow")
-                await wait_until(lambda: any("replication from" in r.getMessage() and "stopped" in r.getMessage()
-                                             for r in caplog.records), what="the cut logged")
-            disk.heal()
-            await wait_until(lambda: client.sessions > sessions and client.connected, timeout_s=15,
-                             what="slave reconnected")
-            await wait_until_sent(client_api, master.address)
-            await slave_caught_up(master, slave)
-            assert slave_store._commit_log_flush.flushed_offset == slave_store.commit_log_max_offset()
+        tmp_path: Path, client_api: ClientAPI, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    master_config = sync_flush(broker_config(tmp_path / "master", broker_role="SYNC_MASTER"), timeout_ms=300)
+    async with Broker(master_config) as master, \
+            Broker(sync_flush(slave_config(tmp_path, master), timeout_ms=100)) as slave:
+        assert slave.store is not None and slave.replication is not None and slave.replication.client is not None
+        client, slave_store = slave.replication.client, slave.store
+        await wait_until(lambda: client.connected, what="slave connected")
+        await send(client_api, master.address, "ha", b"before")
+        disk = Disk(slave_store, monkeypatch)
+        sessions = client.sessions
+        with caplog.at_level(logging.WARNING, logger="broker.ha.slave"):
+            disk.slow(400)                  # past the slave's sync_flush_timeout_ms
+            with pytest.raises((FlushSlaveTimeout, SlaveNotAvailable)):
+                await send(client_api, master.address, "ha", b"while slow")
+            await wait_until(lambda: any("replication from" in r.getMessage() and "stopped" in r.getMessage()
+                                         for r in caplog.records), what="the cut logged")
+        disk.heal()
+        await wait_until(lambda: client.sessions > sessions and client.connected, timeout_s=15,
+                         what="slave reconnected")
+        await wait_until_sent(client_api, master.address)
+        await slave_caught_up(master, slave)
+        assert slave_store._commit_log_flush.flushed_offset == slave_store.commit_log_max_offset()
 
 
 async def wait_until_sent(client_api: ClientAPI, address: str) -> None:

@@ -99,6 +99,16 @@ mp_array(mp_reader *r, Py_ssize_t n, int depth)
     return list;
 }
 
+/* dict[key] = value, taking both references; -1 with an exception (the dict is the caller's). */
+static inline int
+mp_dict_put(PyObject *dict, PyObject *key, PyObject *value)
+{
+    int failed = PyDict_SetItem(dict, key, value);
+    Py_DECREF(key);
+    Py_DECREF(value);
+    return failed;
+}
+
 static inline PyObject *
 mp_map(mp_reader *r, Py_ssize_t n, int depth)
 {
@@ -127,10 +137,7 @@ mp_map(mp_reader *r, Py_ssize_t n, int depth)
             Py_DECREF(dict);
             return value;
         }
-        int failed = PyDict_SetItem(dict, key, value);
-        Py_DECREF(key);
-        Py_DECREF(value);
-        if (failed < 0) {
+        if (mp_dict_put(dict, key, value) < 0) {
             Py_DECREF(dict);
             return NULL;
         }

@@ -875,10 +875,7 @@ read_properties(mp_reader *r, str_cache *cache)
             Py_DECREF(dict);
             return Py_NewRef(Py_None);
         }
-        int failed = PyDict_SetItem(dict, key, value);
-        Py_DECREF(key);
-        Py_DECREF(value);
-        if (failed < 0) {
+        if (mp_dict_put(dict, key, value) < 0) {
             Py_DECREF(dict);
             return NULL;
         }

@@ -143,7 +143,7 @@ class HAClient(Service):
         log.info("replicating from master %s from commit-log offset %d (master at %s)", address,
                  store.commit_log_max_offset(), answer.fields.get("master_max_offset"))
         watchdog = Watchdog(writer.transport, config.housekeeping_timeout_ms)
-        acker = _Acker(self, writer)
+        acker = _Acker(store, writer, self._sync_flush, self._acknowledged)
         try:
             await self._receive(reader, watchdog, acker)
         except (OSError, asyncio.IncompleteReadError) as exc:
@@ -177,14 +177,16 @@ class HAClient(Service):
             else:
                 self._apply_metadata(data)
 
+    def _acknowledged(self) -> None:
+        """After each ack: the master's epoch entries this log now reached are this slave's too."""
+        if self._master_epochs:
+            self._adopt_epochs()
+
     def _adopt_epochs(self) -> None:
         """Copy the master's epoch entries this log has reached (none pending: stop looking)."""
         end = self._store.commit_log_max_offset()
         if self._epochs is not None and not self._epochs.adopt(self._master_epochs, end):
             self._master_epochs = []
-
-
-
 
 
 class _Acker:
@@ -194,10 +196,11 @@ class _Acker:
     arrives meanwhile is acknowledged by the next (`want` again). A failed or timed-out fsync is
     kept in `error` and cuts the connection (the slave reconnects and resumes from its end)."""
 
-    __slots__ = ("_again", "_client", "_out", "_writer", "closed", "error")
+    __slots__ = ("_after", "_again", "_out", "_store", "_sync_flush", "_writer", "closed", "error")
 
-    def __init__(self, client: HAClient, writer: asyncio.StreamWriter) -> None:
-        self._client, self._writer = client, writer
+    def __init__(self, store: MessageStore, writer: asyncio.StreamWriter, sync_flush: bool,
+                 after: Callable[[], None]) -> None:
+        self._store, self._writer, self._sync_flush, self._after = store, writer, sync_flush, after
         self._out = self._again = self.closed = False
         self.error: BaseException | None = None
 
@@ -206,11 +209,10 @@ class _Acker:
         if self._out:
             self._again = True
             return
-        store = self._client._store
-        end = store.commit_log_max_offset()
-        if self._client._sync_flush:
+        end = self._store.commit_log_max_offset()
+        if self._sync_flush:
             self._out = True
-            store.resolve_when_fsynced(end, self, end)     # may call set_result at once
+            self._store.resolve_when_fsynced(end, self, end)     # may call set_result at once
         else:
             self._ack(end)
 
@@ -218,8 +220,7 @@ class _Acker:
         if self.closed or self.error is not None:
             return
         self._writer.write(ACK.pack(end))
-        if self._client._master_epochs:
-            self._client._adopt_epochs()
+        self._after()
 
     # -- Settable, for the flush service -------------------------------------------------------------
 

@@ -47,7 +47,12 @@ async def test_a_sync_flush_slave_acknowledges_each_write_once_fsynced(tmp_path:
 async def test_a_slave_whose_disk_is_too_slow_reconnects_and_catches_up(
         tmp_path: Path, client_api: ClientAPI, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    master_config = sync_flush(broker_config(tmp_path / "master", broker_role="SYNC_MASTER"), timeout_ms=300)
+    # the master flushes asynchronously: only the slave's disk is slow (without the C fsync thread
+    # the slow disk is a patched fsync function, which the master's flushes would call too); its
+    # SyncGate still gives a send 300 ms (sync_flush_timeout_ms) for the slave's acknowledgement
+    master_config = broker_config(tmp_path / "master", broker_role="SYNC_MASTER")
+    master_config = replace(master_config, store=replace(master_config.store, flush_disk_type="ASYNC_FLUSH",
+                                                         sync_flush_timeout_ms=300))
     async with Broker(master_config) as master, \
             Broker(sync_flush(slave_config(tmp_path, master), timeout_ms=100)) as slave:
         assert slave.store is not None and slave.replication is not None and slave.replication.client is not None

@@ -111,7 +111,7 @@ chaos: $(STAMP)
 
 # timer messages: 100,000 over the next 60 s each within 1 s of its time (~2 min; CI runs 10,000 over 10 s)
 timer-full: $(STAMP)
-	ROCKETQ_TIMER_FULL=1 $(BIN)/python -m pytest -q -s tests/broker/timer/test_timer_precision.py
+	RQ_TIMER_FULL=1 $(BIN)/python -m pytest -q -s tests/broker/timer/test_timer_precision.py
 
 # >= 1,000,000 random and mutated frames from several connections, then serve, RSS and store checks
 fuzz: $(STAMP)

@@ -13,6 +13,7 @@ import random
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,10 +149,19 @@ class HACluster:
 
     async def wait_in_sync(self, timeout_s: float = 30.0, *, replicas: int = 2) -> ReplicaInfo:
         """Until a master is named with `replicas` in its SyncStateSet; raises `TimeoutError`."""
+        return await self._wait_for(lambda info: len(info.sync_state_set) >= replicas, timeout_s)
+
+    async def wait_out_of_sync(self, timeout_s: float = 30.0) -> ReplicaInfo:
+        """Until a master is named alone in its SyncStateSet (the controller has learnt that its
+        slave died or was cut off); raises `TimeoutError`. A fault's next cycle waits for this
+        before `wait_in_sync`, which would otherwise read the set from before the fault."""
+        return await self._wait_for(lambda info: len(info.sync_state_set) < 2, timeout_s)
+
+    async def _wait_for(self, wanted: Callable[[ReplicaInfo], bool], timeout_s: float) -> ReplicaInfo:
         async with asyncio.timeout(timeout_s):
             while True:
                 info = await self.replica_info()
-                if info is not None and len(info.sync_state_set) >= replicas:
+                if info is not None and wanted(info):
                     return info
                 await asyncio.sleep(0.05)
 

@@ -4,16 +4,22 @@ queue `n % QUEUES`, while faults hit the replica set:
 
 - `kill_master`: SIGKILL the master; the controller elects the slave; the old master restarts and
   rejoins as slave (truncating what the new epoch never had);
-- `kill_slave`: SIGKILL the slave, restart it (SYNC_MASTER sends wait, then go on);
+- `kill_slave`: SIGKILL the slave, restart it once the controller has dropped it from the
+  SyncStateSet (SYNC_MASTER sends wait, then go on);
 - `stop_master`: SIGSTOP the master past the lease (an election), then SIGCONT: it learns the new
   epoch and steps down;
-- `cut_replication`: SIGSTOP the slave past `ha_housekeeping_timeout_ms`, so the master closes the
-  replication connection, then SIGCONT: the slave reconnects.
+- `cut_replication`: SIGSTOP the slave past `ha_housekeeping_timeout_ms`, until the master has
+  closed the replication connection and the controller dropped the slave from the SyncStateSet,
+  then SIGCONT: the slave reconnects.
+
+Each cycle begins once the controller names both in the SyncStateSet; waiting for the set to shrink
+after a slave's fault first keeps that from reading the set from before the fault (a master killed
+while its slave is out of the set is, rightly, not replaced).
 
 Then every queue is read from the master: each acknowledged body must be there exactly once and in
 acknowledgement order (lost / duplicated / reordered, as the broker cycles' report), both stores
 pass `check_store`, and their commit logs are equal up to the shorter one's end. A failed run (or
-ROCKETQ_HA_DEBUG=1) logs the last lines of every process."""
+RQ_HA_DEBUG=1) logs the last lines of every process."""
 
 from __future__ import annotations
 
@@ -182,10 +188,12 @@ async def run_ha_cycles(root: Path, *, cycles: int, seed: int, faults: tuple[str
             elif fault == "kill_slave":
                 cluster.kill(slave)
                 await asyncio.sleep(rng.uniform(0.2, 1.0))
+                await cluster.wait_out_of_sync(30)
                 await cluster.restart(slave)
             else:
                 cluster.pause(slave, True)
                 await asyncio.sleep(CUT_PAUSE_S)
+                await cluster.wait_out_of_sync(30)    # the master's watchdog fired and the controller knows
                 cluster.pause(slave, False)
         await cluster.wait_in_sync(60)
         await asyncio.sleep(0.5)
@@ -193,7 +201,7 @@ async def run_ha_cycles(root: Path, *, cycles: int, seed: int, faults: tuple[str
         info = await cluster.wait_in_sync(60)
         found = {q: await pull_all(cluster, info.master_addr, q) for q in range(QUEUES)}
         check_queues(producer.acked, found, report)
-        if not report.passed or os.environ.get("ROCKETQ_HA_DEBUG"):
+        if not report.passed or os.environ.get("RQ_HA_DEBUG"):
             for index, process in enumerate([*cluster.controllers, *cluster.brokers]):
                 log.error("process %d: %s", index, process.tail(200))
         await asyncio.sleep(1.0)         # the slave acknowledges the tail
@@ -202,8 +210,10 @@ async def run_ha_cycles(root: Path, *, cycles: int, seed: int, faults: tuple[str
             log.error("process %d: %s", index, process.tail(40))
         raise
     finally:
-        await producer.stop()
-        await cluster.stop()
+        try:
+            await producer.stop()           # raises what the producer's task raised, if anything
+        finally:
+            await cluster.stop()
     for directory in (root / "a0", root / "a1"):
         store_report = check_store(directory)
         if not store_report.ok:

@@ -2,7 +2,7 @@
 slave, see `chaos.ha_cycles`): the master is SIGKILLed or SIGSTOPped past its lease at random
 moments while a producer sends unique keys; after each failover every acknowledged message is read
 from the new master exactly once in its queue's order, the old master rejoins as slave, both stores
-pass `check_store` and their commit logs are byte-equal up to the shorter. `ROCKETQ_HA_CYCLES`
+pass `check_store` and their commit logs are byte-equal up to the shorter. `RQ_HA_CYCLES`
 sets the number of faults (CI: 3; the soak: 10). ASYNC_MASTER reports what a failover lost. A push
 consumer keeps its position across a failover."""
 
@@ -36,13 +36,13 @@ from conf.client import ClientConfig
 from tests.helpers import wait_until
 
 log = logging.getLogger(__name__)
-CYCLES = int(os.environ.get("ROCKETQ_HA_CYCLES", "3"))
+CYCLES = int(os.environ.get("RQ_HA_CYCLES", "3"))
 LEASE_MS = 1_500
 
 
 def seed() -> int:
-    chosen = int(os.environ.get("ROCKETQ_HA_SEED", random.randrange(1 << 31)))
-    log.warning("HA seed %d (ROCKETQ_HA_SEED replays it)", chosen)
+    chosen = int(os.environ.get("RQ_HA_SEED", random.randrange(1 << 31)))
+    log.warning("HA seed %d (RQ_HA_SEED replays it)", chosen)
     return chosen
 
 

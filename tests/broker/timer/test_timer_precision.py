@@ -1,6 +1,6 @@
 """Timer messages with the real client: each arrives in [its time, its time + 1 s], also under a
 consumer slower than the deliveries. The full run (100,000 over 60 s) is opt-in:
-`ROCKETQ_TIMER_FULL=1 pytest tests/broker/timer/test_timer_precision.py` (`make timer-full`)."""
+`RQ_TIMER_FULL=1 pytest tests/broker/timer/test_timer_precision.py` (`make timer-full`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from client import ConsumeConcurrentlyStatus, Message, MessageExt, Producer, Pus
 from tests.conftest import broker_config
 from tests.helpers import wait_until
 
-FULL = os.environ.get("ROCKETQ_TIMER_FULL") == "1"
+FULL = os.environ.get("RQ_TIMER_FULL") == "1"
 
 
 async def send_all(producer: Producer, messages: list[Message], concurrency: int = 64) -> None:
@@ -31,7 +31,7 @@ async def send_all(producer: Producer, messages: list[Message], concurrency: int
 
 @pytest.mark.parametrize(("count", "spread_s"), [
     (10_000, 10),
-    pytest.param(100_000, 60, marks=[pytest.mark.skipif(not FULL, reason="opt-in: ROCKETQ_TIMER_FULL=1"),
+    pytest.param(100_000, 60, marks=[pytest.mark.skipif(not FULL, reason="opt-in: RQ_TIMER_FULL=1"),
                                      pytest.mark.timeout(400)]),
 ])
 async def test_messages_spread_over_the_next_seconds_each_arrive_within_a_second_of_their_time(

@@ -139,8 +139,10 @@ def send_back_fields(commit_log_offset: int, group: str, delay_level: int, origi
 
 def _send_result(response: RemotingCommand, topic: str, broker_name: str = "",
                  uniq_keys: tuple[str, ...] = ()) -> SendResult:
-    """The `SendResult` of a SEND_MESSAGE response: SUCCESS is SEND_OK, FLUSH_DISK_TIMEOUT is
-    FLUSH_DISK_TIMEOUT (stored, not yet on disk), any other code raises its `ResponseError`.
+    """The `SendResult` of a SEND_MESSAGE response: SUCCESS is SEND_OK, FLUSH_DISK_TIMEOUT with
+    the send's header is FLUSH_DISK_TIMEOUT (stored, not yet on disk: RocketMQ's result, not
+    resent), without one (a failed fsync) raises `FlushDiskTimeout`; any other code raises its
+    `ResponseError`.
 
     The three fields of the usual answer are read by hand (every send decodes one); anything
     else goes through `SendMessageResponseHeader.from_fields`, which raises `MissingHeaderField`
@@ -148,7 +150,7 @@ def _send_result(response: RemotingCommand, topic: str, broker_name: str = "",
     code = response.code
     if code == _SUCCESS:
         status = _SEND_OK
-    elif code == ResponseCode.FLUSH_DISK_TIMEOUT:
+    elif code == ResponseCode.FLUSH_DISK_TIMEOUT and "msg_id" in response.fields:
         status = SendStatus.FLUSH_DISK_TIMEOUT
     else:
         raise error_for(code, response.remark)

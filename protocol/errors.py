@@ -44,6 +44,10 @@ class ResponseError(MQError):
 
     code: ClassVar[ResponseCode] = ResponseCode.SYSTEM_ERROR
     retriable: ClassVar[bool] = False
+    prepared: Any = None
+    """A response the request's handler had prepared before this error: the broker answers it
+    with the error's code and remark instead of a bare error response (a durable send past
+    `sync_flush_timeout_ms` keeps its header, see `broker.store.FlushDiskTimeoutError`)."""
 
     def __init_subclass__(cls, code: ResponseCode | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

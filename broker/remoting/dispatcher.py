@@ -382,6 +382,10 @@ class Dispatcher:
 
     def _error_response(self, channel: Channel, request: RemotingCommand, exc: Exception) -> RemotingCommand:
         if isinstance(exc, ResponseError):
+            prepared = exc.prepared
+            if type(prepared) is RemotingCommand and prepared.opaque == request.opaque:
+                prepared.code, prepared.remark = exc.code, exc.remark     # e.g. a send's header kept
+                return prepared
             return request.response(exc.code, remark=exc.remark)
         self._log.error("request code %d from %s failed", request.code, channel, exc_info=exc)
         return request.response(ResponseCode.SYSTEM_ERROR,

@@ -262,12 +262,12 @@ class CommitLogFlushService(Service):
         loop = asyncio.get_running_loop()
         now = loop.time()
         expired = 0
-        for end_offset, future, _, deadline in waiters:
+        for end_offset, future, value, deadline in waiters:
             if deadline > now:
                 break
             if not future.done():
                 timeout_ms = self._sync_flush_timeout_ms
-                future.set_exception(FlushDiskTimeoutError(end_offset, f"not flushed within {timeout_ms} ms"))
+                future.set_exception(FlushDiskTimeoutError(end_offset, f"not flushed within {timeout_ms} ms", value))
             expired += 1
         del waiters[:expired]
         if waiters:

@@ -100,11 +100,16 @@ class MatchedOffsets(Protocol):
 
 class FlushDiskTimeoutError(FlushDiskTimeout):
     """SYNC_FLUSH: the message was written but not fsynced within `sync_flush_timeout_ms` (or the
-    fsync failed). Carries the FLUSH_DISK_TIMEOUT response code."""
+    fsync failed). Carries the FLUSH_DISK_TIMEOUT response code. `prepared`: what the timed-out
+    waiter would have been resolved with; for a send, its response, which the broker then answers
+    with FLUSH_DISK_TIMEOUT and this remark, so the producer still learns the message's id, queue
+    and offset (RocketMQ's SendMessageProcessor answers FLUSH_DISK_TIMEOUT with the send's header).
+    A failed fsync has none (its error is shared by every waiter)."""
 
-    def __init__(self, end_offset: int, reason: str) -> None:
+    def __init__(self, end_offset: int, reason: str, prepared: object = None) -> None:
         super().__init__(f"commit log not flushed to {end_offset}: {reason}")
         self.end_offset = end_offset
+        self.prepared = prepared
 
 
 class StoreNotWritableError(ServiceNotAvailable):

@@ -22,7 +22,7 @@ from client.api import (
 from client.errors import ClientStateError
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
-from protocol.errors import ConnectionClosed, MessageIllegal, MissingHeaderField, TopicNotExist
+from protocol.errors import ConnectionClosed, FlushDiskTimeout, MessageIllegal, MissingHeaderField, TopicNotExist
 from protocol.frame import encode_frame_bytes
 from protocol.headers import (
     ConsumerSendMsgBackRequestHeader,
@@ -157,6 +157,8 @@ def test_a_send_response_is_decoded_like_its_typed_header() -> None:
                                                             broker_name="b", msg_ids=("M",), uniq_keys=("K",))
     late = RemotingCommand(ResponseCode.FLUSH_DISK_TIMEOUT, flag=1, fields=ok.fields)
     assert _send_result(late, "t").status is SendStatus.FLUSH_DISK_TIMEOUT
+    with pytest.raises(FlushDiskTimeout, match="fsync failed"):      # no header: not stored as far as we know
+        _send_result(RemotingCommand(ResponseCode.FLUSH_DISK_TIMEOUT, flag=1, remark="fsync failed"), "t")
     for bad in ({"msg_id": "M", "queue_id": True, "queue_offset": 9}, {"msg_id": "M", "queue_id": 2}):
         with pytest.raises(MissingHeaderField):
             _send_result(RemotingCommand(ResponseCode.SUCCESS, flag=1, fields=bad), "t")

@@ -134,7 +134,10 @@ async def test_concurrent_transactions_batched_each_show_their_own_outcome(
 async def test_a_batch_of_halves_and_its_commits_are_one_record_each(txn_broker: Broker) -> None:
     """The halves of one SEND_BATCH_MESSAGE are one HALF_BATCH record and their commits by one
     END_TRANSACTION_BATCH one COMMITTED_RUN record (not a record per message: those were ~25 % of
-    the broker's CPU in transactional sends); each half still finds its own place in them."""
+    the broker's CPU in transactional sends); each half still finds its own place in them. A half
+    or an end that no other joined in its loop step goes alone (SEND_MESSAGE, END_TRANSACTION) and
+    is recorded alone (HALF, TRANSACTION): how the 16 split depends on timing (CI's pure-Python run
+    once committed 15 in a run and the last alone), so the test asks for fewer records than messages."""
     trace = txn_broker.trace
     assert trace is not None
     async with TransactionProducer("tx-batched", txn_broker.address, Listener(COMMIT)) as producer:
@@ -144,8 +147,12 @@ async def test_a_batch_of_halves_and_its_commits_are_one_record_each(txn_broker:
     await trace.flush()
     records = [r for view in trace.segments.snapshot() for r in read_records(view.path, view.size)]
     halves, runs = [r for r in records if r[0] == HALF_BATCH], [r for r in records if r[0] == COMMITTED_RUN]
-    assert {o for r in halves for o in range(r[4], r[5])} == half_offsets and len(halves) < 16
+    lone_halves, lone_ends = [r for r in records if r[0] == HALF], [r for r in records if r[0] == TRANSACTION]
+    assert {o for r in halves for o in range(r[4], r[5])} | {r[6] for r in lone_halves} == half_offsets
+    assert len(halves) + len(lone_halves) < 16 and halves
     assert all(r[2:4] == [TRANS_HALF_TOPIC, 0] and r[6] == "tx-batched" and r[8:] == ["payments", 0] for r in halves)
-    assert {o for r in runs for o in r[4]} == half_offsets and len(runs) < 16
-    assert sorted(r[7] + i for r in runs for i in range(len(r[4]))) == list(range(16))   # payments:0@0..15
-    assert not [r for r in records if r[0] in (HALF, TRANSACTION)]
+    assert all(r[5] == "committed" for r in lone_ends)
+    assert {o for r in runs for o in r[4]} | {r[4] for r in lone_ends} == half_offsets
+    assert len(runs) + len(lone_ends) < 16 and runs
+    written = [r[7] + i for r in runs for i in range(len(r[4]))] + [r[6][2] for r in lone_ends]
+    assert sorted(written) == list(range(16))                                      # payments:0@0..15

@@ -43,24 +43,31 @@ class DedupSends:
                  queue_id: int) -> None:
         """Remember the DEDUP messages among those `result` stored (in order, one per property map)."""
         if self._index.enabled:
-            self._index.remember_run(group, _keys(properties), result.commit_log_offsets, result.end_offset,
-                                     queue_id, result.queue_offset, self._clock_ms())
+            self.remember_keys(group, _keys(properties), result, queue_id)
 
-    def split(self, group: str, messages: list[BatchItem]) -> tuple[list[BatchItem], list[StoredSend | None] | None]:
+    def remember_keys(self, group: str, keys: list[str | None], result: PutMessageResult, queue_id: int) -> None:
+        """`remember` given the stored messages' `dedup_key`s (as `split` gives them)."""
+        self._index.remember_run(group, keys, result.commit_log_offsets, result.end_offset, queue_id,
+                                 result.queue_offset, self._clock_ms())
+
+    def split(self, group: str, messages: list[BatchItem]
+              ) -> tuple[list[BatchItem], list[StoredSend | None] | None, list[str | None] | None]:
         """(the batch's messages to store — DEDUP ones stamped with `PGROUP` —, for each message of
-        the batch its first send when it is a duplicate, else None); the second is None when none
-        is one."""
+        the batch its first send when it is a duplicate, else None; the `dedup_key`s of the messages
+        to store, for `remember`); the second is None when none is a duplicate, the third when
+        the window is off."""
         if not self._index.enabled:
-            return messages, None
+            return messages, None, None
         keys = _keys([item[0] for item in messages])
         found = self._index.find_many(group, keys, self._clock_ms())
         for item, key, first in zip(messages, keys, found, strict=True):
             if key is not None and first is None:
                 item[0][PROPERTY_PRODUCER_GROUP] = group
-        if not any(f is not None for f in found):
-            return messages, None
+        if found.count(None) == len(found):
+            return messages, None, keys
         fresh = [item for item, first in zip(messages, found, strict=True) if first is None]
-        return fresh, [None if f is None else StoredSend.unpack(f) for f in found]
+        fresh_keys = [key for key, first in zip(keys, found, strict=True) if first is None]
+        return fresh, [None if f is None else StoredSend.unpack(f) for f in found], fresh_keys
 
     def answer_batch(self, fresh: list[BatchItem], originals: list[StoredSend | None], queue_id: int,
                      store: Callable[[list[BatchItem]], PutMessageResult]) -> tuple[list[int], int, int, int]:

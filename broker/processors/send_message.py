@@ -351,24 +351,25 @@ class SendMessageProcessor:
                 return RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
                     "msg_ids": offset_msg_ids(self._msg_id_prefix, result.commit_log_offsets),
                     "queue_id": queue_id, "queue_offset": result.queue_offset}), result.end_offset
-            fresh, originals = self._dedup.split(group, messages)
+            fresh, originals, keys = self._dedup.split(group, messages)
             if originals is not None:       # some stored before (DEDUP): answered as they were
                 offsets, answer_queue_id, queue_offset, end_offset = self._dedup.answer_batch(
-                    fresh, originals, queue_id, store_batch)
+                    fresh, originals, queue_id, lambda items: store_batch(items, keys))
                 return RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
                     "msg_ids": offset_msg_ids(self._msg_id_prefix, offsets), "queue_id": answer_queue_id,
                     "queue_offset": queue_offset}), end_offset
-            result = store_batch(messages)
+            result = store_batch(messages, keys)
             response = RemotingCommand(_SUCCESS, request.opaque, FLAG_RESPONSE, None, {
                 "msg_ids": offset_msg_ids(self._msg_id_prefix, result.commit_log_offsets),
                 "queue_id": queue_id, "queue_offset": result.queue_offset})
             return response, result.end_offset
 
-        def store_batch(items: BatchItems) -> PutMessageResult:
+        def store_batch(items: BatchItems, keys: list[str | None] | None) -> PutMessageResult:
             result = self._store.put_checked_messages(topic=topic, queue_id=queue_id, messages=items,
                                                       born_timestamp=born_timestamp, born_host=ctx.client_addr)
             check_put(result)
-            self._dedup.remember(group, [item[0] for item in items], result, queue_id)
+            if keys is not None:        # (None: the dedup window is off)
+                self._dedup.remember_keys(group, keys, result, queue_id)
             self._on_stored(topic, len(items), body_bytes if items is messages else sum(len(i[2]) for i in items))
             if self._trace is not None:
                 self._trace.sent_batch(ctx, group, topic, queue_id, result.queue_offset, len(items))

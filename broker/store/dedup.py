@@ -107,25 +107,31 @@ class DedupIndex:
         (`StoredSend.unpack`): the batch path, without a call or an object per message."""
         get, prefix, oldest_ms = self._table.get, f"{group}\0", now_ms - self.window_ms
         found = [None if key is None else get(prefix + key) for key in uniq_keys]
+        if found.count(None) == len(found):         # the usual batch: none stored before
+            return found
         return [None if f is None or (f & _TIME_MASK) < oldest_ms else f for f in found]
 
     def remember_run(self, group: str, uniq_keys: list[str | None], commit_log_offsets: list[int],
                      end_offset: int, queue_id: int, first_queue_offset: int, now_ms: int) -> None:
         """`remember` of the messages of one put (consecutive records and queue offsets; key None:
-        not a DEDUP message), in one pass."""
+        not a DEDUP message), in one pass: the same table, in the same order, as `remember` of
+        each in turn."""
         if not self.enabled:
             return
         table, prefix = self._table, f"{group}\0"
         ends = [*commit_log_offsets[1:], end_offset]
-        for index, key in enumerate(uniq_keys):
-            if key is None:
-                continue
-            key = prefix + key
-            if key in table:
-                del table[key]
-            offset = commit_log_offsets[index]
-            table[key] = ((((offset << _SIZE_BITS | (ends[index] - offset)) << _QUEUE_ID_BITS | queue_id)
-                           << _QUEUE_OFFSET_BITS | (first_queue_offset + index)) << _TIME_BITS | now_ms)
+        low = queue_id << (_QUEUE_OFFSET_BITS + _TIME_BITS) | now_ms     # what every entry of the run shares
+        high_shift, queue_offset_shift = _QUEUE_ID_BITS + _QUEUE_OFFSET_BITS + _TIME_BITS, _TIME_BITS
+        picked = range(len(uniq_keys)) if None not in uniq_keys else [
+            i for i, key in enumerate(uniq_keys) if key is not None]
+        keys = [prefix + uniq_keys[i] for i in picked]          # type: ignore[operator]
+        values = [(commit_log_offsets[i] << _SIZE_BITS | (ends[i] - commit_log_offsets[i])) << high_shift
+                  | (first_queue_offset + i) << queue_offset_shift | low for i in picked]
+        before = len(table)
+        table.update(zip(keys, values, strict=True))
+        if len(table) - before < len(keys):     # a key held before, or twice in the run: last, as `remember`
+            for key in keys:
+                table.move_to_end(key)
         self._evict(now_ms)
 
     def _evict(self, now_ms: int) -> None:

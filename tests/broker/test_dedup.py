@@ -160,6 +160,26 @@ def test_a_run_remembered_is_found_as_its_messages_were_stored(keys: list[str | 
     assert all(f is None for f in index.find_many("g", keys, 6_001))     # out of the window
 
 
+@given(st.lists(st.lists(st.one_of(st.none(), st.sampled_from("abcdefgh")), max_size=8), max_size=8),
+       st.integers(1, 12), st.integers(1, 400))
+def test_runs_remembered_leave_the_table_as_remembering_each_in_turn(runs: list[list[str | None]], max_entries: int,
+                                                                   window_ms: int) -> None:
+    """`remember_run` (the batch path) against `remember` of each message in turn: the same
+    entries, values and order (the order decides what is forgotten first), keys repeated within a
+    run, remembered in an earlier run, evicted by the bound or by the window."""
+    batched, single = DedupIndex(window_ms, max_entries), DedupIndex(window_ms, max_entries)
+    offset = 1_000
+    for n, keys in enumerate(runs):
+        now_ms, offsets = 100 * n, [offset + 50 * i for i in range(len(keys))]
+        end_offset = offset = offset + 50 * len(keys)
+        batched.remember_run("g", keys, offsets, end_offset, 5, 10 * n, now_ms)
+        for i, key in enumerate(keys):
+            if key is not None:
+                single.remember("g", key, StoredSend(offsets[i], offsets[i] + 50, 5, 10 * n + i, now_ms))
+        single._evict(now_ms)           # (a run evicts what its time leaves behind even when it remembers none)
+        assert list(batched._table.items()) == list(single._table.items())
+
+
 async def test_odd_dedup_sends_are_stored_as_plain_ones(tmp_path: Path, client_api: ClientAPI) -> None:
     """DEDUP without a UNIQ_KEY, an empty DEDUP, and a UNIQ_KEY of ~30 kB (within the properties
     bound): nothing breaks, the first two are stored each time, the long key once."""

@@ -9,14 +9,15 @@ the topic: HMAC-SHA256 on both sides, the nonce cache and the ACL check on the b
   CPU per message of the broker and of this (client) process. A broker or client that is less busy
   writes fewer responses per system call, so its CPU per message grows when the other side slows.
 
-Off and on alternate `rounds` times, each on its own fresh broker (the median of each is kept), so
-a neighbour's load or a warm-up drift hits both alike. The client's connections are two
-`RemotingClient`s, signing with `credentials` when on."""
+Each of `rounds` rounds starts a fresh broker with auth off and one with it on, side by side, and
+sends to them in alternating slices of `*_messages` each (`bench.paired`): the ratio row is the
+median over every adjacent pair of slices, the msg/s and CPU rows the medians of the slices. The
+client's connections are two `RemotingClient`s per broker, signing with `credentials` for the
+broker with auth on."""
 
 from __future__ import annotations
 
-import statistics
-import time
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
@@ -33,6 +34,7 @@ from bench.common import (
     running_broker,
     synthetic_batches,
 )
+from bench.paired import PairedRows, Slice, alternate
 from bench.report import BenchResult
 from client.admin_api import AdminAPI
 from client.api import ClientAPI
@@ -57,15 +59,16 @@ class AuthParams:
     batch_workers: int
     time_limit_s: float
     rounds: int
+    slices: int = 1                # slices per broker per round (`bench.paired`)
     queues: int = 8
     connections: int = 2
     body_bytes: int = 128
 
 
-FULL = AuthParams(one_messages=60_000, one_workers=64, batch_messages=300_000, batch_workers=32, time_limit_s=6.0,
-                  rounds=3)
-QUICK = AuthParams(one_messages=6_000, one_workers=64, batch_messages=40_000, batch_workers=32, time_limit_s=2.0,
-                   rounds=1)
+FULL = AuthParams(one_messages=6_000, one_workers=64, batch_messages=96_000, batch_workers=32, time_limit_s=6.0,
+                  rounds=3, slices=8)
+QUICK = AuthParams(one_messages=2_000, one_workers=64, batch_messages=20_000, batch_workers=32, time_limit_s=2.0,
+                   rounds=1, slices=2)
 
 
 @asynccontextmanager
@@ -126,56 +129,52 @@ async def warmed_sender(kind: str, apis: list[ClientAPI], address: str,
     return call, params.one_messages, params.one_workers
 
 
-async def measure(result: BenchResult, broker: BrokerProcess, kind: str, on: bool,
-                  params: AuthParams) -> tuple[float, float, float]:
-    """One run: messages/s, and broker and client CPU µs per message."""
-    await prepare(broker.address, params, on)
-    async with clients(broker.address, params.connections, PRODUCER if on else None) as apis:
-        call, count, workers = await warmed_sender(kind, apis, broker.address, params)
+async def measure_pair(result: BenchResult, brokers: dict[bool, BrokerProcess], kind: str,
+                       params: AuthParams) -> dict[bool, list[Slice]]:
+    """One round against a broker with auth off (False) and one with it on (True), both prepared
+    and warmed first, `params.slices` slices each (`bench.paired.alternate`)."""
+    async with contextlib.AsyncExitStack() as stack:
+        runners = {}
+        for on, broker in brokers.items():
+            await prepare(broker.address, params, on)
+            apis = await stack.enter_async_context(clients(broker.address, params.connections,
+                                                           PRODUCER if on else None))
+            runners[on] = slice_runner(result, broker, f"auth.{kind}.{'on' if on else 'off'}",
+                                       *await warmed_sender(kind, apis, broker.address, params), params)
+        return await alternate(runners, params.slices)
+
+
+def slice_runner(result: BenchResult, broker: BrokerProcess, label: str, call: Callable[[int], Awaitable[int]],
+                 count: int, workers: int, params: AuthParams) -> Callable[[int], Awaitable[Slice]]:
+    """Slice i sends jobs [8 x queues + i x count, + count) (the warm-up's came before): messages/s,
+    and broker and client CPU µs per message."""
+    async def run(index: int) -> Slice:
+        first = params.queues * 8 + index * count
         meter = CpuMeter(broker)
         meter.start()
-        stats = await drive(range(count), call, workers=workers, time_limit_s=params.time_limit_s)
+        stats = await drive(range(first, first + count), call, workers=workers, time_limit_s=params.time_limit_s)
         cpu = meter.stop()
-    note_neighbours(result, f"auth.{kind}.{'on' if on else 'off'}", cpu)
-    if stats.errors:
-        result.ok = False
-        result.error = f"auth.{kind}: {stats.errors} failed sends, e.g. {stats.error_samples[:1]}"
-    per_message_us = stats.elapsed_s / max(stats.messages, 1) * 1e6
-    return stats.rate, cpu["broker_cores"] * per_message_us, cpu["client_cores"] * per_message_us
+        note_neighbours(result, label, cpu)
+        if stats.errors:
+            result.ok = False
+            result.error = f"{label}: {stats.errors} failed sends, e.g. {stats.error_samples[:1]}"
+        per_message_us = stats.elapsed_s / max(stats.messages, 1) * 1e6
+        return stats.rate, cpu["broker_cores"] * per_message_us, cpu["client_cores"] * per_message_us
+    return run
 
 
 async def auth_cost(result: BenchResult, opts: Options) -> None:
     params = QUICK if opts.quick else FULL
     result.params = {**asdict(params), "batch_size": BATCH_SIZE}
     result.notes.append("auth on: authentication and authorization, a Normal user with Pub on the topic")
+    result.notes.append("auth_cost: the broker with auth off and the one with it on run side by side, sent to in "
+                        "alternating slices; on_vs_off is the median of adjacent slices' ratios")
     for flush in ("SYNC_FLUSH", "ASYNC_FLUSH"):
         for kind in ("send_one", "send_batch"):
-            rates: dict[bool, list[float]] = {False: [], True: []}
-            cpu_us: dict[bool, list[float]] = {False: [], True: []}
-            client_us: dict[bool, list[float]] = {False: [], True: []}
+            rows = PairedRows()
             for _ in range(params.rounds):
-                for on in (False, True):
-                    settings = {"store.flush_disk_type": flush, **(AUTH_ON if on else {})}
-                    async with running_broker(opts, settings) as broker:
-                        rate, us, client = await measure(result, broker, kind, on, params)
-                    rates[on].append(rate)
-                    cpu_us[on].append(us)
-                    client_us[on].append(client)
-            label = f"auth.{kind}.{params.body_bytes}B.{flush}"
-            off, on_rate = statistics.median(rates[False]), statistics.median(rates[True])
-            result.add(f"{label}.off", round(off), "msg/s")
-            result.add(f"{label}.on", round(on_rate), "msg/s")
-            result.add(f"{label}.on_vs_off", round(100 * on_rate / off, 1), "%", ("≥", TARGET_PERCENT[kind]))
-            for on in (False, True):
-                result.add(f"{label}.broker_us_per_msg.{'on' if on else 'off'}",
-                           round(statistics.median(cpu_us[on]), 2), "µs")
-            for on in (False, True):
-                result.add(f"{label}.client_us_per_msg.{'on' if on else 'off'}",
-                           round(statistics.median(client_us[on]), 2), "µs")
-            result.details[label] = {"rates_off": [round(r) for r in rates[False]],
-                                     "rates_on": [round(r) for r in rates[True]],
-                                     "broker_us_off": [round(u, 2) for u in cpu_us[False]],
-                                     "broker_us_on": [round(u, 2) for u in cpu_us[True]],
-                                     "client_us_off": [round(u, 2) for u in client_us[False]],
-                                     "client_us_on": [round(u, 2) for u in client_us[True]],
-                                     "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                off_settings = {"store.flush_disk_type": flush}
+                async with running_broker(opts, off_settings) as off, \
+                        running_broker(opts, {**off_settings, **AUTH_ON}) as on:
+                    rows.add_round(await measure_pair(result, {False: off, True: on}, kind, params))
+            rows.report(result, f"auth.{kind}.{params.body_bytes}B.{flush}", TARGET_PERCENT[kind])

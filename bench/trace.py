@@ -11,20 +11,24 @@ bounds the rate, so a cost shows in full). The sizes and senders are `auth_cost`
   delivered and committed; the rate is messages over the time from the first send until every
   message was pulled;
 - `....on_vs_off`: the rate with the trace on as a percentage of off (issue #42's target: ≥ 95 %,
-  i.e. ≤ 5 % cost); `.broker_us_per_msg.{off,on}`: broker CPU per message (steadier than rates).
+  i.e. ≤ 5 % cost); `.broker_us_per_msg.{off,on}`: broker CPU per message.
 
-Off and on alternate `rounds` times, each on its own fresh broker; medians are reported."""
+Each of `rounds` rounds starts a fresh broker with the trace off and one with it on, side by side,
+and sends to them in alternating slices (`bench.paired`, as `auth_cost`): the ratio row is the
+median over every adjacent pair of slices, the others the slices' medians."""
 
 from __future__ import annotations
 
 import asyncio
-import statistics
+import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 
-from bench.auth import TOPIC, AuthParams, clients, prepare, warmed_sender
+from bench.auth import TOPIC, AuthParams, clients, prepare, slice_runner, warmed_sender
 from bench.broker_proc import BrokerProcess
 from bench.common import BATCH_SIZE, CONSUMER_GROUP, CpuMeter, Options, drive, note_neighbours, running_broker
+from bench.paired import PairedRows, Slice, alternate
 from bench.report import BenchResult
 from client.api import ClientAPI
 from protocol.codes import PullSysFlag, RequestCode, ResponseCode
@@ -33,16 +37,16 @@ from protocol.errors import error_for
 from protocol.headers import PullMessageRequestHeader
 
 TARGET_PERCENT = 95.0
-# Rounds: a run's rate swings ±15 % here from one broker to the next (how requests happen to batch
-# per read on two shared cores), more than the cost measured: 9 alternating rounds, medians.
-FULL = AuthParams(one_messages=60_000, one_workers=64, batch_messages=300_000, batch_workers=32, time_limit_s=8.0,
-                  rounds=9)
-QUICK = AuthParams(one_messages=8_000, one_workers=64, batch_messages=40_000, batch_workers=32, time_limit_s=3.0,
-                   rounds=1)
+FULL = AuthParams(one_messages=6_000, one_workers=64, batch_messages=96_000, batch_workers=32, time_limit_s=8.0,
+                  rounds=3, slices=8)
+QUICK = AuthParams(one_messages=2_000, one_workers=64, batch_messages=20_000, batch_workers=32, time_limit_s=3.0,
+                   rounds=1, slices=2)
 
 
-async def _puller(api: ClientAPI, address: str, queue_id: int, first_offset: int, wanted: int, deadline: float) -> int:
-    """Pull queue `queue_id` from `first_offset` (long polling, committing each time) until `wanted` came."""
+async def _puller(api: ClientAPI, address: str, queue_id: int, first_offset: int, wanted: int,
+                  deadline: float) -> tuple[int, int]:
+    """Pull queue `queue_id` from `first_offset` (long polling, committing each time) until `wanted`
+    came: (messages received, the next queue offset)."""
     queue_offset, received = first_offset, 0
     flags = int(PullSysFlag.SUBSCRIPTION | PullSysFlag.SUSPEND | PullSysFlag.COMMIT_OFFSET)
     while received < wanted and time.perf_counter() < deadline:
@@ -56,62 +60,72 @@ async def _puller(api: ClientAPI, address: str, queue_id: int, first_offset: int
         next_offset = response.fields["next_begin_offset"]
         received += next_offset - queue_offset if response.code == ResponseCode.SUCCESS else 0
         queue_offset = next_offset
-    return received
+    return received, queue_offset
 
 
-async def measure(result: BenchResult, broker: BrokerProcess, kind: str, on: bool,
-                  params: AuthParams) -> tuple[float, float]:
-    """One run: messages/s and broker CPU µs per message."""
-    await prepare(broker.address, params, False)
-    async with clients(broker.address, params.connections, None) as apis, \
-            clients(broker.address, 2, None) as pullers:
-        call, count, workers = await warmed_sender("send_batch" if kind == "send_batch" else "send_one", apis,
-                                                   broker.address, params)
+async def measure_pair(result: BenchResult, brokers: dict[bool, BrokerProcess], kind: str,
+                       params: AuthParams) -> dict[bool, list[Slice]]:
+    """One round against a broker with the trace off (False) and one with it on (True), both
+    prepared and warmed first, `params.slices` slices each (`bench.paired.alternate`)."""
+    async with contextlib.AsyncExitStack() as stack:
+        runners = {}
+        for on, broker in brokers.items():
+            await prepare(broker.address, params, False)
+            apis = await stack.enter_async_context(clients(broker.address, params.connections, None))
+            label = f"trace.{kind}.{'on' if on else 'off'}"
+            sent = await warmed_sender("send_batch" if kind == "send_batch" else "send_one", apis, broker.address,
+                                       params)
+            if kind == "e2e":
+                pullers = await stack.enter_async_context(clients(broker.address, 2, None))
+                runners[on] = _e2e_runner(result, broker, label, *sent, pullers, params)
+            else:
+                runners[on] = slice_runner(result, broker, label, *sent, params)
+        return await alternate(runners, params.slices)
+
+
+def _e2e_runner(result: BenchResult, broker: BrokerProcess, label: str, call: Callable[[int], Awaitable[int]],
+                count: int, workers: int, pullers: list[ClientAPI],
+                params: AuthParams) -> Callable[[int], Awaitable[Slice]]:
+    """Slice i: `count` single sends while a puller per queue reads them (from where the last slice
+    left it: the warm-up put 8 in each queue); the rate is messages over the time from the first
+    send until every message was pulled."""
+    offsets = [8] * params.queues
+
+    async def run(index: int) -> Slice:
+        first = params.queues * 8 + index * count
         meter = CpuMeter(broker)
         meter.start()
         started = time.perf_counter()
-        reads: list[asyncio.Task[int]] = []
-        if kind == "e2e":           # the warm-up put 8 messages (or 8 batches) in each queue
-            deadline = started + params.time_limit_s * 3
-            reads = [asyncio.create_task(_puller(pullers[q % 2], broker.address, q, 8, count // params.queues,
-                                                 deadline)) for q in range(params.queues)]
-        stats = await drive(range(params.queues * 8, params.queues * 8 + count), call, workers=workers,
-                            time_limit_s=params.time_limit_s)
-        received = sum(await asyncio.gather(*reads))
-        elapsed = time.perf_counter() - started if reads else stats.elapsed_s
+        deadline = started + params.time_limit_s * 3
+        reads = [asyncio.create_task(_puller(pullers[q % 2], broker.address, q, offsets[q], count // params.queues,
+                                             deadline)) for q in range(params.queues)]
+        stats = await drive(range(first, first + count), call, workers=workers, time_limit_s=params.time_limit_s)
+        pulled = await asyncio.gather(*reads)
+        elapsed = time.perf_counter() - started
         cpu = meter.stop()
-    note_neighbours(result, f"trace.{kind}.{'on' if on else 'off'}", cpu)
-    if stats.errors or (reads and received < stats.messages - params.queues):
-        result.ok = False
-        result.error = f"trace.{kind}: {stats.errors} failed sends, {received} of {stats.messages} pulled"
-    per_message_us = elapsed / max(stats.messages, 1) * 1e6
-    return stats.messages / elapsed, cpu["broker_cores"] * per_message_us
+        note_neighbours(result, label, cpu)
+        received = sum(n for n, _ in pulled)
+        offsets[:] = [offset for _, offset in pulled]
+        if stats.errors or received < stats.messages:
+            result.ok = False
+            result.error = f"{label}: {stats.errors} failed sends, {received} of {stats.messages} pulled"
+        per_message_us = elapsed / max(stats.messages, 1) * 1e6
+        return (stats.messages / elapsed, cpu["broker_cores"] * per_message_us,
+                cpu["client_cores"] * per_message_us)
+    return run
 
 
 async def trace_cost(result: BenchResult, opts: Options) -> None:
     params = QUICK if opts.quick else FULL
     result.params = {**asdict(params), "batch_size": BATCH_SIZE}
     result.notes.append("ASYNC_FLUSH; trace on: the defaults of [trace] (100 ms flushes to <store>/trace)")
+    result.notes.append("trace_cost: the broker with the trace off and the one with it on run side by side, sent to "
+                        "in alternating slices; on_vs_off is the median of adjacent slices' ratios")
     for kind in ("send_one", "send_batch", "e2e"):
-        rates: dict[bool, list[float]] = {False: [], True: []}
-        cpu_us: dict[bool, list[float]] = {False: [], True: []}
+        rows = PairedRows()
         for _ in range(params.rounds):
-            for on in (False, True):
-                settings = {"store.flush_disk_type": "ASYNC_FLUSH", "trace.enabled": "true" if on else "false"}
-                async with running_broker(opts, settings) as broker:
-                    rate, us = await measure(result, broker, kind, on, params)
-                rates[on].append(rate)
-                cpu_us[on].append(us)
-        label = f"trace.{kind}.{params.body_bytes}B"
-        off, on_rate = statistics.median(rates[False]), statistics.median(rates[True])
-        result.add(f"{label}.off", round(off), "msg/s")
-        result.add(f"{label}.on", round(on_rate), "msg/s")
-        result.add(f"{label}.on_vs_off", round(100 * on_rate / off, 1), "%", ("≥", TARGET_PERCENT))
-        for on in (False, True):
-            result.add(f"{label}.broker_us_per_msg.{'on' if on else 'off'}", round(statistics.median(cpu_us[on]), 2),
-                       "µs")
-        result.details[label] = {"rates_off": [round(r) for r in rates[False]],
-                                 "rates_on": [round(r) for r in rates[True]],
-                                 "broker_us_off": [round(u, 2) for u in cpu_us[False]],
-                                 "broker_us_on": [round(u, 2) for u in cpu_us[True]],
-                                 "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            settings = {"store.flush_disk_type": "ASYNC_FLUSH"}
+            async with running_broker(opts, {**settings, "trace.enabled": "false"}) as off, \
+                    running_broker(opts, {**settings, "trace.enabled": "true"}) as on:
+                rows.add_round(await measure_pair(result, {False: off, True: on}, kind, params))
+        rows.report(result, f"trace.{kind}.{params.body_bytes}B", TARGET_PERCENT, client=False)

@@ -167,7 +167,7 @@ async def auth_cost(result: BenchResult, opts: Options) -> None:
     params = QUICK if opts.quick else FULL
     result.params = {**asdict(params), "batch_size": BATCH_SIZE}
     result.notes.append("auth on: authentication and authorization, a Normal user with Pub on the topic")
-    result.notes.append("auth_cost: the broker with auth off and the one with it on run side by side, sent to in "
+    result.notes.append("the broker with auth off and the one with it on run side by side, sent to in "
                         "alternating slices; on_vs_off is the median of adjacent slices' ratios")
     for flush in ("SYNC_FLUSH", "ASYNC_FLUSH"):
         for kind in ("send_one", "send_batch"):

@@ -119,7 +119,7 @@ async def trace_cost(result: BenchResult, opts: Options) -> None:
     params = QUICK if opts.quick else FULL
     result.params = {**asdict(params), "batch_size": BATCH_SIZE}
     result.notes.append("ASYNC_FLUSH; trace on: the defaults of [trace] (100 ms flushes to <store>/trace)")
-    result.notes.append("trace_cost: the broker with the trace off and the one with it on run side by side, sent to "
+    result.notes.append("the broker with the trace off and the one with it on run side by side, sent to "
                         "in alternating slices; on_vs_off is the median of adjacent slices' ratios")
     for kind in ("send_one", "send_batch", "e2e"):
         rows = PairedRows()

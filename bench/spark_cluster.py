@@ -109,6 +109,9 @@ def _session() -> Any:
 
 
 def _read(spark: Any, endpoint: str, topic: str) -> float:
+    from client.spark.session import activate
+
+    activate(spark)             # (a thread of asyncio's pool: Spark finds `rocketq` through it)
     started = time.perf_counter()
     (spark.read.format("rocketq").option("endpoints", endpoint).option("topic", topic).load()
      .write.format("noop").mode("overwrite").save())
@@ -136,9 +139,7 @@ async def spark_cluster_read(result: BenchResult, opts: Options) -> None:
             for _ in range(ROUNDS):
                 for topic in topics:
                     times[topic].append(await asyncio.to_thread(_read, spark, cluster.namesrv, topic))
-            counts = [await asyncio.to_thread(lambda t=topic: spark.read.format("rocketq")   # type: ignore[misc]
-                                              .option("endpoints", cluster.namesrv).option("topic", t).load().count())
-                      for topic in topics]
+            counts = [await asyncio.to_thread(_count, spark, cluster.namesrv, topic) for topic in topics]
     one_rate, two_rate, one_8_rate = (n / statistics.median(times[t]) for n, t in zip(sent, topics, strict=True))
     result.add("spark.cluster_read.1_broker", round(one_rate), "rows/s")
     result.add("spark.cluster_read.2_brokers", round(two_rate), "rows/s", ("≥", round(one_rate)))
@@ -149,7 +150,17 @@ async def spark_cluster_read(result: BenchResult, opts: Options) -> None:
         result.ok, result.error = False, f"read {counts} rows of {sent} sent"
 
 
+def _count(spark: Any, endpoint: str, topic: str) -> int:
+    from client.spark.session import activate
+
+    activate(spark)
+    return int(spark.read.format("rocketq").option("endpoints", endpoint).option("topic", topic).load().count())
+
+
 def _write(spark: Any, endpoint: str, rows: int, dedup: bool) -> float:
+    from client.spark.session import activate
+
+    activate(spark)
     df = spark.range(rows, numPartitions=2).selectExpr("cast(repeat('x', 128) as binary) as body")
     started = time.perf_counter()
     (df.write.format("rocketq").option("endpoints", endpoint).option("topic", SINK)

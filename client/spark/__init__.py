@@ -82,10 +82,15 @@ def register(spark: SparkSession, *, check: bool = True) -> None:
     """Make `format("rocketq")` available in `spark` (reads and writes, batch and streaming). With
     `check` (the default) it first runs one tiny task to make sure Spark's Python workers can import
     the client, and raises `WorkerPythonError` (naming the worker Python and the fix: PYSPARK_PYTHON,
-    or `client.spark.session.local_session`) when they cannot."""
+    or `client.spark.session.local_session`) when they cannot. `spark` becomes the calling thread's
+    active session: Spark looks the source up there, so another thread calls
+    `client.spark.session.activate(spark)` (or `register`) before it reads or writes."""
+    from client.spark.session import activate
+
     if check:
         check_workers(spark)
     spark.dataSource.register(RocketqDataSource)
+    activate(spark)
 
 
 __all__ = ["ARROW_SCHEMA", "SCHEMA", "SCHEMA_DDL", "SHORT_NAME", "RocketqDataSource", "WorkerPythonError", "register"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -150,18 +151,21 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
 
 def queue_ranges(options: SourceOptions, queues: TopicQueues,
                  ranges: dict[QueueKey, tuple[int, int]]) -> list[QueueRange]:
-    """`QueueRange`s covering each queue's [start, end), queues in (broker name, queue id) order,
-    each cut by maxRecordsPerPartition. A non-empty range of a broker no longer in the route
-    raises `BrokerUnavailable`: its queues are waited for, never skipped."""
-    parts = []
+    """`QueueRange`s covering each queue's [start, end), each cut by maxRecordsPerPartition, taken
+    from the brokers in turn (broker-a's first, broker-b's first, broker-a's second, ...; each
+    broker's in queue id order): Spark starts a stage's tasks in partition order, so the tasks that
+    run at once read from different brokers rather than all from the first one. A non-empty range
+    of a broker no longer in the route raises `BrokerUnavailable`: its queues are waited for, never
+    skipped."""
+    per_broker: dict[str, list[QueueRange]] = {}
     for (broker_name, queue_id), (start, end) in sorted(ranges.items()):
         pieces = split_range(start, end, options.max_records_per_partition)
         if pieces and broker_name not in queues.addresses:
             raise BrokerUnavailable(f"broker {broker_name} of topic {options.topic!r} is not in its route")
-        parts += [QueueRange(queues.address(broker_name), options.topic, queue_id, low, high, options.filter,
-                             options.pull, options.credentials, options.tls, broker_name, options.endpoints)
-                  for low, high in pieces]
-    return parts
+        per_broker.setdefault(broker_name, []).extend(
+            QueueRange(queues.address(broker_name), options.topic, queue_id, low, high, options.filter, options.pull,
+                       options.credentials, options.tls, broker_name, options.endpoints) for low, high in pieces)
+    return [part for parts in itertools.zip_longest(*per_broker.values()) for part in parts if part is not None]
 
 
 def _offset_of(spec: OffsetSpec, queue: QueueKey, bounds: tuple[int, int], default: Bound) -> int:

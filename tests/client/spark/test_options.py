@@ -137,3 +137,17 @@ def test_access_key_and_secret_key_become_credentials_and_go_together() -> None:
         with pytest.raises(ValueError, match="accessKey and secretKey"):
             SinkOptions.parse(options)
     assert "s3cret" not in repr(source)
+
+
+def test_partitions_take_the_brokers_in_turn_so_concurrent_tasks_read_different_brokers() -> None:
+    from client.spark.queues import TopicQueues
+    from client.spark.reader import queue_ranges
+
+    options = SourceOptions.parse({**BASE, "maxRecordsPerPartition": "10"}, streaming=False)
+    queues = TopicQueues({"broker-a": "127.0.0.1:1", "broker-b": "127.0.0.1:2"},
+                         tuple((b, q) for b in ("broker-a", "broker-b") for q in range(3)))
+    ranges = {("broker-a", 0): (0, 20), ("broker-a", 1): (5, 5), ("broker-a", 2): (0, 3),
+              ("broker-b", 0): (0, 1), ("broker-b", 1): (0, 2), ("broker-b", 2): (0, 0)}
+    parts = [(p.broker_name, p.queue_id, p.start_offset, p.end_offset) for p in queue_ranges(options, queues, ranges)]
+    assert parts == [("broker-a", 0, 0, 10), ("broker-b", 0, 0, 1), ("broker-a", 0, 10, 20), ("broker-b", 1, 0, 2),
+                     ("broker-a", 2, 0, 3)]

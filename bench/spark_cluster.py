@@ -4,10 +4,10 @@
   spread over TWO brokers (500,000 each, 8 queues each: a topic created on a cluster, as mqadmin
   `updateTopic -c` creates it), on ONE broker with as many queues (16), and on one broker with 8
   queues, all through the name server, each read once to warm up and then interleaved `ROUNDS`
-  times; medians in rows/s. Target: the two-broker read at least as fast as the one-broker read
-  of the same queues (so of the same number of Spark tasks) in the same run. The 8-queue row is
-  reported beside it: Spark's cost per read task (~30 ms of a `local[2]` session's time here)
-  makes 16 tasks slower than 8 for the same rows, on one broker or two.
+  times; medians in rows/s. Target: the two-broker read at least as fast as both one-broker
+  reads of the same run: the one of as many queues (so as many Spark tasks) and the one of 8
+  queues (Spark's cost per read task, ~30 ms of a `local[2]` session's time here, makes 16 tasks
+  slower than 8 for the same rows).
 - `spark_sink_dedup`: `df.write.format("rocketq")` of 200,000 rows (128 B bodies, 2 partitions)
   to a topic on both brokers, whose `store.dedup_window_ms` is on, with the sink's `dedup` option
   on and off, interleaved; medians in rows/s and the brokers' CPU per row (µs, more stable than
@@ -142,8 +142,8 @@ async def spark_cluster_read(result: BenchResult, opts: Options) -> None:
             counts = [await asyncio.to_thread(_count, spark, cluster.namesrv, topic) for topic in topics]
     one_rate, two_rate, one_8_rate = (n / statistics.median(times[t]) for n, t in zip(sent, topics, strict=True))
     result.add("spark.cluster_read.1_broker", round(one_rate), "rows/s")
-    result.add("spark.cluster_read.2_brokers", round(two_rate), "rows/s", ("≥", round(one_rate)))
     result.add("spark.cluster_read.1_broker_8_queues", round(one_8_rate), "rows/s")
+    result.add("spark.cluster_read.2_brokers", round(two_rate), "rows/s", ("≥", round(max(one_rate, one_8_rate))))
     result.details["read"] = {"sent": sent, "counted": counts, "queues": [2 * QUEUES, 2 * QUEUES, QUEUES],
                               "elapsed_s": {t: [round(s, 2) for s in v] for t, v in times.items()}}
     if counts != sent:

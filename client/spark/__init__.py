@@ -43,6 +43,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from client.spark.active import activate
 from client.spark.arrow import ARROW_SCHEMA, SCHEMA, SCHEMA_DDL
 from client.spark.options import SinkOptions, SourceOptions
 from client.spark.reader import BatchReader
@@ -85,8 +86,6 @@ def register(spark: SparkSession, *, check: bool = True) -> None:
     or `client.spark.session.local_session`) when they cannot. `spark` becomes the calling thread's
     active session: Spark looks the source up there, so another thread calls
     `client.spark.session.activate(spark)` (or `register`) before it reads or writes."""
-    from client.spark.session import activate
-
     if check:
         check_workers(spark)
     spark.dataSource.register(RocketqDataSource)

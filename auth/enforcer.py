@@ -16,6 +16,11 @@ In order:
    request code with no entry in the map is refused**, so a code added to a server without an
    entry is closed, not open. Refusal remark: `User:<name> has no permission to <Action> on
    <Resource> (request code <n>)`, with `Sub or Get` when any of several actions would do.
+   Each connection remembers what it was allowed (`Peer`): the requirement pairs, and for a code
+   whose builder decides from a few fields alone (`auth.requirements.keyed`) the (user, code,
+   values) whole, so a producer's next send to the same topic skips the builder and the ACL;
+   both are dropped when users or ACLs change (the store's `generation`). With an audit log on,
+   every request is decided in full (the log names each one's resources).
 
 Refusals raise `protocol.errors.NoPermission` (NO_PERMISSION, 16). Passwords and keys never reach
 a remark, a log line or the audit log (the audit log has the claimed user name and the reason)."""
@@ -29,7 +34,7 @@ from auth.audit import AuditLog
 from auth.authenticate import AuthenticationFailed, Authenticator
 from auth.model import AclEntry, User, authorize
 from auth.ratelimit import FailureLimiter
-from auth.requirements import CodeMap, Requirement, ResourceUnknown, describe
+from auth.requirements import KEY_FIELDS, CodeMap, Requirement, ResourceUnknown, describe
 from auth.store import AuthStore
 from conf.auth import AuthConfig
 from protocol.command import RemotingCommand
@@ -40,19 +45,21 @@ IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _MAX_NAME_IN_REMARK = 64
 
 
-_MAX_CACHED = 1_024        # allowed (user, requirement) pairs remembered per connection
+_MAX_CACHED = 1_024        # allowed (user, requirement) pairs, and (user, code, values) keys, per connection
 
 
 class Peer:
     """What the enforcer keeps per connection: the peer's IP as text (`ip`) and parsed (`address`,
-    None when it is not an IP, e.g. an in-process transport), parsed once, not per request; and the
-    (user, requirement) pairs already allowed from it (`allowed`, at most 1,024), valid while the
-    store's `generation` is the one they were decided at."""
+    None when it is not an IP, e.g. an in-process transport), parsed once, not per request; the
+    (user, requirement) pairs already allowed from it (`allowed`, at most 1,024) and the requests
+    allowed whole (`allowed_keys`: (user, code, the values of the code's `KEY_FIELDS`), at most
+    1,024), both valid while the store's `generation` is the one they were decided at."""
 
-    __slots__ = ("address", "allowed", "generation", "ip")
+    __slots__ = ("address", "allowed", "allowed_keys", "generation", "ip")
 
     def __init__(self, remote_address: str) -> None:
         self.allowed: set[tuple[str, Requirement]] = set()
+        self.allowed_keys: set[tuple[object, ...]] = set()
         self.generation = -1
         host = remote_address.rpartition(":")[0] if ":" in remote_address else remote_address
         self.ip = host.strip("[]")
@@ -97,6 +104,9 @@ class Enforcer:
         self.authenticator = Authenticator(store.user, config.max_clock_skew_ms, config.max_nonces)
         self.limiter = FailureLimiter(config.max_failures_per_address, config.failure_window_ms)
         self._code_map = code_map
+        # code -> its builder's key fields (`auth.requirements.keyed`): a request whose (user, code,
+        # values) was allowed from a connection is allowed again without the builder or the ACL
+        self._key_fields = {code: KEY_FIELDS[builder] for code, builder in code_map.items() if builder in KEY_FIELDS}
         self._clock_ms = clock_ms
         self.audit = audit
 
@@ -104,8 +114,8 @@ class Enforcer:
         if not self.enabled:
             return None
         now_ms = self._clock_ms()
-        retry_after_ms = self.limiter.retry_after_ms(peer.ip, now_ms)
-        if retry_after_ms:
+        limiter = self.limiter
+        if limiter.windows and (retry_after_ms := limiter.retry_after_ms(peer.ip, now_ms)):
             self._record(now_ms, peer, request.fields.get(ACCESS_KEY), request.code, "-", "-", "deny", "rate limited")
             raise NoPermission(f"too many authentication failures from {peer.ip}; retry after {retry_after_ms} ms")
         try:
@@ -148,6 +158,17 @@ class Enforcer:
 
     def _authorize(self, request: RemotingCommand, peer: Peer, user: User, now_ms: int) -> None:
         code = request.code
+        store = self.store
+        names = self._key_fields.get(code)
+        key: tuple[object, ...] | None = None
+        if names is not None and self.audit is None:    # (an audit log records each request's resources)
+            key = (user.username, code, *map(request.fields.get, names))
+            if peer.generation == store.generation:
+                try:
+                    if key in peer.allowed_keys:
+                        return
+                except TypeError:       # a field's value is not hashable: not a name, the builder refuses it
+                    key = None
         builder = self._code_map.get(code)
         if builder is None:
             self._record(now_ms, peer, user.username, code, "-", "-", "deny", "request code not in the code map")
@@ -158,9 +179,10 @@ class Enforcer:
         except ResourceUnknown as exc:
             self._record(now_ms, peer, user.username, code, "-", "-", "deny", str(exc))
             raise NoPermission(f"User:{user.username} has no permission to use request code {code}: {exc}") from None
-        store, username, allowed = self.store, user.username, peer.allowed
+        username, allowed = user.username, peer.allowed
         if peer.generation != store.generation:      # users or ACLs changed: decide again
             allowed.clear()
+            peer.allowed_keys.clear()
             peer.generation = store.generation
         for requirement in required:
             if (username, requirement) in allowed:
@@ -171,6 +193,8 @@ class Enforcer:
                 self._deny(now_ms, peer, user, code, requirement, why)
             if len(allowed) < _MAX_CACHED:
                 allowed.add((username, requirement))
+        if key is not None and len(peer.allowed_keys) < _MAX_CACHED:
+            peer.allowed_keys.add(key)
         if self.audit is not None:
             self._record(now_ms, peer, user.username, code, ",".join(describe(k, n) for k, n, _ in required) or "-",
                          ",".join("|".join(a) for _, _, a in required) or "-", "allow", "acl")

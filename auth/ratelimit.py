@@ -17,14 +17,14 @@ class FailureLimiter:
         if max_failures < 1 or window_ms < 1 or max_addresses < 1:
             raise ValueError("max_failures, window_ms and max_addresses must be positive")
         self.max_failures, self.window_ms, self.max_addresses = max_failures, window_ms, max_addresses
-        self._windows: dict[str, tuple[int, int]] = {}     # address -> (window start ms, failures), oldest first
+        self.windows: dict[str, tuple[int, int]] = {}     # address -> (window start ms, failures), oldest first
 
     def __len__(self) -> int:
-        return len(self._windows)
+        return len(self.windows)
 
     def retry_after_ms(self, address: str, now_ms: int) -> int:
         """0 when `address` may be checked; else the ms until its window ends."""
-        windows = self._windows
+        windows = self.windows
         if not windows:
             return 0
         window = windows.get(address)
@@ -38,7 +38,7 @@ class FailureLimiter:
 
     def failed(self, address: str, now_ms: int) -> None:
         """Count one failure of `address` at `now_ms`."""
-        windows = self._windows
+        windows = self.windows
         window = windows.pop(address, None)
         if window is None or now_ms - window[0] >= self.window_ms:
             window = (now_ms, 0)

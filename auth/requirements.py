@@ -7,7 +7,12 @@ name; "" for the cluster) and the actions of which ANY one suffices, as RocketMQ
 `PolicyEntry.isMatchAction` (GET_ROUTEINFO_BY_TOPIC needs Pub, Sub or Get on the topic). A
 `RequirementBuilder` reads them from a request's ext fields (or its body) without parsing the
 whole header, and raises `ResourceUnknown` when a field naming a resource is missing or not a
-string: such a request is refused, since what it touches cannot be told."""
+string: such a request is refused, since what it touches cannot be told.
+
+A builder whose requirements follow from a few string fields alone is registered with them
+(`keyed`, `KEY_FIELDS`): the enforcer then remembers, per connection, the (user, code, values)
+it allowed, and skips the builder and the ACL for the next request with the same values (a
+producer's sends to one topic are decided once)."""
 
 from __future__ import annotations
 
@@ -25,6 +30,17 @@ PUB, SUB, GET, LIST = ("Pub",), ("Sub",), ("Get",), ("List",)
 CREATE, UPDATE, DELETE = ("Create",), ("Update",), ("Delete",)
 SUB_OR_GET = ("Sub", "Get")
 EVERY = "*"              # the name of "every topic" / "every group" (listing them): `Topic:*` covers it
+
+
+# builder -> the ext fields whose values alone decide its requirements (see `keyed`)
+KEY_FIELDS: dict[RequirementBuilder, tuple[str, ...]] = {}
+
+
+def keyed(builder: RequirementBuilder, *names: str) -> RequirementBuilder:
+    """Register `builder` as deciding from the ext fields `names` alone (none: always the same
+    requirements) and return it: equal values of those fields must give equal requirements."""
+    KEY_FIELDS[builder] = names
+    return builder
 
 
 class ResourceUnknown(ValueError):
@@ -67,14 +83,14 @@ def on_topic(actions: tuple[str, ...], name: str = "topic") -> RequirementBuilde
     """A builder: `actions` on the topic of field `name` (retry topic: the same actions on its group)."""
     def build(request: RemotingCommand) -> list[Requirement]:
         return topic_for(field(request, name), actions, actions)
-    return build
+    return keyed(build, name)
 
 
 def on_group(actions: tuple[str, ...], name: str = "consumer_group") -> RequirementBuilder:
     """A builder: `actions` on the group of field `name`."""
     def build(request: RemotingCommand) -> list[Requirement]:
         return [("Group", field(request, name), actions)]
-    return build
+    return keyed(build, name)
 
 
 def on_group_and_topic(actions: tuple[str, ...], group_field: str = "consumer_group", topic_field: str = "topic",
@@ -87,7 +103,7 @@ def on_group_and_topic(actions: tuple[str, ...], group_field: str = "consumer_gr
         if topic is not None:
             required += topic_for(topic, actions, None)
         return required
-    return build
+    return keyed(build, group_field, topic_field)
 
 
 def fixed(*required: Requirement) -> RequirementBuilder:
@@ -96,12 +112,15 @@ def fixed(*required: Requirement) -> RequirementBuilder:
 
     def build(request: RemotingCommand) -> list[Requirement]:
         return answer
-    return build
+    return keyed(build)
 
 
 def route_query(request: RemotingCommand) -> list[Requirement]:
     """GET_ROUTEINFO_BY_TOPIC: Pub, Sub or Get on the topic; for `%RETRY%g`, Sub or Get on Group g."""
     return topic_for(field(request, "topic"), ("Pub", "Sub", "Get"), SUB_OR_GET)
+
+
+keyed(route_query, "topic")
 
 
 # AUTH_* (RocketMQ: Cluster Update to change users and ACLs, Cluster Get to read them).

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from auth.model import AclEntry, AuthModelError, User, check_username
@@ -32,6 +32,9 @@ class AuthStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._users: dict[str, User] = {}
+        # `user(name)` → the User or None: the dict's own `get` (C), not a method around it: the
+        # enforcer looks a user up on every signed request (`_users` is only ever changed in place).
+        self.user: Callable[[str], User | None] = self._users.get
         self._acls: dict[str, tuple[AclEntry, ...]] = {}
         self._lock = threading.Lock()
         self.generation = 0         # +1 on every change (callers drop what they derived from the old state)
@@ -60,9 +63,6 @@ class AuthStore:
         write_bytes_atomic(self.path, json.dumps(data, indent=1).encode(), FILE_MODE)
 
     # users
-    def user(self, username: str) -> User | None:
-        return self._users.get(username)
-
     def users(self, name_filter: str = "") -> list[User]:
         """Users whose name contains `name_filter`, by name."""
         return sorted((u for u in self._users.values() if name_filter in u.username), key=lambda u: u.username)

@@ -109,6 +109,61 @@ mp_dict_put(PyObject *dict, PyObject *key, PyObject *value)
     return failed;
 }
 
+/* The str map keys seen last, by their bytes: a header's dozen keys (and a message's property
+ * names) recur in every frame, and decoding and interning each cost ~400 instructions, a lookup
+ * here ~60. Direct-mapped, MP_KEY_SLOTS slots, each an interned str (a reference) and its UTF-8 bytes;
+ * keys of 1..MP_KEY_MAX bytes written as fixstr. Only touched with the GIL held (every caller
+ * makes Python objects). One cache per C module including this header. */
+#define MP_KEY_SLOTS 256
+#define MP_KEY_MAX 31
+typedef struct {
+    PyObject *str;
+    unsigned char length;
+    unsigned char bytes[MP_KEY_MAX];
+} mp_key_slot;
+static mp_key_slot mp_key_cache[MP_KEY_SLOTS];
+
+static inline mp_key_slot *
+mp_key_slot_of(const unsigned char *b, Py_ssize_t n)
+{
+    uint32_t hash = 2166136261u;                    /* FNV-1a */
+    for (Py_ssize_t i = 0; i < n; i++)
+        hash = (hash ^ b[i]) * 16777619u;
+    return &mp_key_cache[(hash ^ (hash >> 16)) & (MP_KEY_SLOTS - 1)];
+}
+
+/* An interned str map key (a new reference), MP_FALLBACK or NULL as mp_read. */
+static inline PyObject *
+mp_key(mp_reader *r, int depth)
+{
+    if (r->p < r->end && *r->p >= 0xA1 && *r->p <= 0xA0 + MP_KEY_MAX) {
+        Py_ssize_t n = *r->p & 0x1F;
+        if (r->end - r->p > n) {
+            const unsigned char *b = r->p + 1;
+            mp_key_slot *slot = mp_key_slot_of(b, n);
+            if (slot->str != NULL && slot->length == n && memcmp(slot->bytes, b, (size_t)n) == 0) {
+                r->p += 1 + n;
+                Py_INCREF(slot->str);
+                return slot->str;
+            }
+            r->p += 1;
+            PyObject *key = mp_str(r, n);
+            if (key == NULL || key == MP_FALLBACK)
+                return key;
+            PyUnicode_InternInPlace(&key);
+            Py_INCREF(key);
+            Py_XSETREF(slot->str, key);
+            slot->length = (unsigned char)n;
+            memcpy(slot->bytes, b, (size_t)n);
+            return key;
+        }
+    }
+    PyObject *key = mp_read(r, depth + 1);
+    if (key != NULL && key != MP_FALLBACK && PyUnicode_CheckExact(key))
+        PyUnicode_InternInPlace(&key);
+    return key;
+}
+
 static inline PyObject *
 mp_map(mp_reader *r, Py_ssize_t n, int depth)
 {
@@ -118,15 +173,13 @@ mp_map(mp_reader *r, Py_ssize_t n, int depth)
     if (dict == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *key = mp_read(r, depth + 1);
+        PyObject *key = mp_key(r, depth);
         if (key == NULL || key == MP_FALLBACK) {
             Py_DECREF(dict);
             return key;
         }
-        if (PyUnicode_CheckExact(key)) {
-            PyUnicode_InternInPlace(&key);
-        } else if (!PyLong_CheckExact(key) && !PyBytes_CheckExact(key) && key != Py_None && !PyBool_Check(key)
-                   && !PyFloat_CheckExact(key)) {
+        if (!PyUnicode_CheckExact(key) && !PyLong_CheckExact(key) && !PyBytes_CheckExact(key) && key != Py_None
+                && !PyBool_Check(key) && !PyFloat_CheckExact(key)) {
             Py_DECREF(key);          /* a list or dict key: msgpack's own TypeError */
             Py_DECREF(dict);
             return MP_FALLBACK;

@@ -58,6 +58,7 @@ from auth.requirements import (
     ResourceUnknown,
     field,
     fixed,
+    keyed,
     on_group,
     on_group_and_topic,
     on_topic,
@@ -91,6 +92,9 @@ def _subscribed(group: str, topics: Iterable[str]) -> list[Requirement]:
 def send(request: RemotingCommand) -> list[Requirement]:
     """Pub on the topic; a retry topic `%RETRY%g`: Sub on Group g."""
     return topic_for(field(request, "topic"), PUB, SUB)
+
+
+keyed(send, "topic")
 
 
 def end_transaction_batch(request: RemotingCommand) -> list[Requirement]:

@@ -86,6 +86,26 @@ def test_a_request_that_names_no_resource_is_refused(tmp_path: Path) -> None:
         enforcer.check(pull(clock, topic=7), PEER)
 
 
+def test_a_connection_remembers_what_it_was_allowed_by_value_until_users_or_acls_change(tmp_path: Path) -> None:
+    """The per-connection memo of allowed (user, code, group, topic): another topic is decided on
+    its own, a changed ACL is applied to the next request, a field that cannot be a key is refused
+    as naming no resource."""
+    clock = ManualClock()
+    enforcer = make(tmp_path, clock, entries=(entry("Topic:t", "Sub"), entry("Group:g", "Sub")))
+    peer = Peer("127.0.0.1:50001")
+    for _ in range(2):
+        assert enforcer.check(pull(clock), peer) is not None
+    assert peer.allowed_keys == {("alice", 11, "g", "t")}
+    with pytest.raises(NoPermission, match=r"no permission to Sub on Topic:u \(request code 11\)"):
+        enforcer.check(pull(clock, topic="u"), peer)
+    with pytest.raises(NoPermission, match="field 'topic' names no resource"):
+        enforcer.check(pull(clock, topic=["t"]), peer)
+    enforcer.store.put_acl("alice", (entry("Topic:t", "Sub", decision="Deny"), entry("Group:g", "Sub")), create=False)
+    with pytest.raises(NoPermission, match=r"no permission to Sub on Topic:t \(request code 11\)"):
+        enforcer.check(pull(clock), peer)
+    assert peer.allowed_keys == set()
+
+
 def test_a_deny_matching_any_of_the_actions_wins() -> None:
     user = User(username="u", signing_key=bytes(32))
     entries = [entry("Topic:t", "Get"), entry("Topic:t", "Sub", decision="Deny")]

@@ -157,6 +157,34 @@ def test_c_agrees_with_python_on_random_and_mutated_frames(noise: bytes, cmd: Re
         assert_same_frames(buf)
 
 
+# Map keys for the C decoder's key cache (256 slots by the bytes' hash): more than it holds, so
+# slots are shared and replaced; keys of equal length that differ in one byte; non-ASCII keys;
+# the longest cached length (31 bytes) and one past it.
+_CACHE_KEYS = ([f"k{i}" for i in range(600)] + [f"topic{c}" for c in "abcdefgh"] + ["é", "ключ", "键" * 10]
+               + ["x" * 31, "x" * 30 + "y", "x" * 32])
+_SMALL_VALUES = st.one_of(st.text(max_size=4), st.integers(-2**63, 2**63 - 1))
+
+
+@needs_c
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from(_CACHE_KEYS), _SMALL_VALUES), max_size=40), min_size=1, max_size=12),
+       st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3))
+def test_c_decodes_recurring_map_keys_as_python_does(maps: list[list[tuple[str, Any]]],
+                                                      flips: list[tuple[int, int]]) -> None:
+    """Frames in a row whose ext keys recur, share cache slots and are replaced (and some bytes
+    flipped: a key's bytes changed after it was cached) decode as Python decodes them, every str
+    key interned."""
+    wire = bytearray(b"".join(test_frame.frame(packed({"code": 10, "opaque": i, "flag": 0, "ext": dict(m)}))
+                              for i, m in enumerate(maps)))
+    assert_same_frames(bytes(wire))
+    cmds, _ = speedups.decode_frames(bytes(wire), 1 << 20)
+    assert [list(c.fields) for c in cmds] == [list(dict(m)) for m in maps]
+    assert all(sys.intern(key) is key for c in cmds for key in c.fields)
+    for position, value in flips:
+        wire[position % len(wire)] = value
+    assert_same_frames(bytes(wire))
+
+
 def _usual(cmd: RemotingCommand, max_body_bytes: int) -> bool:
     """What the C encoder takes: 64-bit int fields (IntEnums too), a body of buffers within the limit."""
     ints = (cmd.code, cmd.opaque, cmd.flag, cmd.version)

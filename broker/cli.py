@@ -214,6 +214,17 @@ def tune_garbage_collector() -> None:
     gc.freeze()
 
 
+def tune_thread_switching() -> None:
+    """A Python thread that wants the GIL waits up to the switch interval (5 ms by default) while
+    another runs Python; a send that crosses the loop's GIL several times while a /metrics render
+    (2.3 MB, ~250 ms in its thread) holds it waited 17-42 ms. With 1 ms: 8-12 ms
+    (tests/broker/test_metrics_bounds.py's probe, p99 and max of 70-300 sends, 3 runs each). The
+    broker's other threads run C that releases the GIL (fsync, disk writes) or brief jobs: single
+    sends (`python -m bench --only send_one`) 22,174 / 41,386 msg/s SYNC / ASYNC_FLUSH after, 20,080
+    / 38,719 before, the same hour (this machine's noise is ±10 %)."""
+    sys.setswitchinterval(0.001)
+
+
 def run_broker(config: BrokerConfig, loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> int:
     """Configure logging, import the broker (lazily, so `--help` never needs it) and `serve` it."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
@@ -221,6 +232,7 @@ def run_broker(config: BrokerConfig, loop_factory: Callable[[], asyncio.Abstract
 
     factory: BrokerFactory = Broker
     tune_garbage_collector()
+    tune_thread_switching()
     warn_if_idle_halts()
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(serve(config, factory))

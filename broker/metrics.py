@@ -152,7 +152,8 @@ class BrokerMetrics(MetricsEndpoint):
         self._fsync_child.observe(seconds)
 
     def on_stored(self, topic: str, count: int, size_bytes: int) -> None:
-        row = self.messages_in.row((topic,))
+        key = (topic,)
+        row = self.messages_in.rows.get(key) or self.messages_in.row(key)     # (`row`'s hit, inline: per send)
         row[0] += count
         row[1] += size_bytes
         self.put_total += count

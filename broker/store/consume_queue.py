@@ -76,7 +76,7 @@ class ConsumeQueue:
     Raises `ValueError` at creation for a topic name that fails `is_valid_topic_name` or a negative
     queue_id, so no path is built from an unchecked name."""
 
-    __slots__ = ("_allocated_units", "_flushed_bytes", "_segments", "max_commit_log_end", "max_offset",
+    __slots__ = ("_flushed_bytes", "_segments", "allocated_units", "max_commit_log_end", "max_offset",
                  "min_offset", "queue_id", "topic", "units_per_segment")
 
     def __init__(self, root: Path, topic: str, queue_id: int, units_per_segment: int) -> None:
@@ -88,23 +88,24 @@ class ConsumeQueue:
         self._segments = MappedSegments(root / topic / str(queue_id), units_per_segment * UNIT_BYTES)
         self.min_offset = self.max_offset = self.max_commit_log_end = 0
         self._flushed_bytes = 0
-        self._allocated_units = 0          # units [.., this) of the queue's last file have blocks
+        self.allocated_units = 0           # units [.., this) of the queue's last file have blocks
+        # (read by the store's one-message put, which calls `reserve` only past it)
 
     def reserve(self, queue_offset: int, count: int = 1) -> None:
         """Give units [queue_offset, queue_offset + count) disk blocks now (creating their files),
         so writing them later cannot fault; raises `OSError` (ENOSPC, EIO), having written
         nothing. O(1) while they are within what the last call reserved."""
         end = queue_offset + count
-        if end <= self._allocated_units:
+        if end <= self.allocated_units:
             return
         segments, per_file = self._segments, self.units_per_segment
-        start = max(queue_offset, self._allocated_units)
+        start = max(queue_offset, self.allocated_units)
         while start < end:
             file_start = start - start % per_file
             file_end = min(end, file_start + per_file)
             segment = segments.get_or_create(file_start * UNIT_BYTES)
             segment.allocate_through((file_end - file_start) * UNIT_BYTES)
-            self._allocated_units = file_start + segment.allocated // UNIT_BYTES
+            self.allocated_units = file_start + segment.allocated // UNIT_BYTES
             start = file_end
 
     def load(self) -> None:
@@ -230,7 +231,7 @@ class ConsumeQueue:
         log.info("consume queue %s:%d: truncated from queue offset %d to %d",
                  self.topic, self.queue_id, self.max_offset, new_max)
         self._segments.truncate(new_max * UNIT_BYTES, written_end=self.max_offset * UNIT_BYTES)
-        self._allocated_units = 0              # later files are gone: reserve again
+        self.allocated_units = 0              # later files are gone: reserve again
         self.max_offset = new_max
         self.min_offset = min(self.min_offset, new_max)
         self._flushed_bytes = min(self._flushed_bytes, new_max * UNIT_BYTES)

@@ -112,7 +112,8 @@ class ReputService(Service):
                             properties)])
             return
         try:
-            queue = self._consume_queues.get_or_create(topic, queue_id)
+            queue = self._consume_queues.queues.get((topic, queue_id)) or self._consume_queues.get_or_create(
+                topic, queue_id)
             appended = queue.append(commit_log_offset, size, tags_code, queue_offset)
         except Exception:      # as `_dispatch_logged`: keep it for the next pass
             log.exception("reput: dispatch failed at %d; will retry", commit_log_offset)
@@ -125,7 +126,10 @@ class ReputService(Service):
         if self.key_index is not None:
             self.key_index.add(topic, properties, commit_log_offset, stored_at_ms)
         if self.listener is not None:
-            _notify(self.listener, topic, queue_id, queue_offset + 1, tags_code, properties)
+            try:                # (`_notify`, inline: once per single send)
+                self.listener(topic, queue_id, queue_offset + 1, tags_code, properties)
+            except Exception:
+                log.exception("reput: arrival listener failed for %s:%d", topic, queue_id)
 
     def hand_off_run(self, topic: str, queue_id: int, queue_offset: int, units: list[tuple[int, int, int]],
                      stored_at_ms: int, properties: list[dict[str, str]]) -> None:

@@ -104,9 +104,10 @@ class StoreWrites:
         `DELAY` property (the broker's usual one-at-a-time send, whose topic, queue and group passed
         these checks under the current topic configs). Only the store's own state is checked
         (running, the disk guard's refusal): the statuses and record bytes are `put_message`'s."""
-        refused = self._not_writable()
-        if refused is not None:
-            return refused
+        if not self._running or self.read_only or self._rebuilding or self.disk_guard.refusal:   # (`write_refusal`)
+            refused = self._not_writable()
+            if refused is not None:
+                return refused
         return self._put_one(topic, queue_id, (properties, flag, body), born_timestamp, born_host, reconsume_times,
                              sys_flag)
 
@@ -279,9 +280,11 @@ class StoreWrites:
         key = (topic, queue_id)
         queue_offset = self._topic_queue_table.get(key, 0)
         store_timestamp = self._clock_ms()
-        refused = self._reserve_unit(topic, queue_id, queue_offset, 1)
-        if refused is not None:
-            return refused
+        queue = self._consume_queues.queues.get(key)
+        if queue is None or queue_offset >= queue.allocated_units:      # (`reserve`'s test, inline)
+            refused = self._reserve_unit(topic, queue_id, queue_offset, 1)
+            if refused is not None:
+                return refused
         written = self._append(commit_log.append_record, (topic, queue_id, sys_flag, born_timestamp, born_host,
                                store_timestamp, self._store_host, reconsume_times), queue_offset, message)
         if isinstance(written, PutMessageResult):

@@ -104,10 +104,9 @@ class StoreWrites:
         `DELAY` property (the broker's usual one-at-a-time send, whose topic, queue and group passed
         these checks under the current topic configs). Only the store's own state is checked
         (running, the disk guard's refusal): the statuses and record bytes are `put_message`'s."""
-        if not self._running or self.read_only or self._rebuilding or self.disk_guard.refusal:   # (`write_refusal`)
-            refused = self._not_writable()
-            if refused is not None:
-                return refused
+        refusal = self.write_refusal        # (`_not_writable` without its frame: once per single send)
+        if refusal is not None:
+            return self._refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, refusal)
         return self._put_one(topic, queue_id, (properties, flag, body), born_timestamp, born_host, reconsume_times,
                              sys_flag)
 

@@ -18,6 +18,9 @@ thread's CPU (`time.thread_time`).
   wake latency, broker side): the CPU of the SEND's handling, which reads and writes the woken
   pull's response before the send's own; `--idle-us` as for `send`. The difference from `send`
   is what waking one pull costs.
+- `consume`: `--count` rounds of a pull that commits the queue offset the last one reached
+  (COMMIT_OFFSET), held at the end of the queue, then a SEND that wakes it: what one message costs
+  end to end when each pull finds one (`trace_cost`'s e2e row, `--trace on|off`).
 - `wake-all`: 10,000 held pulls (10 on each of 1,000 queues, over 100 connections) woken by 1,000
   sends fed in reads of 16, as `make bench-peers`' blocked readers; the CPU of the wake phase.
 
@@ -31,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
+import operator
 import statistics
 import sys
 import time
@@ -52,7 +57,7 @@ from bench.inproc_harness import (
 )
 from conf.broker import BrokerConfig
 from conf.store import StoreConfig
-from protocol.codes import RequestCode
+from protocol.codes import PullSysFlag, RequestCode
 from protocol.command import RemotingCommand
 from protocol.frame import encode_frame_bytes
 from protocol.headers import ConsumerSendMsgBackRequestHeader
@@ -163,6 +168,57 @@ async def bench_wake_one(args: argparse.Namespace) -> None:
     await with_broker(body, args)
 
 
+async def bench_consume(args: argparse.Namespace) -> None:
+    async def body(inproc: InProcess) -> None:
+        await inproc.durable_topic("inproc_consume", 1)
+        puller, pulled = inproc.connect()
+        sender, _ = inproc.connect()
+        hold = inproc.broker.hold_service
+        assert hold is not None
+        idle_s, opaque, queue_offset = args.idle_us / 1e6, 0, 0
+
+        def round_trip(measure: bool) -> float:
+            """A pull committing what the last one returned, held at the end of the queue; a SEND
+            that wakes it: the CPU of both reads."""
+            nonlocal opaque, queue_offset
+            opaque += 2
+            header = pull_header("inproc_consume", 0, queue_offset, suspend_timeout_ms=60_000)
+            header = dataclasses.replace(header, sys_flag=header.sys_flag | int(PullSysFlag.COMMIT_OFFSET),
+                                         commit_offset=queue_offset)
+            pull = encode_frame_bytes(RemotingCommand(int(RequestCode.PULL_MESSAGE), opaque=opaque,
+                                                      fields=header.to_fields()))
+            frame, writes = send_frame("inproc_consume", 0, opaque + 1), pulled.writes
+            if measure and idle_s:
+                time.sleep(idle_s)
+            started = time.thread_time()
+            operator.call(puller.data_received, pull)         # (the reads `bench.instructions` counts)
+            if hold.held_count != 1:
+                raise RuntimeError(f"{hold.held_count} pulls held, not 1")
+            operator.call(sender.data_received, frame)
+            cpu = time.thread_time() - started
+            if hold.held_count or pulled.writes == writes:
+                raise RuntimeError("the SEND did not answer the held pull in its own handling")
+            queue_offset += 1
+            return cpu
+
+        for _ in range(1_000):                          # warm-up
+            round_trip(False)
+            await asyncio.sleep(0)
+        await _trace_write_us(inproc, 1)                # (the warm-up's)
+        for round_index in range(args.rounds):
+            gc.collect()
+            cpu = 0.0
+            with profiled(args.profile and round_index == args.rounds - 1):
+                for _ in range(args.count):
+                    cpu += round_trip(True)
+                    await asyncio.sleep(0)              # the loop's callbacks (flushes) between round trips
+            print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per message consumed "
+                  f"(a committing pull held, a SEND waking it)"
+                  f"{await _trace_write_us(inproc, args.count)}")
+
+    await with_broker(body, args)
+
+
 async def bench_wake_all(args: argparse.Namespace) -> None:
     queues, per_queue, connections, per_read = 1_000, 10, 100, 16
     pulls_each = queues * per_queue // connections
@@ -247,7 +303,8 @@ async def bench_send_back(args: argparse.Namespace) -> None:
     await with_broker(body, args)
 
 
-WORKLOADS = {"send": bench_send, "batch": bench_batch, "wake-one": bench_wake_one, "wake-all": bench_wake_all,
+WORKLOADS = {"send": bench_send, "consume": bench_consume, "batch": bench_batch,
+             "wake-one": bench_wake_one, "wake-all": bench_wake_all,
              "send-back": bench_send_back}
 
 

@@ -26,7 +26,14 @@ time:
   one record per batch, nothing per message (a batched message is found through the store's key
   index at query time; its own properties are in the store);
 - BACK: CONSUMER_SEND_MSG_BACK stored a retry (or DLQ) copy; DLQ: POP sent an unacked one to the DLQ;
-- PULLED: a pull returned [from, next) of a queue; COMMITTED: a group's offset moved old -> new;
+- PULLED_SET: the pulls of one client and consumer group from one queue since the last write, as a
+  queue record: each pull's [from, next) queue offsets, the messages it returned (fewer: a filter
+  skipped some) and its time, four items a pull in one flat list ([PULLED_SET, time, topic,
+  queue_id, [from, next, count, time, from, next, ...], group, client]). A PULLED record per pull
+  (what older trace files hold: [PULLED, time, topic, queue_id, from, next, group, client, count])
+  cost ~1.2 µs to write against ~0.1 here: a consumer pulling one message at a time paid it per
+  message;
+- COMMITTED: a group's offset moved old -> new;
 - POPPED, ACKED, CHANGED, REVIVED: POP hand-outs, acks, invisible-time changes and revivals;
 - HALF: a transactional SEND_MESSAGE stored a half message (a message record; its place is the
   half queue's offset); HALF_BATCH: the halves of a transactional SEND_BATCH_MESSAGE, as a queue
@@ -60,7 +67,7 @@ from protocol.trace import (
     HALF_BATCH,
     NOTED,
     POPPED,
-    PULLED,
+    PULLED_SET,
     REVIVED,
     SENT,
     SENT_BATCH,
@@ -79,14 +86,15 @@ class TraceRecorder:
         self._queue: deque[tuple[Any, ...]] = deque()
         self._commits: dict[tuple[str, str, int], list[Any]] = {}     # (group, topic, queue_id) -> its COMMITTED
         self._sent_sets: dict[tuple[str, int, str, str], list[int]] = {}  # (topic, queue_id, group, client) -> offsets
-        self._sent_in_sets = 0      # queue offsets in `_sent_sets` (counted against `max_events`)
+        self._pulled_sets: dict[tuple[str, int, str, str], list[Any]] = {}   # the same key -> pulls
+        self._in_sets = 0           # sends and pulls in `_sent_sets` and `_pulled_sets` (counted against `max_events`)
         self._max = max_events
         self.dropped = 0            # events not recorded: the queue was full
         self.recorded = 0           # events drained into records (a SENT_SET's sends counted each)
 
     @property
     def waiting(self) -> int:
-        return len(self._queue) + self._sent_in_sets
+        return len(self._queue) + self._in_sets
 
     def _add(self, event: tuple[Any, ...]) -> None:
         queue = self._queue
@@ -111,10 +119,10 @@ class TraceRecorder:
 
     def sent_usual(self, client_addr: str, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
         """SEND_MESSAGE's fast path stored one message at `queue_offset` (a SENT_SET record's offset)."""
-        if len(self._queue) + self._sent_in_sets >= self._max:
+        if len(self._queue) + self._in_sets >= self._max:
             self.dropped += 1
             return
-        self._sent_in_sets += 1
+        self._in_sets += 1
         key = (topic, queue_id, group, client_addr)
         offsets = self._sent_sets.get(key)
         if offsets is None:
@@ -143,13 +151,18 @@ class TraceRecorder:
 
     def pulled(self, channel: Channel, group: str, topic: str, queue_id: int, from_offset: int,
                next_offset: int, count: int) -> None:
-        """A pull returned `count` messages of [from_offset, next_offset) (fewer: a filter skipped some)."""
-        queue = self._queue
-        if len(queue) < self._max:
-            queue.append((PULLED, time(), topic, queue_id, from_offset, next_offset, group, channel.remote_address,
-                          count))
-        else:
+        """A pull returned `count` messages of [from_offset, next_offset) (fewer: a filter skipped some):
+        four items of a PULLED_SET record."""
+        if len(self._queue) + self._in_sets >= self._max:
             self.dropped += 1
+            return
+        self._in_sets += 1
+        key = (topic, queue_id, group, channel.remote_address)
+        pulls = self._pulled_sets.get(key)
+        if pulls is None:
+            self._pulled_sets[key] = [from_offset, next_offset, count, time()]
+        else:
+            pulls += (from_offset, next_offset, count, time())
 
     def committed(self, client_addr: str, group: str, topic: str, queue_id: int, old_offset: int | None,
                   new_offset: int) -> None:
@@ -218,12 +231,18 @@ class TraceRecorder:
         queue is empty after."""
         queue, self._queue = self._queue, deque()
         records: list[Any] = list(queue)
-        self.recorded += len(records) + self._sent_in_sets + len(self._commits)
+        self.recorded += len(records) + self._in_sets + len(self._commits)
+        self._in_sets = 0
         if self._sent_sets:
             now = time()
             records += [(SENT_SET, now, topic, queue_id, offsets, group, client)
                         for (topic, queue_id, group, client), offsets in self._sent_sets.items()]
-            self._sent_sets, self._sent_in_sets = {}, 0
+            self._sent_sets = {}
+        if self._pulled_sets:
+            now = time()
+            records += [(PULLED_SET, now, topic, queue_id, pulls, group, client)
+                        for (topic, queue_id, group, client), pulls in self._pulled_sets.items()]
+            self._pulled_sets = {}
         if self._commits:
             records += self._commits.values()
             self._commits = {}

@@ -33,6 +33,7 @@ from protocol.trace import (
     HALF_BATCH,
     POPPED,
     PULLED,
+    PULLED_SET,
     REVIVED,
     SENT,
     SENT_BATCH,
@@ -223,6 +224,12 @@ class Resolver:
             self._add("stored", fields[F_STORE_TIMESTAMP] * 1000, **place,
                       detail=f"commit-log offset {fields[F_COMMIT_LOG_OFFSET]}")
 
+    def _delivered(self, at_us: int, place: dict[str, Any], group: str, addr: str, from_offset: int,
+                   next_offset: int, count: int) -> None:
+        filtered = count < next_offset - from_offset
+        self._add("delivered", at_us, **place, group=group, client_id=self._clients.get(addr), client_addr=addr,
+                  detail="by pull" + (" (a filtered pull: if it matched the filter)" if filtered else ""))
+
     def queue_record(self, record: list[Any]) -> None:
         kind, at_us, topic, queue_id = record[0], int(record[1] * 1_000_000), record[2], record[3]
         for (place_topic, place_queue_id, queue_offset), place in self.locations.items():
@@ -242,13 +249,17 @@ class Resolver:
                     self._add("resent_from_dlq" if resent_from else "sent", self._stored_us.get(location, at_us),
                               **place, group=group, client_id=self._clients.get(addr), client_addr=addr,
                               detail=f"copy of DLQ message {resent_from}" if resent_from else f"producer group {group}")
-            elif kind == PULLED:
+            elif kind == PULLED_SET:
+                pulls, group, addr = record[4:7]
+                if group == TOOLS_CONSUMER:
+                    continue
+                for i in range(0, len(pulls) - 3, 4):
+                    if pulls[i] <= queue_offset < pulls[i + 1]:
+                        self._delivered(int(pulls[i + 3] * 1_000_000), place, group, addr, *pulls[i:i + 3])
+            elif kind == PULLED:        # (a trace file written before PULLED_SET)
                 from_offset, next_offset, group, addr, count = record[4:9]
-                client_id = self._clients.get(addr)
                 if from_offset <= queue_offset < next_offset and group != TOOLS_CONSUMER:
-                    filtered = count < next_offset - from_offset
-                    self._add("delivered", at_us, **place, group=group, client_id=client_id, client_addr=addr,
-                              detail="by pull" + (" (a filtered pull: if it matched the filter)" if filtered else ""))
+                    self._delivered(at_us, place, group, addr, from_offset, next_offset, count)
             elif kind == COMMITTED and not topic.startswith("%DLQ%"):   # there: `dlq resend --all`'s mark
                 old, new, group, addr = record[4:8]
                 key = (group, (topic, queue_id, queue_offset))

@@ -198,3 +198,64 @@ def test_a_check_back_and_the_commit_it_brings_in_one_millisecond_keep_their_ord
     resolver.queue_record([TRANSACTION, 0.012950, TRANS_HALF_TOPIC, 0, 7, "committed", ["payments", 0, 3]])
     resolver.entries.append({"at_ms": 12, "at_us": 12_000, "event": "stored", "broker": "127.0.0.1:10911"})
     assert [e["event"] for e in merge_timeline([resolver.entries])] == ["checked_back", "committed", "stored"]
+
+
+class _Channel:
+    def __init__(self, remote_address: str) -> None:
+        self.remote_address = remote_address
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(1, 6)), max_size=80),
+       st.sets(st.integers(0, 60), max_size=5), st.integers(1, 120), st.integers(64, 600))
+def test_pulls_are_found_by_each_queue_offset_with_their_own_times(tmp_path_factory: pytest.TempPathFactory,
+                                                                   pulls: list[tuple[int, int, int]],
+                                                                   wanted: set[int], max_events: int,
+                                                                   segment_bytes: int) -> None:
+    """Pulls recorded as PULLED_SET records (one per client, group and queue between two writes),
+    sharing `queue_max_events` with the single sends: every pull is counted, dropped ones too; a
+    lookup of queue offsets finds exactly the records with a pull covering one, and the timeline
+    gives each such pull a "delivered" entry at that pull's own time."""
+    from broker.trace.resolver import Resolver
+    recorder = TraceRecorder(max_events=max_events)
+    recorder.sent_usual("10.0.0.9:5", "pg", "t", 1, 0)          # a send shares the bound
+    next_offset = [0, 0, 0]
+    kept: list[tuple[int, int, str]] = []                       # queue 1's pulls recorded: (from, next, client)
+    for client, queue_id, count in pulls:
+        addr, before = f"10.0.0.{client}:5", recorder.dropped
+        recorder.pulled(_Channel(addr), "cg", "t", queue_id, next_offset[queue_id], next_offset[queue_id] + count,
+                        count)
+        if recorder.dropped == before and queue_id == 1:
+            kept.append((next_offset[queue_id], next_offset[queue_id] + count, addr))
+        next_offset[queue_id] += count
+    assert recorder.waiting == min(len(pulls) + 1, max_events)
+    assert recorder.dropped == max(0, len(pulls) + 1 - max_events)
+    records = recorder.drain()
+    assert recorder.waiting == 0 and recorder.recorded == min(len(pulls) + 1, max_events)
+    segments = TraceSegments(tmp_path_factory.mktemp("seg"), segment_bytes=segment_bytes, max_bytes=1 << 30,
+                             retention_ms=1 << 40, now_ms=lambda: 1)
+    segments.load()
+    for record in records:
+        segments.append([record])
+    segments.close()
+    found = find_queue_records(segments.snapshot(), {("t", 1): wanted}, 10_000)
+    times = {}                                                  # (from, client) -> the pull's own time
+    for record in records:
+        if record[0] == "L" and record[3] == 1:
+            pulls_of = record[4]
+            times |= {(pulls_of[i], record[6]): pulls_of[i + 3] for i in range(0, len(pulls_of), 4)}
+    covering = [(low, high, addr) for low, high, addr in kept if any(low <= o < high for o in wanted)]
+    pull_sets = [r for r in found if r[0] == "L"]
+    assert sorted((p[i], r[6]) for r in pull_sets for p in [r[4]] for i in range(0, len(p), 4)
+                  if any(p[i] <= o < p[i + 1] for o in wanted)) == sorted((low, addr) for low, _, addr in covering)
+    assert all(r[3] == 1 and any(r[4][i] <= o < r[4][i + 1] for i in range(0, len(r[4]), 4) for o in wanted)
+               for r in pull_sets)
+    assert all(r[0] == "N" for r in found if r[0] != "L")       # the send, when 0 was wanted
+    for offset in wanted:
+        resolver = Resolver("127.0.0.1:10911", 1_000, lambda commit_log_offset: None, {})
+        resolver.locations[("t", 1, offset)] = {"msg_id": "M", "topic": "t", "queue_id": 1, "queue_offset": offset}
+        for record in found:
+            resolver.queue_record(list(record))
+        delivered = sorted((e["at_us"], e["client_addr"]) for e in resolver.entries if e["event"] == "delivered")
+        assert delivered == sorted((int(times[(low, addr)] * 1_000_000), addr) for low, high, addr in covering
+                                   if low <= offset < high)

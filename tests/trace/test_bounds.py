@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 import pytest
@@ -19,6 +19,7 @@ from broker.trace.recorder import TraceRecorder
 from broker.trace.segments import TraceSegments, find_message_records, find_queue_records
 from client.admin_api import AdminAPI
 from conf.trace import TraceConfig
+from protocol.channel import Channel
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import request
 from protocol.trace import NOTED, merge_timeline, noted
@@ -200,7 +201,9 @@ def test_a_check_back_and_the_commit_it_brings_in_one_millisecond_keep_their_ord
     assert [e["event"] for e in merge_timeline([resolver.entries])] == ["checked_back", "committed", "stored"]
 
 
-class _Channel:
+class _Peer:
+    """What `TraceRecorder.pulled` reads of a `Channel`: its peer's address."""
+
     def __init__(self, remote_address: str) -> None:
         self.remote_address = remote_address
 
@@ -223,7 +226,7 @@ def test_pulls_are_found_by_each_queue_offset_with_their_own_times(tmp_path_fact
     kept: list[tuple[int, int, str]] = []                       # queue 1's pulls recorded: (from, next, client)
     for client, queue_id, count in pulls:
         addr, before = f"10.0.0.{client}:5", recorder.dropped
-        recorder.pulled(_Channel(addr), "cg", "t", queue_id, next_offset[queue_id], next_offset[queue_id] + count,
+        recorder.pulled(cast(Channel, _Peer(addr)), "cg", "t", queue_id, next_offset[queue_id], next_offset[queue_id] + count,
                         count)
         if recorder.dropped == before and queue_id == 1:
             kept.append((next_offset[queue_id], next_offset[queue_id] + count, addr))
@@ -239,7 +242,7 @@ def test_pulls_are_found_by_each_queue_offset_with_their_own_times(tmp_path_fact
         segments.append([record])
     segments.close()
     found = find_queue_records(segments.snapshot(), {("t", 1): wanted}, 10_000)
-    times = {}                                                  # (from, client) -> the pull's own time
+    times: dict[tuple[int, str], float] = {}                    # (from, client) -> the pull's own time
     for record in records:
         if record[0] == "L" and record[3] == 1:
             pulls_of = record[4]

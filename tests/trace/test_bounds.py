@@ -226,8 +226,8 @@ def test_pulls_are_found_by_each_queue_offset_with_their_own_times(tmp_path_fact
     kept: list[tuple[int, int, str]] = []                       # queue 1's pulls recorded: (from, next, client)
     for client, queue_id, count in pulls:
         addr, before = f"10.0.0.{client}:5", recorder.dropped
-        recorder.pulled(cast(Channel, _Peer(addr)), "cg", "t", queue_id, next_offset[queue_id], next_offset[queue_id] + count,
-                        count)
+        first = next_offset[queue_id]
+        recorder.pulled(cast(Channel, _Peer(addr)), "cg", "t", queue_id, first, first + count, count)
         if recorder.dropped == before and queue_id == 1:
             kept.append((next_offset[queue_id], next_offset[queue_id] + count, addr))
         next_offset[queue_id] += count

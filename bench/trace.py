@@ -37,12 +37,13 @@ from protocol.errors import error_for
 from protocol.headers import PullMessageRequestHeader
 
 TARGET_PERCENT = 95.0
-# 5 rounds of 8 slices: 40 pairs a row. One pair's ratio spreads 72-115 % on this machine (other
-# load moves either slice); the median of 24 pairs still moved ±4 points from run to run against a
-# cost of ~2.5 % (`python -m bench.instructions send --trace on|off`: the broker's instructions per
-# SEND, which no other load moves).
+# 20 rounds of 8 slices: 160 pairs a row. One pair's ratio spreads 50-170 % on this machine (its
+# speed for the same work moves by tens of per cent between adjacent 0.3 s slices); with 40 pairs the
+# median's standard error was 2.7-6 points: an A/A run (both brokers with the trace off, November 27)
+# read 98.8, 97.3 and 106.1 %, against a cost of ~2.5-3 % counted in instructions (`python -m
+# bench.instructions send|consume --trace on|off`, which no other load moves). 4x the pairs halves it.
 FULL = AuthParams(one_messages=6_000, one_workers=64, batch_messages=96_000, batch_workers=32, time_limit_s=8.0,
-                  rounds=5, slices=8)
+                  rounds=20, slices=8)
 QUICK = AuthParams(one_messages=2_000, one_workers=64, batch_messages=20_000, batch_workers=32, time_limit_s=3.0,
                    rounds=1, slices=2)
 

@@ -34,6 +34,7 @@ PULLED, COMMITTED, POPPED, ACKED, CHANGED, REVIVED = "P", "C", "O", "A", "I", "R
 SENT_BATCH = "M"                                                             # a queue record too
 SENT_SET = "N"                  # a queue record: the usual single sends of one client to one queue
 PULLED_SET = "L"                # a queue record: the pulls of one client and group from one queue
+SENT_BATCH_SET = "K"            # a queue record: the batch sends of one client and group to one queue
 CLIENT = "H"                                                                 # a connection's client id
 HALF = "T"                      # a message record: a transactional send stored its half message
 TRANSACTION = "E"               # a queue record of the half queue: a half's check-back or outcome

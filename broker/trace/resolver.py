@@ -37,6 +37,7 @@ from protocol.trace import (
     REVIVED,
     SENT,
     SENT_BATCH,
+    SENT_BATCH_SET,
     SENT_SET,
     TRANSACTION,
     as_properties,
@@ -224,6 +225,12 @@ class Resolver:
             self._add("stored", fields[F_STORE_TIMESTAMP] * 1000, **place,
                       detail=f"commit-log offset {fields[F_COMMIT_LOG_OFFSET]}")
 
+    def _batch_sent(self, at_us: int, location: tuple[str, int, int], place: dict[str, Any], group: str, addr: str,
+                    from_offset: int, next_offset: int) -> None:
+        at = self._stored_us.get(location, at_us)
+        self._add("sent", at, **place, group=group, client_id=self._clients.get(addr), client_addr=addr,
+                  detail=f"producer group {group}, in a batch of {next_offset - from_offset}")
+
     def _delivered(self, at_us: int, place: dict[str, Any], group: str, addr: str, from_offset: int,
                    next_offset: int, count: int) -> None:
         filtered = count < next_offset - from_offset
@@ -235,16 +242,20 @@ class Resolver:
         for (place_topic, place_queue_id, queue_offset), place in self.locations.items():
             if place_topic != topic or place_queue_id != queue_id:
                 continue
-            if kind == SENT_BATCH:
+            location = (topic, queue_id, queue_offset)
+            if kind == SENT_BATCH_SET:
+                batches, group, addr = record[4:7]
+                for i in range(0, len(batches) - 2, 3):
+                    if batches[i] <= queue_offset < batches[i + 1]:
+                        self._batch_sent(int(batches[i + 2] * 1_000_000), location, place, group, addr,
+                                         *batches[i:i + 2])
+            elif kind == SENT_BATCH:    # (a trace file written before SENT_BATCH_SET)
                 from_offset, next_offset, group, addr = record[4:8]
                 if from_offset <= queue_offset < next_offset:
-                    at = self._stored_us.get((topic, queue_id, queue_offset), at_us)
-                    self._add("sent", at, **place, group=group, client_id=self._clients.get(addr), client_addr=addr,
-                              detail=f"producer group {group}, in a batch of {next_offset - from_offset}")
+                    self._batch_sent(at_us, location, place, group, addr, from_offset, next_offset)
             elif kind == SENT_SET:
                 offsets, group, addr = record[4:7]
                 if queue_offset in offsets:
-                    location = (topic, queue_id, queue_offset)
                     resent_from = self._resent_from.get(location)
                     self._add("resent_from_dlq" if resent_from else "sent", self._stored_us.get(location, at_us),
                               **place, group=group, client_id=self._clients.get(addr), client_addr=addr,

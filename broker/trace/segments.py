@@ -39,6 +39,7 @@ from protocol.trace import (
     PULLED,
     PULLED_SET,
     SENT_BATCH,
+    SENT_BATCH_SET,
     SENT_SET,
     as_properties,
 )
@@ -49,6 +50,7 @@ Summary = dict[tuple[str, int], list[int]]      # (topic, queue_id) -> [lowest, 
 MAX_CLIENTS = 100_000                           # client ids (by connection) a segment keeps in memory
 MAX_DECODED_BYTES = 256 << 20                   # trace bytes one lookup decodes at most
 _SUFFIX, _SUMMARY = ".trace", ".sum"
+_RUNS = {PULLED_SET: 4, SENT_BATCH_SET: 3}      # set records of runs: items per run ([from, next) first)
 
 
 @dataclass(slots=True)
@@ -80,9 +82,10 @@ def _covered(record: Sequence[Any]) -> tuple[str, int, int, int] | None:
         return (topic, queue_id, record[4], record[5] - 1) if record[5] > record[4] else None
     if kind in (POPPED, SENT_SET, COMMITTED_RUN):
         return (topic, queue_id, min(record[4]), max(record[4])) if record[4] else None
-    if kind == PULLED_SET:      # [from, next, count, time] a pull (each returned some: next > from)
-        pulls = record[4]
-        return (topic, queue_id, min(pulls[0::4]), max(pulls[1::4]) - 1) if len(pulls) >= 4 else None
+    stride = _RUNS.get(kind)
+    if stride is not None:      # [from, next, ...] a run of offsets, each with some: next > from
+        runs = record[4]
+        return (topic, queue_id, min(runs[0::stride]), max(runs[1::stride]) - 1) if len(runs) >= stride else None
     if kind == COMMITTED:   # old -> new: passes the offsets old..new-1 (the first commit: 0..new-1)
         old, new = record[4], record[5]
         low = 0 if old is None else min(old, new)
@@ -346,7 +349,8 @@ def _matches(record: Sequence[Any], offsets: set[int]) -> bool:
     assert covered is not None
     if record[0] in (POPPED, SENT_SET, COMMITTED_RUN):
         return any(o in offsets for o in record[4])
-    if record[0] == PULLED_SET:
-        pulls = record[4]
-        return any(pulls[i] <= o < pulls[i + 1] for i in range(0, len(pulls) - 3, 4) for o in offsets)
+    stride = _RUNS.get(record[0])
+    if stride is not None:
+        runs = record[4]
+        return any(runs[i] <= o < runs[i + 1] for i in range(0, len(runs) - stride + 1, stride) for o in offsets)
     return any(covered[2] <= o <= covered[3] for o in offsets)

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.broker import Broker
+from broker.remoting.context import RequestContext
 from broker.trace.recorder import TraceRecorder
 from broker.trace.segments import TraceSegments, find_message_records, find_queue_records
 from client.admin_api import AdminAPI
@@ -262,3 +263,52 @@ def test_pulls_are_found_by_each_queue_offset_with_their_own_times(tmp_path_fact
         delivered = sorted((e["at_us"], e["client_addr"]) for e in resolver.entries if e["event"] == "delivered")
         assert delivered == sorted((int(times[(low, addr)] * 1_000_000), addr) for low, high, addr in covering
                                    if low <= offset < high)
+
+
+class _Context:
+    """What `TraceRecorder.sent_batch` reads of a `RequestContext`: the client's address."""
+
+    def __init__(self, client_addr: str) -> None:
+        self.client_addr = client_addr
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(1, 5)), max_size=60),
+       st.sets(st.integers(0, 50), max_size=5), st.integers(64, 600))
+def test_batches_are_found_by_each_queue_offset_with_their_own_times(tmp_path_factory: pytest.TempPathFactory,
+                                                                     batches: list[tuple[int, int, int]],
+                                                                     wanted: set[int], segment_bytes: int) -> None:
+    """Batch sends recorded as SENT_BATCH_SET records: a lookup of queue offsets finds exactly the
+    records with a batch holding one, and the timeline says "sent" for it at that batch's own time
+    (no store time known here), with the batch's size."""
+    from broker.trace.resolver import Resolver
+    recorder = TraceRecorder(max_events=10_000)
+    next_offset, kept = [0, 0, 0], []
+    for client, queue_id, count in batches:
+        addr, first = f"10.0.0.{client}:5", next_offset[queue_id]
+        recorder.sent_batch(cast(RequestContext, _Context(addr)), "pg", "t", queue_id, first, count)
+        if queue_id == 1:
+            kept.append((first, first + count, addr))
+        next_offset[queue_id] += count
+    records = recorder.drain()
+    assert recorder.recorded == len(batches)
+    segments = TraceSegments(tmp_path_factory.mktemp("seg"), segment_bytes=segment_bytes, max_bytes=1 << 30,
+                             retention_ms=1 << 40, now_ms=lambda: 1)
+    segments.load()
+    for record in records:
+        segments.append([record])
+    segments.close()
+    found = find_queue_records(segments.snapshot(), {("t", 1): wanted}, 10_000)
+    assert all(r[0] == "K" and r[3] == 1 for r in found)
+    assert sorted((b[i], r[6]) for r in found for b in [r[4]] for i in range(0, len(b), 3)
+                  if any(b[i] <= o < b[i + 1] for o in wanted)) == sorted(
+        (low, addr) for low, high, addr in kept if any(low <= o < high for o in wanted))
+    times = {(r[4][i], r[6]): r[4][i + 2] for r in records if r[3] == 1 for i in range(0, len(r[4]), 3)}
+    for offset in wanted:
+        resolver = Resolver("127.0.0.1:10911", 1_000, lambda commit_log_offset: None, {})
+        resolver.locations[("t", 1, offset)] = {"msg_id": "M", "topic": "t", "queue_id": 1, "queue_offset": offset}
+        for record in found:
+            resolver.queue_record(list(record))
+        assert sorted((e["at_us"], e["client_addr"], e["detail"]) for e in resolver.entries) == sorted(
+            (int(times[(low, addr)] * 1_000_000), addr, f"producer group pg, in a batch of {high - low}")
+            for low, high, addr in kept if low <= offset < high)

@@ -31,10 +31,9 @@ from bench.common import (
     batch_header,
     drive,
     note_neighbours,
-    running_broker,
     synthetic_batches,
 )
-from bench.paired import PairedRows, Slice, alternate
+from bench.paired import PairedRows, Slice, alternate, side_by_side
 from bench.report import BenchResult
 from client.admin_api import AdminAPI
 from client.api import ClientAPI
@@ -172,9 +171,9 @@ async def auth_cost(result: BenchResult, opts: Options) -> None:
     for flush in ("SYNC_FLUSH", "ASYNC_FLUSH"):
         for kind in ("send_one", "send_batch"):
             rows = PairedRows()
-            for _ in range(params.rounds):
+            for round_index in range(params.rounds):
                 off_settings = {"store.flush_disk_type": flush}
-                async with running_broker(opts, off_settings) as off, \
-                        running_broker(opts, {**off_settings, **AUTH_ON}) as on:
-                    rows.add_round(await measure_pair(result, {False: off, True: on}, kind, params))
+                async with side_by_side(opts, {False: off_settings, True: {**off_settings, **AUTH_ON}},
+                                        round_index) as brokers:
+                    rows.add_round(await measure_pair(result, brokers, kind, params))
             rows.report(result, f"auth.{kind}.{params.body_bytes}B.{flush}", TARGET_PERCENT[kind])

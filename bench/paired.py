@@ -7,18 +7,33 @@ measured after the other cannot tell a 5 or 10 % cost from the machine's drift. 
 run at once, each prepared and warmed, and get `slices` slices of the same work in turn, (off, on),
 (on, off), ...: adjacent slices are well under a second apart, so each pair's ratio sees the same
 machine. The ratio row is the median over every pair; the rate and CPU rows are the slices' medians.
+Which broker starts, connects and warms up first alternates from round to round (`side_by_side`):
+an A/A run (both brokers alike) read the second one's CPU per message 4-5 % above the first's.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
+from bench.broker_proc import BrokerProcess
+from bench.common import Options, running_broker
 from bench.report import BenchResult
 
 Slice = tuple[float, float, float]          # messages/s, broker CPU µs per message, client CPU µs per message
 SliceRunner = Callable[[int], Awaitable[Slice]]     # slice index → its figures
+
+
+@asynccontextmanager
+async def side_by_side(opts: Options, settings: dict[bool, dict[str, str]],
+                       round_index: int) -> AsyncIterator[dict[bool, BrokerProcess]]:
+    """The off (False) and on (True) brokers with their `settings`, running at once; the one started
+    first (and listed first, so prepared and warmed first) is off in even rounds, on in odd ones."""
+    order = (True, False) if round_index % 2 else (False, True)
+    async with running_broker(opts, settings[order[0]]) as first, running_broker(opts, settings[order[1]]) as second:
+        yield {order[0]: first, order[1]: second}
 
 
 async def alternate(runners: dict[bool, SliceRunner], slices: int) -> dict[bool, list[Slice]]:

@@ -27,8 +27,8 @@ from dataclasses import asdict
 
 from bench.auth import TOPIC, AuthParams, clients, prepare, slice_runner, warmed_sender
 from bench.broker_proc import BrokerProcess
-from bench.common import BATCH_SIZE, CONSUMER_GROUP, CpuMeter, Options, drive, note_neighbours, running_broker
-from bench.paired import PairedRows, Slice, alternate
+from bench.common import BATCH_SIZE, CONSUMER_GROUP, CpuMeter, Options, drive, note_neighbours
+from bench.paired import PairedRows, Slice, alternate, side_by_side
 from bench.report import BenchResult
 from client.api import ClientAPI
 from protocol.codes import PullSysFlag, RequestCode, ResponseCode
@@ -45,7 +45,7 @@ TARGET_PERCENT = 95.0
 FULL = AuthParams(one_messages=6_000, one_workers=64, batch_messages=96_000, batch_workers=32, time_limit_s=8.0,
                   rounds=20, slices=8)
 QUICK = AuthParams(one_messages=2_000, one_workers=64, batch_messages=20_000, batch_workers=32, time_limit_s=3.0,
-                   rounds=1, slices=2)
+                   rounds=2, slices=2)
 
 
 async def _puller(api: ClientAPI, address: str, queue_id: int, first_offset: int, wanted: int,
@@ -128,9 +128,9 @@ async def trace_cost(result: BenchResult, opts: Options) -> None:
                         "in alternating slices; on_vs_off is the median of adjacent slices' ratios")
     for kind in ("send_one", "send_batch", "e2e"):
         rows = PairedRows()
-        for _ in range(params.rounds):
+        for round_index in range(params.rounds):
             settings = {"store.flush_disk_type": "ASYNC_FLUSH"}
-            async with running_broker(opts, {**settings, "trace.enabled": "false"}) as off, \
-                    running_broker(opts, {**settings, "trace.enabled": "true"}) as on:
-                rows.add_round(await measure_pair(result, {False: off, True: on}, kind, params))
+            async with side_by_side(opts, {False: {**settings, "trace.enabled": "false"},
+                                           True: {**settings, "trace.enabled": "true"}}, round_index) as brokers:
+                rows.add_round(await measure_pair(result, brokers, kind, params))
         rows.report(result, f"trace.{kind}.{params.body_bytes}B", TARGET_PERCENT, client=False)

@@ -122,6 +122,17 @@ async def bench_batch(args: argparse.Namespace) -> None:
 
 
 async def bench_wake_one(args: argparse.Namespace) -> None:
+    await _held_pulls(args, consume=False)
+
+
+async def bench_consume(args: argparse.Namespace) -> None:
+    await _held_pulls(args, consume=True)
+
+
+async def _held_pulls(args: argparse.Namespace, consume: bool) -> None:
+    """`wake-one` (`consume` False): a pull held at the end of the queue, then the SEND that wakes
+    it, measured; `consume`: the pull also commits the offset the last one reached and its read is
+    measured too (what one message consumed one at a time costs)."""
     async def body(inproc: InProcess) -> None:
         await inproc.durable_topic("inproc_wake", 1)
         puller, pulled = inproc.connect()
@@ -131,69 +142,26 @@ async def bench_wake_one(args: argparse.Namespace) -> None:
         idle_s, opaque, queue_offset = args.idle_us / 1e6, 0, 0
 
         def round_trip(measure: bool) -> float:
-            """Hold a pull at the end of the queue, then SEND; the CPU of the SEND's handling."""
             nonlocal opaque, queue_offset
             opaque += 2
             header = pull_header("inproc_wake", 0, queue_offset, suspend_timeout_ms=60_000)
-            puller.data_received(encode_frame_bytes(RemotingCommand(
-                int(RequestCode.PULL_MESSAGE), opaque=opaque, fields=header.to_fields())))
-            if hold.held_count != 1:
-                raise RuntimeError(f"{hold.held_count} pulls held, not 1")
+            if consume:
+                header = dataclasses.replace(header, sys_flag=header.sys_flag | int(PullSysFlag.COMMIT_OFFSET),
+                                             commit_offset=queue_offset)
+            pull = encode_frame_bytes(RemotingCommand(int(RequestCode.PULL_MESSAGE), opaque=opaque,
+                                                      fields=header.to_fields()))
+            if not consume:
+                puller.data_received(pull)
+                if hold.held_count != 1:
+                    raise RuntimeError(f"{hold.held_count} pulls held, not 1")
             frame, writes = send_frame("inproc_wake", 0, opaque + 1), pulled.writes
             if measure and idle_s:
                 time.sleep(idle_s)
             started = time.thread_time()
-            sender.data_received(frame)
-            cpu = time.thread_time() - started
-            if hold.held_count or pulled.writes == writes:
-                raise RuntimeError("the SEND did not answer the held pull in its own handling")
-            queue_offset += 1
-            return cpu
-
-        for _ in range(1_000):                          # warm-up
-            round_trip(False)
-            await asyncio.sleep(0)
-        await _trace_write_us(inproc, 1)                # (the warm-up's)
-        for round_index in range(args.rounds):
-            gc.collect()
-            cpu = 0.0
-            with profiled(args.profile and round_index == args.rounds - 1):
-                for _ in range(args.count):
-                    cpu += round_trip(True)
-                    await asyncio.sleep(0)              # the loop's callbacks (flushes) between round trips
-            print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per SEND waking one "
-                  f"held pull ({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'})"
-                  f"{await _trace_write_us(inproc, args.count)}")
-
-    await with_broker(body, args)
-
-
-async def bench_consume(args: argparse.Namespace) -> None:
-    async def body(inproc: InProcess) -> None:
-        await inproc.durable_topic("inproc_consume", 1)
-        puller, pulled = inproc.connect()
-        sender, _ = inproc.connect()
-        hold = inproc.broker.hold_service
-        assert hold is not None
-        idle_s, opaque, queue_offset = args.idle_us / 1e6, 0, 0
-
-        def round_trip(measure: bool) -> float:
-            """A pull committing what the last one returned, held at the end of the queue; a SEND
-            that wakes it: the CPU of both reads."""
-            nonlocal opaque, queue_offset
-            opaque += 2
-            header = pull_header("inproc_consume", 0, queue_offset, suspend_timeout_ms=60_000)
-            header = dataclasses.replace(header, sys_flag=header.sys_flag | int(PullSysFlag.COMMIT_OFFSET),
-                                         commit_offset=queue_offset)
-            pull = encode_frame_bytes(RemotingCommand(int(RequestCode.PULL_MESSAGE), opaque=opaque,
-                                                      fields=header.to_fields()))
-            frame, writes = send_frame("inproc_consume", 0, opaque + 1), pulled.writes
-            if measure and idle_s:
-                time.sleep(idle_s)
-            started = time.thread_time()
-            operator.call(puller.data_received, pull)         # (the reads `bench.instructions` counts)
-            if hold.held_count != 1:
-                raise RuntimeError(f"{hold.held_count} pulls held, not 1")
+            if consume:
+                operator.call(puller.data_received, pull)     # (the reads `bench.instructions` counts)
+                if hold.held_count != 1:
+                    raise RuntimeError(f"{hold.held_count} pulls held, not 1")
             operator.call(sender.data_received, frame)
             cpu = time.thread_time() - started
             if hold.held_count or pulled.writes == writes:
@@ -205,6 +173,8 @@ async def bench_consume(args: argparse.Namespace) -> None:
             round_trip(False)
             await asyncio.sleep(0)
         await _trace_write_us(inproc, 1)                # (the warm-up's)
+        what = ("message consumed (a committing pull held, a SEND waking it)" if consume else
+                "SEND waking one held pull")
         for round_index in range(args.rounds):
             gc.collect()
             cpu = 0.0
@@ -212,8 +182,8 @@ async def bench_consume(args: argparse.Namespace) -> None:
                 for _ in range(args.count):
                     cpu += round_trip(True)
                     await asyncio.sleep(0)              # the loop's callbacks (flushes) between round trips
-            print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per message consumed "
-                  f"(a committing pull held, a SEND waking it)"
+            print(f"round {round_index}: {cpu / args.count * 1e6:.2f} µs of broker CPU per {what} "
+                  f"({'idle ' + str(args.idle_us) + ' µs before each' if idle_s else 'back to back'})"
                   f"{await _trace_write_us(inproc, args.count)}")
 
     await with_broker(body, args)

@@ -95,7 +95,7 @@ class TraceRecorder:
         self._in_sets = 0           # sends, pulls and batches in the sets (counted against `max_events`)
         self._max = max_events
         self.dropped = 0            # events not recorded: the queue was full
-        self.recorded = 0           # events drained into records (a SENT_SET's sends counted each)
+        self.recorded = 0           # events drained into records (each send, pull and batch of a set counted)
 
     @property
     def waiting(self) -> int:

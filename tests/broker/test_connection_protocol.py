@@ -64,9 +64,11 @@ async def test_no_connection_protocol_before_the_broker_starts(tmp_path: Path) -
 
 @pytest.mark.parametrize(("workload", "reported"), [
     ("send", "µs of broker CPU per SEND"), ("batch", "µs of broker CPU per SEND"),
-    ("wake-one", "µs of broker CPU per SEND"), ("wake-all", "ms of broker CPU for 1,000 sends waking 10,000 pulls")])
+    ("wake-one", "µs of broker CPU per SEND waking one held pull"),
+    ("consume", "µs of broker CPU per message consumed"),
+    ("wake-all", "ms of broker CPU for 1,000 sends waking 10,000 pulls")])
 def test_the_in_process_benchmarks_run(workload: str, reported: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """`python -m bench.inproc` (a smoke run: `wake-one` raises unless each SEND answers its held
+    """`python -m bench.inproc` (a smoke run: `wake-one` and `consume` raise unless each SEND answers its held
     pull within its own handling, `wake-all` unless every pull is held, then answered)."""
     assert inproc_main([workload, "--rounds", "1", "--count", "64"]) == 0
     assert reported in capsys.readouterr().out

@@ -77,9 +77,11 @@ async def test_a_heartbeat_flood_is_bounded_and_coalesced_while_a_real_consumer_
     assert {f"m{i}".encode() for i in range(len(latencies_ms))} <= set(received)
     p99_ms = sorted(latencies_ms)[int(len(latencies_ms) * 0.99)]
     # before: sends waited seconds (16.4 s in the issue's run). The probe shares this test's loop with
-    # the 1,000 fakes' connections, so its latency carries the test's own load: 50 ms held alone but
-    # failed at 55 ms with other work on the machine; 250 ms still tells a stall from none.
-    assert p99_ms < 250, f"p99 send {p99_ms:.1f} ms"
+    # the 1,000 fakes' connections, so its latency carries the test's own load, and its ~10 sends make
+    # the "p99" their slowest: 50 ms held alone but failed at 55 ms with other work on the machine,
+    # 250 ms failed at 363 ms in a pure-Python CI run (34-144 ms in five runs alone); 1 s still tells
+    # a stall of seconds from none.
+    assert p99_ms < 1_000, f"p99 send {p99_ms:.1f} ms"
 
 
 async def _send_to(api: ClientAPI, address: str, queue: MessageQueue, latencies_ms: list[float]) -> None:

@@ -202,6 +202,18 @@ def test_a_check_back_and_the_commit_it_brings_in_one_millisecond_keep_their_ord
     assert [e["event"] for e in merge_timeline([resolver.entries])] == ["checked_back", "committed", "stored"]
 
 
+def _found(directory: Path, segment_bytes: int, records: list[Any],
+           wanted: dict[tuple[str, int], set[int]]) -> list[list[Any]]:
+    """`records` written one per write into trace segments of `segment_bytes`, then looked up."""
+    segments = TraceSegments(directory, segment_bytes=segment_bytes, max_bytes=1 << 30, retention_ms=1 << 40,
+                             now_ms=lambda: 1)
+    segments.load()
+    for record in records:
+        segments.append([record])
+    segments.close()
+    return find_queue_records(segments.snapshot(), wanted, 10_000)
+
+
 class _Peer:
     """What `TraceRecorder.pulled` reads of a `Channel`: its peer's address."""
 
@@ -236,13 +248,7 @@ def test_pulls_are_found_by_each_queue_offset_with_their_own_times(tmp_path_fact
     assert recorder.dropped == max(0, len(pulls) + 1 - max_events)
     records = recorder.drain()
     assert recorder.waiting == 0 and recorder.recorded == min(len(pulls) + 1, max_events)
-    segments = TraceSegments(tmp_path_factory.mktemp("seg"), segment_bytes=segment_bytes, max_bytes=1 << 30,
-                             retention_ms=1 << 40, now_ms=lambda: 1)
-    segments.load()
-    for record in records:
-        segments.append([record])
-    segments.close()
-    found = find_queue_records(segments.snapshot(), {("t", 1): wanted}, 10_000)
+    found = _found(tmp_path_factory.mktemp("seg"), segment_bytes, records, {("t", 1): wanted})
     times: dict[tuple[int, str], float] = {}                    # (from, client) -> the pull's own time
     for record in records:
         if record[0] == "L" and record[3] == 1:
@@ -292,13 +298,7 @@ def test_batches_are_found_by_each_queue_offset_with_their_own_times(tmp_path_fa
         next_offset[queue_id] += count
     records = recorder.drain()
     assert recorder.recorded == len(batches)
-    segments = TraceSegments(tmp_path_factory.mktemp("seg"), segment_bytes=segment_bytes, max_bytes=1 << 30,
-                             retention_ms=1 << 40, now_ms=lambda: 1)
-    segments.load()
-    for record in records:
-        segments.append([record])
-    segments.close()
-    found = find_queue_records(segments.snapshot(), {("t", 1): wanted}, 10_000)
+    found = _found(tmp_path_factory.mktemp("seg"), segment_bytes, records, {("t", 1): wanted})
     assert all(r[0] == "K" and r[3] == 1 for r in found)
     assert sorted((b[i], r[6]) for r in found for b in [r[4]] for i in range(0, len(b), 3)
                   if any(b[i] <= o < b[i + 1] for o in wanted)) == sorted(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import socket
 import time
 from pathlib import Path
@@ -53,6 +54,19 @@ def _now_ms() -> int:
 
 
 def _free_port() -> int:
+    """A port free on 127.0.0.1 for a lone controller's Raft, which pysyncobj binds later: one below
+    the ephemeral range when it can (a port probed free inside that range can meanwhile become an
+    outgoing connection's local port, and pysyncobj then retries the bind every second: a test saw
+    no leader in 10 s), else any free one."""
+    low = 32_768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    if low > 11_024:
+        for _ in range(64):
+            port = random.randint(10_000, low - 1)
+            with socket.socket() as probe, contextlib.suppress(OSError):
+                probe.bind(("127.0.0.1", port))
+                return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])

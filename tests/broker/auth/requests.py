@@ -111,7 +111,7 @@ def broker_requests(broker: Broker, msg_id: str, commit_log_offset: int) -> dict
         request(code.BATCH_ACK_MESSAGE, BatchAckMessageRequestHeader(consumer_group=GROUP, topic=TOPIC),
                 encode_batch_ack([(0, handle, 0)])),
         request(code.CHANGE_MESSAGE_INVISIBLETIME, ChangeInvisibleTimeRequestHeader(
-            consumer_group=GROUP, topic=TOPIC, queue_id=0, extra_info=handle, offset=0, invisible_time=1_000)),
+            consumer_group=GROUP, topic=TOPIC, queue_id=0, extra_info=handle, offset=0, invisible_time=60_000)),
         request(code.NOTIFICATION, NotificationRequestHeader(consumer_group=GROUP, topic=TOPIC)),
         request(code.HEART_BEAT, body=heartbeat()),
         request(code.UNREGISTER_CLIENT, UnregisterClientRequestHeader(client_id="intruder", consumer_group=GROUP)),

@@ -9,7 +9,9 @@
   `encode_run`; each record's CRC from the libz.so.1 it finds at import), a single send's record
   written into the commit log's map (`write_record`), its consume-queue units
   written (consume_queue.py, `write_units`), its messages' KEYS words and UNIQ_KEYs indexed in
-  the key index's ring (key_index.py, `KeyRing`) and records read back (record.py, `read_stored`).
+  the key index's ring (key_index.py, `KeyRing`) and records read back (record.py, `read_stored`);
+- `auth._checks`: the signed requests' nonces seen within the clock-skew window (auth/nonces.py,
+  `NonceCache`).
 
 `optional=True`: where one cannot be compiled (no C compiler or Python headers, or not Linux), the
 install goes on without it and rocketq runs its pure-Python twin."""
@@ -21,4 +23,5 @@ setup(ext_modules=[
     Extension("broker.store._fsync", ["broker/store/_fsync.c"], optional=True),
     Extension("broker.store._records", ["broker/store/_records.c"], depends=["protocol/_msgpack.h"],
               optional=True),
+    Extension("auth._checks", ["auth/_checks.c"], optional=True),
 ])

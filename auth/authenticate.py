@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from auth.model import User
-from auth.nonces import NonceCache
+from auth.nonces import nonce_cache
 from protocol.command import RemotingCommand
 from protocol.signing import ACCESS_KEY, NONCE, TIMESTAMP, c_check_signed, verify
 
@@ -25,7 +25,8 @@ class AuthenticationFailed(Exception):
 class Authenticator:
     """`authenticate(cmd, now_ms)` → the `User` whose signing key signed `cmd`; raises
     `AuthenticationFailed`. The timestamp must be within `max_clock_skew_ms` of `now_ms` and the
-    nonce new within that window (`NonceCache`): a replayed frame is refused even when valid.
+    nonce new within that window (`auth.nonces.NonceCache`, in C when built): a replayed frame is
+    refused even when valid.
     The signature is checked before the nonce is remembered, so forged frames cannot fill it.
     The fields, the user and the signature are checked in one C call
     (`protocol._speedups.check_signed`) when it was built, else (or for what it does not take)
@@ -34,7 +35,7 @@ class Authenticator:
     def __init__(self, users: Callable[[str], User | None], max_clock_skew_ms: int = 60_000,
                  max_nonces: int = 262_144) -> None:
         self._users = users
-        self.nonces = NonceCache(max_clock_skew_ms, max_nonces)
+        self.nonces = nonce_cache(max_clock_skew_ms, max_nonces)
 
     def authenticate(self, cmd: RemotingCommand, now_ms: int) -> User:
         fields = cmd.fields

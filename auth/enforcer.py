@@ -18,7 +18,8 @@ In order:
    <Resource> (request code <n>)`, with `Sub or Get` when any of several actions would do.
    Each connection remembers what it was allowed (`Peer`): the requirement pairs, and for a code
    whose builder decides from a few fields alone (`auth.requirements.keyed`) the (user, code,
-   values) whole, so a producer's next send to the same topic skips the builder and the ACL;
+   values) whole (`known_key`, in C when `auth._checks` was built), so a producer's next send to
+   the same topic skips the builder and the ACL;
    both are dropped when users or ACLs change (the store's `generation`). With an audit log on,
    every request is decided in full (the log names each one's resources).
 
@@ -39,6 +40,7 @@ from auth.store import AuthStore
 from conf.auth import AuthConfig
 from protocol.command import RemotingCommand
 from protocol.errors import NoPermission
+from protocol.native import load
 from protocol.signing import ACCESS_KEY
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -46,6 +48,26 @@ _MAX_NAME_IN_REMARK = 64
 
 
 _MAX_CACHED = 1_024        # allowed (user, requirement) pairs, and (user, code, values) keys, per connection
+_NOTHING: frozenset[tuple[object, ...]] = frozenset()
+
+
+def known_key_py(allowed_keys: set[tuple[object, ...]] | frozenset[tuple[object, ...]], username: str, code: int,
+                 fields: dict[str, object], names: tuple[str, ...]) -> bool | tuple[object, ...] | None:
+    """True when (`username`, `code`, the values of `names` in `fields`, None when missing) is in
+    `allowed_keys`, else that key; None when `fields` is not exactly a dict or a value is not
+    hashable (not a name: the builder refuses it). The twin of `auth._checks.known_key`."""
+    if type(fields) is not dict:
+        return None
+    key = (username, code, *map(fields.get, names))
+    try:
+        return True if key in allowed_keys else key
+    except TypeError:
+        return None
+
+
+_CHECKS = load("auth._checks")
+known_key: Callable[..., bool | tuple[object, ...] | None] = (
+    _CHECKS.known_key if _CHECKS is not None else known_key_py)
 
 
 class Peer:
@@ -162,13 +184,11 @@ class Enforcer:
         names = self._key_fields.get(code)
         key: tuple[object, ...] | None = None
         if names is not None and self.audit is None:    # (an audit log records each request's resources)
-            key = (user.username, code, *map(request.fields.get, names))
-            if peer.generation == store.generation:
-                try:
-                    if key in peer.allowed_keys:
-                        return
-                except TypeError:       # a field's value is not hashable: not a name, the builder refuses it
-                    key = None
+            found = known_key(peer.allowed_keys if peer.generation == store.generation else _NOTHING,
+                              user.username, code, request.fields, names)
+            if found is True:
+                return
+            key = found if isinstance(found, tuple) else None
         builder = self._code_map.get(code)
         if builder is None:
             self._record(now_ms, peer, user.username, code, "-", "-", "deny", "request code not in the code map")

@@ -5,11 +5,41 @@ still pass the clock-skew check, so a replayed frame (valid when first sent) is 
 high request rate the window could hold millions of nonces; past `max_entries` the oldest second
 of them is forgotten and every timestamp up to that second is refused from then on (`floor_ms`),
 so the cache never forgets a nonce whose frame could still be accepted: under that load the
-accepted clock skew shrinks, the replay protection does not."""
+accepted clock skew shrinks, the replay protection does not.
+
+`nonce_cache` gives the C `auth._checks.NonceCache` when it was built (the same rules and
+attributes; ~5x fewer instructions a check), else this module's `NonceCache`, its twin."""
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Protocol
+
+from protocol.native import load
+
+_NATIVE = load("auth._checks")
+
+
+class Nonces(Protocol):
+    """What both `NonceCache`s offer."""
+
+    @property
+    def window_ms(self) -> int: ...
+    @property
+    def max_entries(self) -> int: ...
+    @property
+    def floor_ms(self) -> int: ...
+    def __len__(self) -> int: ...
+    def check(self, nonce: str, timestamp_ms: int, now_ms: int) -> str | None: ...
+
+
+def nonce_cache(window_ms: int, max_entries: int = 262_144) -> Nonces:
+    """A `NonceCache(window_ms, max_entries)`: the C one when built, else the twin below. Raises
+    `ValueError` as `NonceCache` (the C one also `OverflowError` for a `window_ms` beyond 2**60)."""
+    if _NATIVE is not None:
+        cache: Nonces = _NATIVE.NonceCache(window_ms, max_entries)
+        return cache
+    return NonceCache(window_ms, max_entries)
 
 
 class NonceCache:

@@ -95,14 +95,19 @@ async def fill(filler: Path) -> None:
 
 
 async def disk_fill(broker: BrokerSubprocess, duration_s: float, *, filler_dir: Path, topics: int = 2,
-                    resume_timeout_s: float = 10.0) -> DiskFillResult:
-    """Run the steps of the module docstring on `broker` (started; left running at the end)."""
+                    resume_timeout_s: float = 10.0, acknowledged_before_fill: int = 0) -> DiskFillResult:
+    """Run the steps of the module docstring on `broker` (started; left running at the end); the
+    filler starts once the probe has `acknowledged_before_fill` sends acknowledged (a loaded
+    machine's probe is slow; for at most `resume_timeout_s`)."""
     probe = _Probe(acked={})
     filler = filler_dir / "disk_fill.filler"
     crashed = 0
     remoting = RemotingClient()
     api = ClientAPI(remoting)
     try:
+        started = time.monotonic()
+        while len(probe.acked) < acknowledged_before_fill and time.monotonic() - started < resume_timeout_s:
+            await probe.send_one(api, broker.address, topics)
         filling = asyncio.create_task(fill(filler))
         deadline = time.monotonic() + duration_s
         while time.monotonic() < deadline or not filling.done():

@@ -92,9 +92,10 @@ async def count_topics_lost(api: ClientAPI, address: str, expected: dict[str, in
 
 
 async def topic_create_kill(broker: BrokerSubprocess, duration_s: float, *, queue_nums: int = 8,
-                            messages_per_queue: int = 2) -> TopicCreateKillResult:
+                            messages_per_queue: int = 2, min_cycles: int = 1) -> TopicCreateKillResult:
     """Run the cycles of the module docstring on `broker` (started; left running, restarted, at
-    the end). Raises `MQError` when a create or send before a kill fails (the broker was healthy)."""
+    the end), at least `min_cycles` of them however long they take (a loaded machine). Raises
+    `MQError` when a create or send before a kill fails (the broker was healthy)."""
     expected: dict[str, int] = {}
     acked: Acked = {}
     cycles = topics_lost = 0
@@ -103,7 +104,7 @@ async def topic_create_kill(broker: BrokerSubprocess, duration_s: float, *, queu
     remoting = RemotingClient()
     api = ClientAPI(remoting)
     try:
-        while cycles == 0 or time.monotonic() < deadline:
+        while cycles < max(1, min_cycles) or time.monotonic() < deadline:
             made, auto, address = f"made{cycles}", f"auto{cycles}", broker.address
             started = time.monotonic()
             await api.create_topic(address, made, queue_nums=queue_nums)

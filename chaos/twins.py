@@ -13,7 +13,8 @@ Functions: `decode_frames`, `frame_bytes`, `decode_message_batch`, `read_batch_b
 `decode_batch`), `offset_msg_ids`, and `canonical_bytes`, `sign_fields`, `signature_matches`,
 `check_signed` (`chaos.twins_signing`), `usual_send`, `send_response` (`chaos.twins_send`)
 (`protocol._speedups`); `encode_run`, `write_record` (`chaos.twins_send`), `write_units`,
-`KeyRing`, `read_stored` (both `chaos.twins_store`) (`broker.store._records`). Exits 1 on a
+`KeyRing`, `read_stored` (both `chaos.twins_store`) (`broker.store._records`); `NonceCache`,
+`known_key` (`chaos.twins_signing`) (`auth._checks`). Exits 1 on a
 difference, or when the process's RSS grew more than `--max-rss-growth-mb` after the first tenth of
 the run (a reference leaked on some path; not checked under a sanitizer, whose allocator keeps
 freed memory), 2 when the C modules were not built."""
@@ -39,7 +40,14 @@ from broker.store.consume_queue import write_units_py
 from broker.store.record import encode_run_py
 from chaos.fuzz import mutated_frame, random_frame
 from chaos.twins_send import check_send_response, check_usual_send, check_write_record
-from chaos.twins_signing import check_canonical_bytes, check_check_signed, check_sign_fields, check_signature_matches
+from chaos.twins_signing import (
+    check_canonical_bytes,
+    check_check_signed,
+    check_known_key,
+    check_nonce_cache,
+    check_sign_fields,
+    check_signature_matches,
+)
 from chaos.twins_store import check_key_ring, check_read_stored
 from protocol import frame, native
 from protocol.command import RemotingCommand
@@ -299,13 +307,16 @@ CHECKS: dict[str, tuple[str, Callable[[random.Random, Any], bool]]] = {
     "key_ring": ("broker.store._records", lambda rng, c: check_key_ring(rng, c, _same)),
     "read_stored": ("broker.store._records",
                     lambda rng, c: check_read_stored(rng, c, _value, _text, _int, mutate, _same)),
+    "nonce_cache": ("auth._checks", lambda rng, c: check_nonce_cache(rng, c, _same)),
+    "known_key": ("auth._checks", lambda rng, c: check_known_key(rng, c, _value, _text, _same)),
 }
 
 
 def c_modules() -> dict[str, Any]:
     """The built C modules by name (`protocol._speedups` configured by importing its users); none
     under RQ_PURE_PYTHON."""
-    modules = {"protocol._speedups": native.speedups(), "broker.store._records": native.load("broker.store._records")}
+    modules = {"protocol._speedups": native.speedups(), "broker.store._records": native.load("broker.store._records"),
+               "auth._checks": native.load("auth._checks")}
     return {name: module for name, module in modules.items() if module is not None}
 
 

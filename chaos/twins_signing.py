@@ -1,6 +1,7 @@
 """The request-signature checks of `chaos.twins`: `canonical_bytes`, `sign_fields` and
 `signature_matches` and `check_signed` (`protocol._speedups`) against their twins in
-`protocol.signing` and `auth.authenticate`, on random
+`protocol.signing` and `auth.authenticate`, and `NonceCache` (`auth._checks`) against
+`auth.nonces`'s and `known_key` against `auth.enforcer`'s; on random
 ext maps (the values `chaos.twins` draws: every msgpack type, deep maps, odd text), bodies
 (bytes, bytearrays, memoryviews, lists and tuples of them, and other values), keys of every length
 and claimed signatures right, flipped, cut, and of other types."""
@@ -14,7 +15,9 @@ import random
 from typing import Any
 
 from auth.authenticate import AuthenticationFailed, Authenticator
+from auth.enforcer import known_key_py
 from auth.model import User
+from auth.nonces import NonceCache
 from protocol.command import RemotingCommand
 from protocol.signing import SCHEME, SIGNATURE, Credentials, canonical_bytes_py, sign_py, verify_py
 
@@ -126,4 +129,48 @@ def check_check_signed(rng: random.Random, speedups: Any, value: Any, text: Any,
         except AuthenticationFailed as failed:
             return failed.reason
     same("check_signed", (cmd.fields, code, request_body), _outcome(twin), c)
+    return True
+
+
+def check_nonce_cache(rng: random.Random, nonces: Any, same: Any) -> bool:
+    """Both `NonceCache`s (`auth._checks`, twin `auth.nonces`) of one small window and bound driven
+    by the same checks: a few nonces (some repeated, now and then not a str or not hashable),
+    timestamps around the clock, far beyond it and around zero, a clock that also goes back;
+    every verdict (an exception by its type), size and floor compared."""
+    window_ms, bound = rng.choice([0, 1, 999, 1_000, 5_000]), rng.randint(1, 8)
+    now_ms = rng.choice([0, -3_000, 1_700_000_000_000])
+    calls: list[tuple[Any, int, int]] = []
+    for _ in range(rng.randint(1, 40)):
+        now_ms += rng.choice([0, 1, 499, 1_000, rng.randint(-2_000, 7_000)])
+        nonce = rng.choice([f"n{rng.randint(0, 9)}", f"n{rng.randint(0, 9)}", "", 5, b"n1", ("n", 1), ["n"]])
+        timestamp_ms = rng.choice([now_ms + rng.randint(-2 * window_ms - 2, 2 * window_ms + 2), now_ms,
+                                   rng.choice([2**62 + 1, -(2**62) - 1, 2**64, 0, -1])])
+        calls.append((nonce, timestamp_ms, now_ms))
+
+    def run(make: Any) -> Any:
+        cache = make(window_ms, bound)
+        answers = []
+        for call in calls:
+            answer = _outcome(cache.check, *call)
+            answers.append((answer[:2] if answer[0] == "error" else answer, len(cache), cache.floor_ms))
+        return answers
+    same("nonce_cache", (window_ms, bound, calls), run(NonceCache), run(nonces.NonceCache))
+    return True
+
+
+def check_known_key(rng: random.Random, checks: Any, value: Any, text: Any, same: Any) -> bool:
+    """`known_key` (`auth._checks`) against `auth.enforcer.known_key_py`: ext maps of random values
+    (unhashable ones too) or other values, names present and missing, the key remembered or not."""
+    names = tuple(rng.choice(["a", "b", text(rng)]) for _ in range(rng.randint(0, 3)))
+    fields: Any = {name: value(rng) for name in ("a", "b") if rng.random() < 0.7}
+    if rng.random() < 0.1:
+        fields = rng.choice([None, [1], "a", ("a", 1)])
+    username, code = rng.choice(["u", "", "\u00e9"]), rng.choice([10, 11, -1, 2**70])
+    allowed: set[Any] = set()
+    if rng.random() < 0.5 and type(fields) is dict:
+        with contextlib.suppress(TypeError):
+            allowed.add((username, code, *map(fields.get, names)))
+    frozen = frozenset(allowed) if rng.random() < 0.3 else allowed
+    case = (frozen, username, code, fields, names)
+    same("known_key", case, _outcome(known_key_py, *case), _outcome(checks.known_key, *case))
     return True

@@ -17,7 +17,7 @@ from tests.broker.test_disk_full import small_disk
 async def test_a_disk_filled_under_a_sending_broker_is_survived(tmp_path: Path) -> None:
     with small_disk(tmp_path / "disk", 16 << 20) as disk:
         async with BrokerSubprocess(disk / "store", settings=SMALL_STORE_SETTINGS) as broker:
-            result = await disk_fill(broker, duration_s=3.0, filler_dir=disk)
+            result = await disk_fill(broker, duration_s=3.0, filler_dir=disk, acknowledged_before_fill=101)
     assert result.crashed == 0 and result.restarted_when_full, result
     assert result.acknowledged > 100 and result.refused > 100, result
     assert "No space left on device" in result.refusal_remark or "past disk_space" in result.refusal_remark, result

@@ -191,17 +191,17 @@ def sign_py(cmd: RemotingCommand, credentials: Credentials, timestamp_ms: int, n
 
 
 def signer(credentials: Credentials) -> Callable[[RemotingCommand], None]:
-    """A function that signs a request in place (what `Channel.signer` holds). Its nonces are a
-    random 64-bit prefix drawn once and a counter, 32 hex digits: unique without a `getrandom`
-    call per request (a nonce must never repeat; it need not be unpredictable, the signature
-    covers it)."""
-    prefix = os.urandom(8).hex()
-    counter = itertools.count()
+    """A function that signs a request in place (what `Channel.signer` holds). Its nonces count
+    up from a random 127-bit start drawn once, in hex (32 digits; 33 only past 2**128): unique
+    without a `getrandom` call per request (a nonce must never repeat; it need not be
+    unpredictable, the signature covers it). `hex()` rather than a format spec: ~1,500 fewer
+    instructions a request."""
+    counter = itertools.count(int.from_bytes(os.urandom(16), "big") | 1 << 127)
     access_key, key = credentials.access_key, credentials.key
     c_sign, clock_ns = _c_sign_fields, time.time_ns
 
     def sign_request(cmd: RemotingCommand) -> None:
-        nonce = f"{prefix}{next(counter) & 0xFFFFFFFFFFFFFFFF:016x}"
+        nonce = hex(next(counter))[2:]
         timestamp_ms = clock_ns() // 1_000_000
         if c_sign is None or not c_sign(cmd.fields, cmd.code, cmd.body, access_key, timestamp_ms, nonce, key):
             sign_py(cmd, credentials, timestamp_ms, nonce)

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 # setup.py builds the optional C modules (in place, with the editable install);
 # without a C compiler the install goes on and the pure-Python twins run.
-$(STAMP): pyproject.toml setup.py protocol/_speedups.c protocol/_msgpack.h broker/store/_fsync.c broker/store/_records.c auth/_checks.c
+$(STAMP): pyproject.toml setup.py protocol/_speedups.c protocol/_msgpack.h broker/store/_fsync.c broker/store/_records.c auth/_checks.c broker/trace/_sets.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

@@ -11,7 +11,9 @@
   written (consume_queue.py, `write_units`), its messages' KEYS words and UNIQ_KEYs indexed in
   the key index's ring (key_index.py, `KeyRing`) and records read back (record.py, `read_stored`);
 - `auth._checks`: the signed requests' nonces seen within the clock-skew window (auth/nonces.py,
-  `NonceCache`).
+  `NonceCache`) and a connection's allowed requests' key (auth/enforcer.py, `known_key`);
+- `broker.trace._sets`: the message trace recorder's per-message calls (broker/trace/sets.py,
+  `SetsBase`).
 
 `optional=True`: where one cannot be compiled (no C compiler or Python headers, or not Linux), the
 install goes on without it and rocketq runs its pure-Python twin."""
@@ -24,4 +26,5 @@ setup(ext_modules=[
     Extension("broker.store._records", ["broker/store/_records.c"], depends=["protocol/_msgpack.h"],
               optional=True),
     Extension("auth._checks", ["auth/_checks.c"], optional=True),
+    Extension("broker.trace._sets", ["broker/trace/_sets.c"], optional=True),
 ])

@@ -2,17 +2,18 @@
 (`make sanitize`, `make sanitize-thread`): rocketq's C modules built with AddressSanitizer and
 UndefinedBehaviorSanitizer (or, `--thread`, ThreadSanitizer), then run.
 
-In a copy of this checkout (its tracked files, in a temporary directory) the four optional C
-modules (`protocol._speedups`, `broker.store._records`, `broker.store._fsync`, `auth._checks`) are
-built with `-fsanitize=address,undefined`; then, with the sanitizer runtimes preloaded into the
-interpreter (and Python's own allocator off, so that the C code's reads and writes of Python
-objects are checked too), the tests that drive them (`TESTS`: the protocol and store suites, and a broker with
-clients over TCP, bad input included), `python -m chaos.twins` for `--seconds`, and 100,000 fuzz
-frames at a broker of its own (`chaos.fuzz`, whose RSS check is off: ASan keeps freed memory). A
-sanitizer report (on stderr, which pytest is told not to capture at the file descriptor: the
-report is the process's last words; a fuzzed broker's is in the log lines printed when it stops
-serving) fails the run; so does a failed test. The C code reads frames straight off the network:
-an out-of-bounds read there is a crash or worse, which the twins' equality alone would not show.
+In a copy of this checkout (its tracked files, in a temporary directory) the five optional C
+modules (`protocol._speedups`, `broker.store._records`, `broker.store._fsync`, `auth._checks`,
+`broker.trace._sets`) are built with `-fsanitize=address,undefined`; then, with the sanitizer
+runtimes preloaded into the interpreter (and Python's own allocator off, so that the C code's reads
+and writes of Python objects are checked too), the tests that drive them (`TESTS`: the protocol and
+store suites, and a broker with clients over TCP, bad input included), `python -m chaos.twins` for
+`--seconds`, and 100,000 fuzz frames at a broker of its own (`chaos.fuzz`, whose RSS check is off:
+ASan keeps freed memory). A sanitizer report (on stderr, which pytest is told not to capture at the
+file descriptor: the report is the process's last words; a fuzzed broker's is in the log lines
+printed when it stops serving) fails the run; so does a failed test. The C code reads frames
+straight off the network: an out-of-bounds read there is a crash or worse, which the twins'
+equality alone would not show.
 
 `--thread` builds the same modules with `-fsanitize=thread` instead and runs the tests that drive
 `broker.store._fsync`, the one C module with a thread of its own (`TSAN_TESTS`: the store suite,
@@ -40,7 +41,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = ("protocol/_speedups", "broker/store/_records", "broker/store/_fsync", "auth/_checks")
+MODULES = ("protocol/_speedups", "broker/store/_records", "broker/store/_fsync", "auth/_checks",
+           "broker/trace/_sets")
 TESTS = ("tests/protocol", "tests/broker/store", "tests/broker/test_batch_decode.py", "tests/chaos/test_twins.py",
          "tests/broker/test_usual_send.py",     # the single send's fields and response (C and twin)
          # a broker and clients over TCP: frames decoded and encoded in C on both sides, bad input
@@ -50,7 +52,9 @@ TESTS = ("tests/protocol", "tests/broker/store", "tests/broker/test_batch_decode
          # request signatures: canonical bytes, signing and the broker's check (with libcrypto's SHA-256)
          "tests/auth/test_canonical_speedups.py", "tests/auth/test_signing_speedups.py",
          "tests/auth/test_check_signed.py", "tests/auth/test_nonces.py",
-         "tests/auth/test_known_key.py", "tests/broker/auth")
+         "tests/auth/test_known_key.py", "tests/broker/auth",
+         # the message trace's per-message calls, and brokers recording with them
+         "tests/trace")
 # ThreadSanitizer: the tests that start, feed and stop `_fsync.FsyncWorker`s (about 15 s)
 TSAN_TESTS = ("tests/broker/store", "tests/broker/test_disk_full.py", "tests/broker/test_send_pull.py",
               "tests/broker/test_pipelining.py")
@@ -173,7 +177,8 @@ def _run(copy: Path, kind: Sanitizer, preload: list[str], compiler: str, seconds
             return 1
     env = {**build_env, "LD_PRELOAD": " ".join(preload), **kind.env}
     where = [sys.executable, "-c", "import protocol._speedups as s, broker.store._records as r, "
-             "broker.store._fsync as f, auth._checks as n; print(s.__file__, r.__file__, f.__file__, n.__file__)"]
+             "broker.store._fsync as f, auth._checks as n, broker.trace._sets as t; "
+             "print(s.__file__, r.__file__, f.__file__, n.__file__, t.__file__)"]
     loaded = subprocess.run(where, cwd=copy, env=env, capture_output=True, text=True)
     paths = loaded.stdout.split()
     if loaded.returncode != 0 or len(paths) != len(MODULES) or not all(p.startswith(str(copy)) for p in paths):

@@ -14,7 +14,8 @@ Functions: `decode_frames`, `frame_bytes`, `decode_message_batch`, `read_batch_b
 `check_signed` (`chaos.twins_signing`), `usual_send`, `send_response` (`chaos.twins_send`)
 (`protocol._speedups`); `encode_run`, `write_record` (`chaos.twins_send`), `write_units`,
 `KeyRing`, `read_stored` (both `chaos.twins_store`) (`broker.store._records`); `NonceCache`,
-`known_key` (`chaos.twins_signing`) (`auth._checks`). Exits 1 on a
+`known_key` (`chaos.twins_signing`) (`auth._checks`); `SetsBase` (`chaos.twins_store`)
+(`broker.trace._sets`). Exits 1 on a
 difference, or when the process's RSS grew more than `--max-rss-growth-mb` after the first tenth of
 the run (a reference leaked on some path; not checked under a sanitizer, whose allocator keeps
 freed memory), 2 when the C modules were not built."""
@@ -48,7 +49,7 @@ from chaos.twins_signing import (
     check_sign_fields,
     check_signature_matches,
 )
-from chaos.twins_store import check_key_ring, check_read_stored
+from chaos.twins_store import check_key_ring, check_read_stored, check_trace_sets
 from protocol import frame, native
 from protocol.command import RemotingCommand
 from protocol.errors import MessageIllegal
@@ -309,6 +310,7 @@ CHECKS: dict[str, tuple[str, Callable[[random.Random, Any], bool]]] = {
                     lambda rng, c: check_read_stored(rng, c, _value, _text, _int, mutate, _same)),
     "nonce_cache": ("auth._checks", lambda rng, c: check_nonce_cache(rng, c, _same)),
     "known_key": ("auth._checks", lambda rng, c: check_known_key(rng, c, _value, _text, _same)),
+    "trace_sets": ("broker.trace._sets", lambda rng, c: check_trace_sets(rng, c, _same)),
 }
 
 
@@ -316,7 +318,7 @@ def c_modules() -> dict[str, Any]:
     """The built C modules by name (`protocol._speedups` configured by importing its users); none
     under RQ_PURE_PYTHON."""
     modules = {"protocol._speedups": native.speedups(), "broker.store._records": native.load("broker.store._records"),
-               "auth._checks": native.load("auth._checks")}
+               "auth._checks": native.load("auth._checks"), "broker.trace._sets": native.load("broker.trace._sets")}
     return {name: module for name, module in modules.items() if module is not None}
 
 

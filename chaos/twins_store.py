@@ -105,3 +105,67 @@ def check_key_ring(rng: random.Random, records: Any, same: Same) -> bool:
         return answers
     same("KeyRing", (capacity, calls), run(KeyRingPy), run(records.KeyRing))
     return True
+
+
+class _Channel:
+    def __init__(self, remote_address: Any) -> None:
+        self.remote_address = remote_address
+
+
+def check_trace_sets(rng: random.Random, sets: Any, same: Same) -> bool:
+    """The trace recorder's per-message calls (`SetsBase`, twin `broker.trace.sets.SetsBasePy`), each
+    the base of a recorder with the same small bound, driven by the same calls (odd values too:
+    None, floats, unhashable names); every recorder state compared after each call with the times
+    replaced (each taken during the run), an exception by its type."""
+    from broker.trace.recorder import TraceRecorder
+    from broker.trace.sets import SetsBasePy
+
+    if not issubclass(TraceRecorder, sets.SetsBase):
+        raise RuntimeError("TraceRecorder does not derive from broker.trace._sets.SetsBase")
+
+    class Twin(TraceRecorder):
+        sent_usual = SetsBasePy.sent_usual
+        pulled = SetsBasePy.pulled
+        committed = SetsBasePy.committed
+
+    names = ["g", "h", "", None, ["unhashable"]]
+    offsets = [0, 1, 5, -1, None, 2.5, 1 << 70]
+    calls: list[tuple[Any, ...]] = []
+    for _ in range(rng.randint(1, 30)):
+        pick = rng.random()
+        if pick < 0.35:
+            calls.append(("sent_usual", rng.choice(["c", "d"]), rng.choice(names), "t", rng.randint(0, 1),
+                          rng.choice(offsets)))
+        elif pick < 0.6:
+            calls.append(("pulled", _Channel(rng.choice(["c", "d", None])), rng.choice(names), "t", 0,
+                          rng.choice(offsets), rng.choice(offsets), rng.randint(0, 3)))
+        elif pick < 0.9:
+            calls.append(("committed", rng.choice(["c", "d"]), rng.choice(names), "t", rng.randint(0, 1),
+                          rng.choice(offsets), rng.choice(offsets)))
+        else:
+            calls.append(("drain",))
+    max_events = rng.randint(0, 6)
+
+    def run(make: Any) -> Any:
+        recorder = make(max_events)
+        answers = []
+        for name, *args in calls:
+            answer = _outcome(getattr(recorder, name), *args)
+            if answer[0] == "error":
+                answers.append(answer[:2])
+            answers.append(_timeless((list(recorder._queue), recorder._sent_sets, recorder._pulled_sets,
+                                      recorder._commits, recorder._in_sets, recorder.dropped)))
+        return answers
+    same("trace_sets", (max_events, calls), run(Twin), run(TraceRecorder))
+    return True
+
+
+def _timeless(value: Any) -> Any:
+    """`value` with every float replaced by "t" (the times the calls took), as a repr."""
+    if isinstance(value, float):
+        return "t"
+    if isinstance(value, (list, tuple)):
+        return [_timeless(item) for item in value]
+    if isinstance(value, dict):
+        return [(_timeless(key), _timeless(item)) for key, item in value.items()]
+    return repr(value)

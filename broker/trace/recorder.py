@@ -57,14 +57,13 @@ from typing import Any
 
 from broker.remoting.context import RequestContext
 from broker.store.results import PutMessageResult
-from protocol.channel import Channel
+from broker.trace.sets import SetsBase
 from protocol.topics import TRANS_HALF_TOPIC
 from protocol.trace import (
     ACKED,
     BACK,
     CHANGED,
     CLIENT,
-    COMMITTED,
     COMMITTED_RUN,
     DLQ,
     HALF,
@@ -83,8 +82,9 @@ from protocol.trace import (
 _UNIQ, _KEYS, _RESENT_FROM, _ORIGIN, _RETRY_TOPIC = NOTED
 
 
-class TraceRecorder:
-    """One per broker; event-loop thread only."""
+class TraceRecorder(SetsBase):
+    """One per broker; event-loop thread only. The per-message calls (`sent_usual`, `pulled`,
+    `committed`) are `SetsBase`'s (in C when built)."""
 
     def __init__(self, max_events: int) -> None:
         self._queue: deque[tuple[Any, ...]] = deque()
@@ -122,19 +122,6 @@ class TraceRecorder:
         else:
             self.dropped += 1
 
-    def sent_usual(self, client_addr: str, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
-        """SEND_MESSAGE's fast path stored one message at `queue_offset` (a SENT_SET record's offset)."""
-        if len(self._queue) + self._in_sets >= self._max:
-            self.dropped += 1
-            return
-        self._in_sets += 1
-        key = (topic, queue_id, group, client_addr)
-        offsets = self._sent_sets.get(key)
-        if offsets is None:
-            self._sent_sets[key] = [queue_offset]
-        else:
-            offsets.append(queue_offset)
-
     def sent_batch(self, ctx: RequestContext, group: str, topic: str, queue_id: int, queue_offset: int,
                    count: int) -> None:
         """SEND_BATCH_MESSAGE stored `count` messages at queue offsets `queue_offset`.. (three items of
@@ -163,35 +150,6 @@ class TraceRecorder:
         """POP moved a message never acknowledged to the group's DLQ."""
         self._add((DLQ, time(), group, topic, queue_id, queue_offset, dlq_topic, dlq_queue_id, dlq_queue_offset,
                    commit_log_offset, noted(properties)))
-
-    def pulled(self, channel: Channel, group: str, topic: str, queue_id: int, from_offset: int,
-               next_offset: int, count: int) -> None:
-        """A pull returned `count` messages of [from_offset, next_offset) (fewer: a filter skipped some):
-        four items of a PULLED_SET record."""
-        if len(self._queue) + self._in_sets >= self._max:
-            self.dropped += 1
-            return
-        self._in_sets += 1
-        key = (topic, queue_id, group, channel.remote_address)
-        pulls = self._pulled_sets.get(key)
-        if pulls is None:
-            self._pulled_sets[key] = [from_offset, next_offset, count, time()]
-        else:
-            pulls += (from_offset, next_offset, count, time())
-
-    def committed(self, client_addr: str, group: str, topic: str, queue_id: int, old_offset: int | None,
-                  new_offset: int) -> None:
-        """The group's committed offset of the queue moved from `old_offset` (None: none yet).
-        Forward moves of one queue between two writes become one record (from the first old
-        offset to the last new one, at the last move's time): a consumer commits on every pull."""
-        key = (group, topic, queue_id)
-        pending = self._commits.get(key)
-        if pending is not None and new_offset >= pending[5] and (pending[4] is None or pending[4] <= pending[5]):
-            pending[1], pending[5], pending[7] = time(), new_offset, client_addr
-            return
-        if pending is not None:             # a move back (a reset) stands apart from the forward runs
-            self._add(tuple(pending))
-        self._commits[key] = [COMMITTED, time(), topic, queue_id, old_offset, new_offset, group, client_addr]
 
     def popped(self, group: str, topic: str, queue_id: int, queue_offsets: list[int], deadline_ms: int) -> None:
         self._add((POPPED, time(), topic, queue_id, queue_offsets, group, deadline_ms))

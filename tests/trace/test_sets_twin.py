@@ -25,6 +25,11 @@ class _Channel:
         self.remote_address = remote_address
 
 
+def _channel(remote_address: str | None) -> Any:
+    """What a recorder reads of a channel: its `remote_address` (None: a channel without one)."""
+    return _Channel(remote_address) if remote_address is not None else object()
+
+
 class _PyRecorder(TraceRecorder):
     """`TraceRecorder` with the twin's per-message calls, whatever `SetsBase` is here."""
 
@@ -76,7 +81,7 @@ def test_the_c_calls_record_what_their_twin_records(calls: list[tuple[Any, ...]]
                 recorder.sent_usual(*args)
             elif kind == "pulled":
                 client, group, topic, queue_id, from_offset, count, more = args
-                recorder.pulled(_Channel(client), group, topic, queue_id, from_offset, from_offset + count + more,
+                recorder.pulled(_channel(client), group, topic, queue_id, from_offset, from_offset + count + more,
                                 count)
             elif kind == "committed":
                 recorder.committed(*args)
@@ -99,4 +104,4 @@ def test_the_c_calls_refuse_a_recorder_without_its_state() -> None:
     with pytest.raises(TypeError, match="must be set"):
         recorder.sent_usual("c", "g", "t", 0, 1)
     with pytest.raises(AttributeError):
-        TraceRecorder(4).pulled(object(), "g", "t", 0, 1, 2, 1)     # (a channel has a remote_address)
+        TraceRecorder(4).pulled(_channel(None), "g", "t", 0, 1, 2, 1)     # (a channel has a remote_address)

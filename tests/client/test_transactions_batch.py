@@ -92,7 +92,16 @@ def plan(count: int) -> list[tuple[bytes, LocalTransactionState]]:
     return out
 
 
-async def test_mixed_outcomes_coalesced_each_once(txn_broker: Broker, client_api: ClientAPI) -> None:
+async def test_mixed_outcomes_coalesced_each_once(tmp_path: Path, client_api: ClientAPI) -> None:
+    # Check-backs after 3 s, not the fixture's 300 ms: a loaded CI machine took longer than 300 ms to
+    # send the first transaction's COMMIT, so the broker checked it back (and the listener's check
+    # rolled back "c-0"); only the UNKNOW ones are to be checked back here.
+    config = broker_config(tmp_path, transaction_timeout_ms=3_000, transaction_check_interval_ms=100)
+    async with Broker(config) as txn_broker:
+        await _mixed_outcomes(txn_broker, client_api)
+
+
+async def _mixed_outcomes(txn_broker: Broker, client_api: ClientAPI) -> None:
     await client_api.create_topic(txn_broker.address, "mix", queue_nums=4)
     listener = ByArg()
     jobs = plan(COUNT)
@@ -106,7 +115,7 @@ async def test_mixed_outcomes_coalesced_each_once(txn_broker: Broker, client_api
             (producer._halves.requests, producer._ends.requests)
         expected = Counter(body for body, _ in jobs if body.startswith((b"c-", b"u-c")))
         assert txn_broker.transactions is not None
-        await wait_until(lambda: txn_broker.transactions.table.pending_count == 0, 10.0,  # type: ignore[union-attr]
+        await wait_until(lambda: txn_broker.transactions.table.pending_count == 0, 20.0,  # type: ignore[union-attr]
                          "every UNKNOW settled by its check-back")
     assert await bodies_in(client_api, txn_broker.address, "mix", 4) == expected
     assert listener.executed == Counter(body for body, _ in jobs), "each local transaction ran once"
